@@ -1,0 +1,80 @@
+# dpd: everything a fresh Debian machine needs, as root, from two targets:
+#   make demo   - install dependencies, build, run the three-workload demo
+#   make test   - install dependencies, check generated code, lint, test (-race)
+SHELL := /bin/bash
+export PATH := $(CURDIR)/bin:/usr/local/go/bin:$(PATH)
+export GOBIN := $(CURDIR)/bin
+export GOTOOLCHAIN := local
+
+BUF_VERSION           := v1.75.0
+PROTOC_GEN_GO_VERSION := v1.36.12
+PROTOC_GEN_GRPC_VERSION := v1.6.1
+GOLANGCI_VERSION      := v2.15.0
+GRPCURL_VERSION       := v1.9.3
+APT_PACKAGES := clang-19 llvm-19 bpftool libbpf-dev linux-libc-dev protobuf-compiler \
+	iproute2 iputils-ping netcat-openbsd ca-certificates make
+
+GO_TEST_FLAGS ?= -race -count=1
+E2E_TIMEOUT ?= 20m
+
+.PHONY: all deps apt-deps tools generate check-generated build lint vet test unit e2e bench demo clean
+
+all: build
+
+apt-deps:
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	  if [ -n "$$missing" ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; fi; \
+	fi
+	@mountpoint -q /sys/fs/bpf || mount -t bpf bpf /sys/fs/bpf 2>/dev/null || true
+
+tools: bin/.tools-$(BUF_VERSION)-$(PROTOC_GEN_GO_VERSION)-$(PROTOC_GEN_GRPC_VERSION)-$(GOLANGCI_VERSION)-$(GRPCURL_VERSION)
+
+bin/.tools-%:
+	go install github.com/bufbuild/buf/cmd/buf@$(BUF_VERSION)
+	go install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	go install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GRPC_VERSION)
+	go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_VERSION)
+	go install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
+	rm -f bin/.tools-* && touch $@
+
+deps: apt-deps tools
+
+# generate rebuilds every generated file (protobuf, bpf2go).
+generate: deps
+	buf lint
+	buf generate
+	go generate ./bpf/...
+
+# check-generated fails when regenerating changes anything committed.
+check-generated: generate
+	@if [ -n "$$(git status --porcelain -- proto bpf)" ]; then \
+	  echo "generated code is stale; run 'make generate' and commit:"; git status --porcelain -- proto bpf; git diff --stat -- proto bpf; exit 1; fi
+
+build: deps
+	go build -o bin/dpd ./cmd/dpd
+	go build -o bin/dpdctl ./cmd/dpdctl
+
+vet:
+	go vet ./...
+
+lint: deps vet
+	golangci-lint run ./...
+
+unit: deps
+	go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v /test/e2e)
+
+e2e: build
+	go test $(GO_TEST_FLAGS) -timeout $(E2E_TIMEOUT) ./test/e2e/...
+
+# test is the README's test command and what CI runs (.ci/run).
+test: deps check-generated lint build unit e2e
+
+bench: build
+	go test -run '^$$' -bench . -benchtime 2s ./...
+
+demo: build
+	./examples/demo.sh
+
+clean:
+	rm -rf bin

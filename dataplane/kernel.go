@@ -1,0 +1,68 @@
+package dataplane
+
+import (
+	"context"
+
+	"github.com/dpd-dev/dpd/dataplane/model"
+)
+
+// Kernel is the narrow surface through which the engine changes the node.
+// Implementations: memkernel (in-memory, dry run and unit tests) and
+// dataplane/linux (netlink + BPF). All calls come from the engine's single
+// apply goroutine, in dependency order: IP sets, then endpoints (whose
+// policy programs reference the sets), then routes and services; removals
+// in the reverse order. Every method is idempotent: calling it again with
+// the same arguments changes nothing.
+type Kernel interface {
+	IPSetKernel
+	EndpointKernel
+	RouteKernel
+	ServiceKernel
+
+	// Configure passes the ConfigUpdate key/values the kernel cares about
+	// (interface prefix, map sizes, ...). Called before the first apply and
+	// whenever the config changes.
+	Configure(cfg map[string]string) error
+	// EndApply runs at the end of every apply pass: the kernel frees what
+	// nothing references any more (unused policy programs, set ids).
+	EndApply() error
+	// WatchLinks reports interface changes until ctx ends. The engine feeds
+	// them into its inbox, so an interface that appears or goes up gets its
+	// endpoint (re)programmed.
+	WatchLinks(ctx context.Context, report func(model.LinkUpdate)) error
+}
+
+// IPSetKernel programs IP set membership.
+type IPSetKernel interface {
+	// ReplaceIPSet sets the complete membership of a set.
+	ReplaceIPSet(id string, typ model.IPSetType, members []model.IPSetMember) error
+	// UpdateIPSet applies a delta to a set previously replaced.
+	UpdateIPSet(id string, added, removed []model.IPSetMember) error
+	// RemoveIPSet deletes the set and its members.
+	RemoveIPSet(id string) error
+}
+
+// EndpointKernel programs workload endpoints.
+type EndpointKernel interface {
+	// Link reports the current state of the named interface.
+	Link(name string) model.LinkState
+	// ApplyEndpoint makes the kernel enforce ep on ep.Iface: programs
+	// attached, policy installed, routes and neighbours in place. When the
+	// interface is absent it records ep and returns nil; the endpoint is
+	// programmed when the interface appears.
+	ApplyEndpoint(ep *model.Endpoint) error
+	// RemoveEndpoint removes everything ApplyEndpoint added for ep.
+	RemoveEndpoint(ep *model.Endpoint) error
+}
+
+// RouteKernel programs routes from RouteUpdate.
+type RouteKernel interface {
+	ApplyRoute(r *model.Route) error
+	RemoveRoute(r *model.Route) error
+}
+
+// ServiceKernel programs service frontends and backends.
+type ServiceKernel interface {
+	ApplyService(s *model.Service) error
+	RemoveService(s *model.Service) error
+}

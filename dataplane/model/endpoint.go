@@ -1,0 +1,77 @@
+package model
+
+import (
+	"net"
+	"net/netip"
+)
+
+// Direction of a hook, from the workload's point of view.
+type Direction uint8
+
+const (
+	// Egress is traffic leaving the workload (host-side TC ingress).
+	Egress Direction = 0
+	// Ingress is traffic entering the workload (host-side TC egress).
+	Ingress Direction = 1
+)
+
+func (d Direction) String() string {
+	if d == Ingress {
+		return "ingress"
+	}
+	return "egress"
+}
+
+// WorkloadID identifies a workload endpoint as Felix does.
+type WorkloadID struct {
+	Orchestrator, Workload, Endpoint string
+}
+
+func (id WorkloadID) String() string {
+	return id.Orchestrator + "/" + id.Workload + "/" + id.Endpoint
+}
+
+// Endpoint is a workload endpoint with its policy resolved: what a kernel
+// must make true on the endpoint's interface.
+type Endpoint struct {
+	ID       WorkloadID
+	Iface    string
+	MAC      net.HardwareAddr
+	IPv4Nets []netip.Prefix
+	IPv6Nets []netip.Prefix
+	Ingress  DirectionPolicy
+	Egress   DirectionPolicy
+}
+
+// Policy returns the policy for direction d.
+func (e *Endpoint) Policy(d Direction) *DirectionPolicy {
+	if d == Ingress {
+		return &e.Ingress
+	}
+	return &e.Egress
+}
+
+// LinkState is what a kernel knows of an interface.
+type LinkState uint8
+
+const (
+	LinkAbsent LinkState = iota
+	LinkDown
+	LinkUp
+)
+
+func (s LinkState) String() string {
+	switch s {
+	case LinkDown:
+		return "down"
+	case LinkUp:
+		return "up"
+	}
+	return "absent"
+}
+
+// LinkUpdate reports a change of an interface, from the kernel's monitor.
+type LinkUpdate struct {
+	Name  string
+	State LinkState
+}

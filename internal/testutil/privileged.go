@@ -1,0 +1,70 @@
+// Package testutil holds helpers shared by dpd's privileged tests: a guard
+// that skips without root outside CI and fails inside it, network namespaces
+// per test, and condition waits with deadlines (never sleeps).
+package testutil
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// RequirePrivileged skips t unless it runs as root with bpffs mounted. Under
+// CI=true it fails instead, so CI proves privileged tests ran.
+func RequirePrivileged(t testing.TB) {
+	t.Helper()
+	reason := ""
+	if os.Geteuid() != 0 {
+		reason = "needs root"
+	} else if err := ensureBPFFS(); err != nil {
+		reason = "needs bpffs at /sys/fs/bpf: " + err.Error()
+	}
+	if reason == "" {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("privileged test cannot run (%s) and CI=true forbids skipping", reason)
+	}
+	t.Skipf("privileged test skipped: %s", reason)
+}
+
+func ensureBPFFS() error {
+	var st unix.Statfs_t
+	if err := unix.Statfs("/sys/fs/bpf", &st); err == nil && st.Type == unix.BPF_FS_MAGIC {
+		return nil
+	}
+	if err := os.MkdirAll("/sys/fs/bpf", 0o755); err != nil {
+		return err
+	}
+	return unix.Mount("bpf", "/sys/fs/bpf", "bpf", 0, "")
+}
+
+// WaitFor polls cond every 10 ms until it returns true or timeout passes,
+// then fails t with msg.
+func WaitFor(t testing.TB, timeout time.Duration, msg string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if cond() {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, msg)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Run runs a command and fails t with its output on error.
+func Run(t testing.TB, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
