@@ -1,0 +1,22 @@
+// Package nl is dpd's netlink side of the Linux dataplane: it watches
+// workload interfaces and programs what a Calico-style routed workload needs
+// on the host, without any BPF.
+//
+//   - Monitor follows links through a netlink subscription plus a periodic
+//     full resync (which repairs missed events), keeps a name -> state/ifindex
+//     cache, and reports model.LinkUpdate for names matching the workload
+//     interface prefixes (Felix's InterfacePrefix, e.g. "cali,tap").
+//   - Configurer writes host sysctls (ip_forward), and per endpoint the
+//     host-side veth sysctls (proxy ARP, forwarding, rp_filter, ...), a
+//     /32 route per IPv4 address and a permanent neighbour entry for the
+//     workload's MAC. It compares desired with actual kernel state and writes
+//     only differences, counting every kernel write in Stats.
+//
+// Route ownership: every route dpd creates carries the route protocol
+// RouteProtocol (0xdd = 221, "dpd"; `ip route show proto 221`). It is not in
+// iproute2's rt_protos, and deliberately not 0x50 (80), which Calico uses for
+// its own routes, so dpd's garbage collection (ListDpdRoutes/DeleteRoute)
+// can never remove a route that another agent owns.
+//
+// Both types keep persistent netlink handles; close them with Close.
+package nl

@@ -1,0 +1,314 @@
+package nl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/dpd-dev/dpd/dataplane/model"
+)
+
+// DefaultResyncInterval is how often the monitor re-lists every link to
+// repair events the subscription missed (e.g. on socket overflow).
+const DefaultResyncInterval = 30 * time.Second
+
+const (
+	// updateBuffer lets a burst of link events queue while report blocks on
+	// the engine's inbox.
+	updateBuffer = 1024
+	// receiveBuffer asks for a larger socket buffer so pod churn overflows
+	// (ENOBUFS) less often; the kernel caps it at net.core.rmem_max.
+	receiveBuffer = 1 << 20
+	minBackoff    = 100 * time.Millisecond
+	maxBackoff    = 10 * time.Second
+	// dumpRetries bounds re-listing when the kernel flags a dump interrupted.
+	dumpRetries = 5
+)
+
+// MonitorConfig configures a Monitor. Zero values take the defaults.
+type MonitorConfig struct {
+	// Prefixes are the workload interface prefixes; default ["cali"].
+	Prefixes []string
+	// ResyncInterval is the period of the full re-list; default 30 s.
+	ResyncInterval time.Duration
+	// Logger receives subscription trouble; default slog.Default().
+	Logger *slog.Logger
+}
+
+// MonitorStats counts what the monitor did, for tests and metrics.
+type MonitorStats struct {
+	Events        uint64 // link messages received from the subscription
+	Resyncs       uint64 // completed full re-lists
+	ResyncRepairs uint64 // cache entries a re-list had to add, fix or drop
+	Resubscribes  uint64 // subscriptions re-opened after they broke
+	Reports       uint64 // model.LinkUpdates handed to the report callback
+}
+
+type linkEntry struct {
+	index int
+	state model.LinkState
+}
+
+// Monitor tracks links and reports workload interface changes. LinkState,
+// Ifindex, SetPrefixes and Stats are safe to call from any goroutine; Run is
+// called once at a time.
+type Monitor struct {
+	handle         *netlink.Handle
+	resyncInterval time.Duration
+	log            *slog.Logger
+
+	running atomic.Bool // Run is active
+	synced  atomic.Bool // the cache is filled and maintained; LinkState trusts it
+
+	// prefixCh (capacity 1) wakes Run after SetPrefixes so it reports the
+	// links that newly match.
+	prefixCh chan struct{}
+
+	mu           sync.RWMutex
+	prefixes     []string             // guarded by mu
+	linksLocked  map[string]linkEntry // name -> entry; guarded by mu
+	namesByIndex map[int]string       // ifindex -> name, to see renames; guarded by mu
+
+	// reported is the last state reported per matching name (absent names
+	// are not kept). Only Run's goroutine touches it.
+	reported map[string]model.LinkState
+
+	events, resyncs, repairs, resubscribes, reports atomic.Uint64
+}
+
+// NewMonitor opens the monitor's netlink handle. Call Run to start watching
+// and Close when done.
+func NewMonitor(cfg MonitorConfig) (*Monitor, error) {
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("open netlink handle: %w", err)
+	}
+	m := &Monitor{
+		handle:         h,
+		resyncInterval: cfg.ResyncInterval,
+		log:            cfg.Logger,
+		prefixCh:       make(chan struct{}, 1),
+		prefixes:       cleanPrefixes(cfg.Prefixes),
+		linksLocked:    map[string]linkEntry{},
+		namesByIndex:   map[int]string{},
+	}
+	if m.resyncInterval <= 0 {
+		m.resyncInterval = DefaultResyncInterval
+	}
+	if m.log == nil {
+		m.log = slog.Default()
+	}
+	return m, nil
+}
+
+// Close releases the netlink handle. Stop Run (cancel its context) first.
+func (m *Monitor) Close() error {
+	m.handle.Close()
+	return nil
+}
+
+// SetPrefixes replaces the workload interface prefixes (ConfigUpdate's
+// InterfacePrefix, already split; see ParsePrefixes). A running monitor then
+// reports the current state of every link that newly matches. Links that no
+// longer match get no report: they still exist, they just stop being ours.
+func (m *Monitor) SetPrefixes(prefixes []string) {
+	p := cleanPrefixes(prefixes)
+	m.mu.Lock()
+	m.prefixes = p
+	m.mu.Unlock()
+	select {
+	case m.prefixCh <- struct{}{}:
+	default:
+	}
+}
+
+// Prefixes returns the current workload interface prefixes.
+func (m *Monitor) Prefixes() []string {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return append([]string(nil), m.prefixes...)
+}
+
+// Matches reports whether name is a workload interface under the current
+// prefixes.
+func (m *Monitor) Matches(name string) bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return matchesAny(m.prefixes, name)
+}
+
+// LinkState reports the state of any named link (matching or not): from the
+// cache while Run is active, else by asking the kernel directly.
+func (m *Monitor) LinkState(name string) model.LinkState {
+	if m.synced.Load() {
+		m.mu.RLock()
+		defer m.mu.RUnlock()
+		e, ok := m.linksLocked[name]
+		if !ok {
+			return model.LinkAbsent
+		}
+		return e.state
+	}
+	l, err := m.handle.LinkByName(name)
+	if err != nil {
+		return model.LinkAbsent
+	}
+	return stateOf(l.Attrs())
+}
+
+// Ifindex returns the interface index of a named link, from the cache while
+// Run is active, else from the kernel. ok is false when the link is absent.
+func (m *Monitor) Ifindex(name string) (index int, ok bool) {
+	if m.synced.Load() {
+		m.mu.RLock()
+		defer m.mu.RUnlock()
+		e, ok := m.linksLocked[name]
+		return e.index, ok
+	}
+	l, err := m.handle.LinkByName(name)
+	if err != nil {
+		return 0, false
+	}
+	return l.Attrs().Index, true
+}
+
+// Stats returns a snapshot of the monitor's counters.
+func (m *Monitor) Stats() MonitorStats {
+	return MonitorStats{
+		Events:        m.events.Load(),
+		Resyncs:       m.resyncs.Load(),
+		ResyncRepairs: m.repairs.Load(),
+		Resubscribes:  m.resubscribes.Load(),
+		Reports:       m.reports.Load(),
+	}
+}
+
+// Run watches links until ctx ends, calling report (from Run's goroutine
+// only, never under a lock, so report may block) whenever a matching
+// interface appears, changes state or disappears. The first report for each
+// existing matching interface comes from the initial listing. Run returns
+// nil when ctx ends, or an error if the very first subscription fails;
+// later failures are retried with backoff, each followed by a full resync.
+func (m *Monitor) Run(ctx context.Context, report func(model.LinkUpdate)) error {
+	if !m.running.CompareAndSwap(false, true) {
+		return errors.New("link monitor already running")
+	}
+	defer func() {
+		m.synced.Store(false)
+		m.running.Store(false)
+	}()
+	// A new Run has a new consumer, which must hear about every link again.
+	m.reported = map[string]model.LinkState{}
+
+	backoff := minBackoff
+	for first := true; ; first = false {
+		started := time.Now()
+		err := m.serve(ctx, report)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if first && !m.synced.Load() {
+			return err
+		}
+		m.synced.Store(false)
+		if time.Since(started) > maxBackoff {
+			backoff = minBackoff
+		}
+		m.resubscribes.Add(1)
+		m.log.Warn("link monitor: resubscribing", "err", err, "after", backoff)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		backoff = min(backoff*2, maxBackoff)
+	}
+}
+
+// serve runs one subscription: subscribe, full resync, then events and
+// periodic resyncs until ctx ends or the subscription breaks.
+func (m *Monitor) serve(ctx context.Context, report func(model.LinkUpdate)) error {
+	updates := make(chan netlink.LinkUpdate, updateBuffer)
+	done := make(chan struct{})
+	errs := make(chan error, 16)
+	opts := netlink.LinkSubscribeOptions{
+		ListExisting:      true,
+		ReceiveBufferSize: receiveBuffer,
+		ErrorCallback: func(err error) {
+			select {
+			case errs <- err:
+			default: // a resync is coming anyway
+			}
+		},
+	}
+	if err := netlink.LinkSubscribeWithOptions(updates, done, opts); err != nil {
+		return fmt.Errorf("subscribe to links: %w", err)
+	}
+	defer func() {
+		close(done)
+		// The library's reader sends without watching done; drain until it
+		// sees the closed socket and closes updates, so it cannot leak.
+		go func() {
+			for range updates {
+			}
+		}()
+	}()
+
+	// ListExisting only adds; a full list also catches links deleted while
+	// we were not subscribed.
+	if err := m.resync(report); err != nil {
+		return err
+	}
+	m.synced.Store(true)
+
+	ticker := time.NewTicker(m.resyncInterval)
+	defer ticker.Stop()
+	var lastErr error
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case u, ok := <-updates:
+			if !ok {
+				if lastErr == nil {
+					lastErr = errors.New("closed")
+				}
+				return fmt.Errorf("link subscription ended: %w", lastErr)
+			}
+			m.events.Add(1)
+			m.deliver(report, m.applyUpdate(u))
+		case err := <-errs:
+			lastErr = err
+			if errors.Is(err, netlink.ErrDumpInterrupted) {
+				m.resyncLogged(report)
+			}
+		case <-ticker.C:
+			m.resyncLogged(report)
+		case <-m.prefixCh:
+			m.deliver(report, m.pendingAll())
+		}
+	}
+}
+
+func (m *Monitor) resyncLogged(report func(model.LinkUpdate)) {
+	if err := m.resync(report); err != nil {
+		m.log.Warn("link monitor: resync failed", "err", err)
+	}
+}
+
+// deliver hands updates to report; called without m.mu held.
+func (m *Monitor) deliver(report func(model.LinkUpdate), ups []model.LinkUpdate) {
+	for _, u := range ups {
+		m.reports.Add(1)
+		report(u)
+	}
+}

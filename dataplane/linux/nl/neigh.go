@@ -1,0 +1,135 @@
+package nl
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"syscall"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// neighboursOn lists the IPv4 neighbours of ifindex. The kernel rejects
+// this library's neighbour dump under strict checking, so it is a full IPv4
+// dump filtered in user space: O(ARP table) per endpoint, cheap at node
+// scale.
+func (c *Configurer) neighboursOn(ifindex int) ([]netlink.Neigh, error) {
+	var err error
+	for range dumpRetries {
+		c.stats.neighDumps.Add(1)
+		var ns []netlink.Neigh
+		ns, err = c.h.NeighList(ifindex, netlink.FAMILY_V4)
+		if err == nil {
+			return ns, nil
+		}
+		if !errors.Is(err, netlink.ErrDumpInterrupted) {
+			break
+		}
+	}
+	return nil, fmt.Errorf("list neighbours: %w", err)
+}
+
+func isPermanent(n *netlink.Neigh) bool { return n.State&netlink.NUD_PERMANENT != 0 }
+
+func addrOf(ip net.IP) netip.Addr {
+	a, _ := netip.AddrFromSlice(ip)
+	return a.Unmap()
+}
+
+// hostAddrs returns the single addresses among nets; wider prefixes have no
+// one neighbour to pin.
+func hostAddrs(nets []netip.Prefix) map[netip.Addr]bool {
+	out := make(map[netip.Addr]bool, len(nets))
+	for _, p := range nets {
+		if p.IsSingleIP() {
+			out[p.Addr()] = true
+		}
+	}
+	return out
+}
+
+// syncNeighbours makes the permanent neighbours on ifindex exactly the
+// workload's host addresses -> mac (none when mac is unknown).
+func (c *Configurer) syncNeighbours(ifindex int, mac net.HardwareAddr, nets []netip.Prefix) error {
+	want := map[netip.Addr]bool{}
+	if len(mac) > 0 {
+		want = hostAddrs(nets)
+	}
+	have, err := c.neighboursOn(ifindex)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	done := make(map[netip.Addr]bool, len(want))
+	for i := range have {
+		n := &have[i]
+		a := addrOf(n.IP)
+		switch {
+		case want[a]:
+			if isPermanent(n) && bytes.Equal(n.HardwareAddr, mac) {
+				done[a] = true
+			}
+		case isPermanent(n):
+			// A pin for an address the endpoint no longer has.
+			if err := c.deleteNeighbour(n); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	for a := range want {
+		if done[a] {
+			continue
+		}
+		n := &netlink.Neigh{
+			LinkIndex:    ifindex,
+			Family:       netlink.FAMILY_V4,
+			State:        netlink.NUD_PERMANENT,
+			Type:         unix.RTN_UNICAST,
+			IP:           a.AsSlice(),
+			HardwareAddr: mac,
+		}
+		if err := c.h.NeighSet(n); err != nil {
+			errs = append(errs, fmt.Errorf("set neighbour %s: %w", a, noLink(err)))
+			continue
+		}
+		c.stats.neighSet.Add(1)
+	}
+	return errors.Join(errs...)
+}
+
+// removeNeighbours deletes the permanent neighbours of nets' addresses on
+// ifindex.
+func (c *Configurer) removeNeighbours(ifindex int, nets []netip.Prefix) error {
+	addrs := hostAddrs(nets)
+	if len(addrs) == 0 {
+		return nil
+	}
+	have, err := c.neighboursOn(ifindex)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for i := range have {
+		if n := &have[i]; isPermanent(n) && addrs[addrOf(n.IP)] {
+			if err := c.deleteNeighbour(n); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Configurer) deleteNeighbour(n *netlink.Neigh) error {
+	err := c.h.NeighDel(n)
+	if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ENODEV) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("delete neighbour %s: %w", n.IP, err)
+	}
+	c.stats.neighDeleted.Add(1)
+	return nil
+}

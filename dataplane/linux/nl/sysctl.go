@@ -1,0 +1,104 @@
+package nl
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// sysctl is one /proc/sys setting, path relative to the sysctl root.
+type sysctl struct {
+	path, value string
+	// bestEffort settings may be missing (IPv6 disabled, old kernels); Felix
+	// only warns about them too.
+	bestEffort bool
+}
+
+// endpointSysctls are what a routed workload's host-side interface needs, as
+// Felix's endpoint manager writes them (configureInterface):
+//   - proxy_arp=1: the workload's default route is via 169.254.1.1, which no
+//     host interface owns; the host answers its ARP with the veth's MAC.
+//   - proxy_delay=0: answer proxy ARP at once, not after up to 0.8 s.
+//   - forwarding=1: forward packets arriving from the workload.
+//   - rp_filter: strict (1) unless configured otherwise. Felix writes the
+//     host's default here and adds an iptables rpfilter drop for workloads
+//     when WorkloadSourceSpoofing is off; dpd has no iptables, so strict
+//     kernel RPF is what stops a workload from spoofing source addresses.
+//   - IPv6 accept_ra=0: Felix disables router advertisements from workloads
+//     even without IPv6 support, so a workload cannot inject host routes.
+//
+// Felix's route_localnet=1 is left out on purpose: it only serves NAT to
+// 127.0.0.1, which dpd does not do, and it widens what a workload can reach.
+func endpointSysctls(iface, rpFilter string) []sysctl {
+	return []sysctl{
+		{path: "net/ipv6/conf/" + iface + "/accept_ra", value: "0", bestEffort: true},
+		{path: "net/ipv4/neigh/" + iface + "/proxy_delay", value: "0", bestEffort: true},
+		{path: "net/ipv4/conf/" + iface + "/proxy_arp", value: "1"},
+		{path: "net/ipv4/conf/" + iface + "/forwarding", value: "1"},
+		{path: "net/ipv4/conf/" + iface + "/rp_filter", value: rpFilter},
+	}
+}
+
+// hostSysctls are written once at start.
+var hostSysctls = []sysctl{
+	{path: "net/ipv4/ip_forward", value: "1"},
+}
+
+// ensureSysctls applies each setting that differs from the kernel's value.
+func (c *Configurer) ensureSysctls(list []sysctl) error {
+	for _, s := range list {
+		err := c.ensureSysctl(s.path, s.value)
+		if err == nil {
+			continue
+		}
+		if s.bestEffort {
+			c.log.Debug("optional sysctl not applied", "path", s.path, "err", err)
+			continue
+		}
+		return err
+	}
+	return nil
+}
+
+// ensureSysctl reads the setting and writes value only when it differs, so
+// a steady-state resync makes no writes.
+func (c *Configurer) ensureSysctl(rel, value string) error {
+	p := filepath.Join(c.procSys, rel)
+	c.stats.sysctlReads.Add(1)
+	cur, err := os.ReadFile(p)
+	if err != nil {
+		return fmt.Errorf("read sysctl %s: %w", rel, err)
+	}
+	if strings.TrimSpace(string(cur)) == value {
+		return nil
+	}
+	if err := writeProcSys(p, value); err != nil {
+		return fmt.Errorf("write sysctl %s=%s: %w", rel, value, err)
+	}
+	c.stats.sysctlWrites.Add(1)
+	return nil
+}
+
+// writeProcSys writes without O_CREAT or O_TRUNC: /proc/sys files exist or
+// the setting does not.
+func writeProcSys(path, value string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	n, err := f.Write([]byte(value))
+	if err == nil && n < len(value) {
+		err = io.ErrShortWrite
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// isNotExist reports whether a sysctl error means the interface is gone.
+func isNotExist(err error) bool { return errors.Is(err, fs.ErrNotExist) }
