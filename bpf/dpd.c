@@ -1,0 +1,173 @@
+//go:build ignore
+
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * dpd.c: the entry programs attached on the host side of every workload
+ * veth, and the epilogue the policy programs tail-call when they decide.
+ *
+ *   dpd_from_wep  TC ingress: packets leaving the workload, its egress policy
+ *   dpd_to_wep    TC egress:  packets entering the workload, its ingress policy
+ *   dpd_epilogue  dpd_jump[DPD_JUMP_EPILOGUE]: verdict -> conntrack, counters
+ *
+ * Flow: ARP passes, other non-IPv4 drops; an interface without a ready
+ * dpd_ifstate entry drops (fail closed); a live conntrack entry of this hook,
+ * the reply of a flow the opposite hook approved, or an ICMP error about a
+ * flow this interface passed (PMTU discovery) passes; anything else is
+ * described in dpd_state and tail-called into the endpoint's policy, which
+ * writes its verdict and tail-calls the epilogue. No policy installed: drop.
+ */
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "dpd_abi.h"
+#include "dpd_maps.h"
+#include "dpd_parse.h"
+#include "dpd_ct.h"
+
+char __license[] SEC("license") = "Dual BSD/GPL";
+
+static __always_inline void dpd_trace_write(const struct dpd_state *st)
+{
+	__u32 zero = 0;
+
+	bpf_map_update_elem(&dpd_trace, &zero, st, BPF_ANY);
+}
+
+static __always_inline int dpd_entry(struct __sk_buff *skb, __u32 dir)
+{
+	struct dpd_ct_key key;
+	struct dpd_pkt p = {};
+	struct dpd_ifstate *ifs;
+	struct dpd_ct_val *ct;
+	struct dpd_state *st;
+	struct ethhdr *eth;
+	void *data, *data_end;
+	__u32 zero = 0, ifindex, slot;
+	__u64 now, trace;
+
+	if (dpd_linear(skb, ETH_HLEN))
+		return TC_ACT_SHOT;
+	data = (void *)(long)skb->data;
+	data_end = (void *)(long)skb->data_end;
+	eth = data;
+	if ((void *)(eth + 1) > data_end)
+		return TC_ACT_SHOT;
+	if (eth->h_proto == bpf_htons(ETH_P_ARP))
+		return TC_ACT_OK;
+	/* IPv6 is not policed yet, so it must not pass unpoliced. */
+	if (eth->h_proto != bpf_htons(ETH_P_IP))
+		return TC_ACT_SHOT;
+
+	trace = skb->mark == DPD_TRACE_MARK;
+	if (trace) {
+		/* An all-zero trace says the packet never reached the policy. */
+		struct dpd_state empty = {};
+
+		dpd_trace_write(&empty);
+	}
+
+	ifindex = skb->ifindex;
+	ifs = bpf_map_lookup_elem(&dpd_ifstate, &ifindex);
+	if (!ifs || !(ifs->flags & DPD_IF_READY))
+		return TC_ACT_SHOT;
+	slot = ifs->slot;
+
+	if (dpd_parse_ipv4(skb, &p))
+		return TC_ACT_SHOT;
+
+	now = bpf_ktime_get_coarse_ns();
+	dpd_ct_key_fwd(&key, &p, dir, ifindex);
+	ct = bpf_map_lookup_elem(&dpd_ct, &key);
+	if (ct && dpd_ct_live(ct, p.proto, now)) {
+		if (!trace) {
+			dpd_ct_refresh(ct, &p, 0, now);
+			return TC_ACT_OK;
+		}
+		p.flags |= DPD_ST_CT_FWD;
+	} else {
+		dpd_ct_key_rev(&key, &p, dir, ifindex);
+		ct = bpf_map_lookup_elem(&dpd_ct, &key);
+		if (ct && dpd_ct_live(ct, p.proto, now)) {
+			if (!trace) {
+				dpd_ct_refresh(ct, &p, 1, now);
+				return TC_ACT_OK;
+			}
+			p.flags |= DPD_ST_CT_REV;
+		} else if (p.has_inner && dpd_ct_related(&p, dir, ifindex, now)) {
+			if (!trace)
+				return TC_ACT_OK;
+			p.flags |= DPD_ST_CT_RELATED;
+		}
+	}
+
+	st = bpf_map_lookup_elem(&dpd_state, &zero);
+	if (!st)
+		return TC_ACT_SHOT;
+	__builtin_memset(st, 0, sizeof(*st));
+	__builtin_memcpy(st->saddr, &p.saddr, 4);
+	__builtin_memcpy(st->daddr, &p.daddr, 4);
+	st->sport = p.sport;
+	st->dport = p.dport;
+	st->proto = p.proto;
+	st->family = 4;
+	st->icmp_type = p.icmp_type;
+	st->icmp_code = p.icmp_code;
+	st->ifindex = ifindex;
+	st->dir = dir;
+	st->pkt_len = skb->len;
+	st->flags = p.flags;
+	st->trace = trace;
+
+	bpf_tail_call(skb, &dpd_jump, DPD_JUMP_POL_BASE + 2 * slot + dir);
+
+	/* Only reached when no policy is installed at the slot. */
+	if (trace) {
+		st->flags |= DPD_ST_NO_POLICY;
+		dpd_trace_write(st);
+	}
+	return TC_ACT_SHOT;
+}
+
+SEC("tc")
+int dpd_from_wep(struct __sk_buff *skb)
+{
+	return dpd_entry(skb, DPD_DIR_FROM_WEP);
+}
+
+SEC("tc")
+int dpd_to_wep(struct __sk_buff *skb)
+{
+	return dpd_entry(skb, DPD_DIR_TO_WEP);
+}
+
+SEC("tc")
+int dpd_epilogue(struct __sk_buff *skb)
+{
+	struct dpd_counter *ctr;
+	struct dpd_state *st;
+	__u32 zero = 0;
+
+	st = bpf_map_lookup_elem(&dpd_state, &zero);
+	if (!st)
+		return TC_ACT_SHOT;
+
+	if (st->trace) {
+		st->flags |= DPD_ST_EPILOGUE;
+		dpd_trace_write(st);
+		return st->verdict == DPD_VERDICT_ALLOW ? TC_ACT_OK : TC_ACT_SHOT;
+	}
+
+	if (st->rule_id) {
+		ctr = bpf_map_lookup_elem(&dpd_rule_ctrs, &st->rule_id);
+		if (ctr) {
+			ctr->packets++;
+			ctr->bytes += st->pkt_len;
+		}
+	}
+	if (st->verdict != DPD_VERDICT_ALLOW)
+		return TC_ACT_SHOT;
+	dpd_ct_create(st);
+	return TC_ACT_OK;
+}

@@ -1,0 +1,151 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * dpd_ct.h: conntrack keyed by the hook that approved the flow. The
+ * timeouts live in dpd_abi.h so the userspace scanner applies the same ones.
+ */
+#ifndef DPD_CT_H
+#define DPD_CT_H
+
+#include <linux/bpf.h>
+#include <linux/in.h>
+#include <bpf/bpf_helpers.h>
+#include "dpd_abi.h"
+#include "dpd_maps.h"
+#include "dpd_parse.h"
+
+#define DPD_NS_PER_S 1000000000ull
+
+static __always_inline __u64 dpd_ct_timeout_ns(__u8 proto, __u32 flags)
+{
+	switch (proto) {
+	case IPPROTO_TCP:
+		if ((flags & (DPD_CT_F_ESTABLISHED | DPD_CT_F_CLOSING)) == DPD_CT_F_ESTABLISHED)
+			return DPD_CT_TIMEOUT_TCP_EST_S * DPD_NS_PER_S;
+		return DPD_CT_TIMEOUT_TCP_OTHER_S * DPD_NS_PER_S;
+	case IPPROTO_UDP:
+		return DPD_CT_TIMEOUT_UDP_S * DPD_NS_PER_S;
+	case IPPROTO_ICMP:
+		return DPD_CT_TIMEOUT_ICMP_S * DPD_NS_PER_S;
+	default:
+		return DPD_CT_TIMEOUT_OTHER_S * DPD_NS_PER_S;
+	}
+}
+
+/* dpd_ct_live: the entry has not idled out. Signed, because another CPU may
+ * have written a last_seen slightly ahead of our now. */
+static __always_inline int dpd_ct_live(const struct dpd_ct_val *v, __u8 proto, __u64 now)
+{
+	return (__s64)(now - v->last_seen) < (__s64)dpd_ct_timeout_ns(proto, v->flags);
+}
+
+/* dpd_ct_key_fwd: the key this hook would have created for this packet. */
+static __always_inline void dpd_ct_key_fwd(struct dpd_ct_key *k, const struct dpd_pkt *p,
+					   __u32 dir, __u32 ifindex)
+{
+	__builtin_memset(k, 0, sizeof(*k));
+	__builtin_memcpy(k->saddr, &p->saddr, 4);
+	__builtin_memcpy(k->daddr, &p->daddr, 4);
+	k->sport = p->sport;
+	k->dport = p->dport;
+	k->proto = p->proto;
+	k->dir = dir;
+	k->ifindex = ifindex;
+}
+
+/* dpd_ct_key_rev: the key the opposite hook of this interface created if
+ * this packet is a reply. ICMP echo keeps its ports: sport is the identifier
+ * in both directions. */
+static __always_inline void dpd_ct_key_rev(struct dpd_ct_key *k, const struct dpd_pkt *p,
+					   __u32 dir, __u32 ifindex)
+{
+	__builtin_memset(k, 0, sizeof(*k));
+	__builtin_memcpy(k->saddr, &p->daddr, 4);
+	__builtin_memcpy(k->daddr, &p->saddr, 4);
+	if (p->proto == IPPROTO_ICMP) {
+		k->sport = p->sport;
+		k->dport = p->dport;
+	} else {
+		k->sport = p->dport;
+		k->dport = p->sport;
+	}
+	k->proto = p->proto;
+	k->dir = dir ^ 1;
+	k->ifindex = ifindex;
+}
+
+/* dpd_ct_related: is this ICMP error about a flow this interface passed?
+ * The quoted packet went the other way through this interface, so it was
+ * approved either as a new flow at the opposite hook (inner tuple, dir^1)
+ * or as a reply at this hook (swapped inner tuple, dir). Replies are not
+ * refreshed by errors: an error says the flow is failing. */
+static __always_inline int dpd_ct_related(const struct dpd_pkt *p, __u32 dir, __u32 ifindex, __u64 now)
+{
+	struct dpd_ct_key k;
+	struct dpd_ct_val *v;
+
+	__builtin_memset(&k, 0, sizeof(k));
+	__builtin_memcpy(k.saddr, &p->inner_saddr, 4);
+	__builtin_memcpy(k.daddr, &p->inner_daddr, 4);
+	k.sport = p->inner_sport;
+	k.dport = p->inner_dport;
+	k.proto = p->inner_proto;
+	k.dir = dir ^ 1;
+	k.ifindex = ifindex;
+	v = bpf_map_lookup_elem(&dpd_ct, &k);
+	if (v && dpd_ct_live(v, k.proto, now))
+		return 1;
+
+	__builtin_memset(&k, 0, sizeof(k));
+	__builtin_memcpy(k.saddr, &p->inner_daddr, 4);
+	__builtin_memcpy(k.daddr, &p->inner_saddr, 4);
+	k.sport = p->inner_dport;
+	k.dport = p->inner_sport;
+	k.proto = p->inner_proto;
+	k.dir = dir;
+	k.ifindex = ifindex;
+	v = bpf_map_lookup_elem(&dpd_ct, &k);
+	return v && dpd_ct_live(v, k.proto, now);
+}
+
+/* dpd_ct_refresh records a live hit. Plain stores: a lost flag race only
+ * costs a shorter timeout, and the next packet sets it again. */
+static __always_inline void dpd_ct_refresh(struct dpd_ct_val *v, const struct dpd_pkt *p,
+					   int reply, __u64 now)
+{
+	__u32 set = 0;
+
+	if (p->proto == IPPROTO_TCP) {
+		if (p->flags & (DPD_ST_TCP_FIN | DPD_ST_TCP_RST))
+			set |= DPD_CT_F_CLOSING;
+		if (reply && (p->flags & DPD_ST_TCP_ACK))
+			set |= DPD_CT_F_ESTABLISHED;
+	}
+	if (set & ~v->flags)
+		v->flags |= set;
+	if (now - v->last_seen > DPD_CT_REFRESH_NS)
+		v->last_seen = now;
+}
+
+/* dpd_ct_create records the flow the policy just allowed at this hook. */
+static __always_inline void dpd_ct_create(const struct dpd_state *st)
+{
+	struct dpd_ct_key k;
+	struct dpd_ct_val v = {};
+	__u64 now = bpf_ktime_get_coarse_ns();
+
+	__builtin_memset(&k, 0, sizeof(k));
+	__builtin_memcpy(k.saddr, st->saddr, 16);
+	__builtin_memcpy(k.daddr, st->daddr, 16);
+	k.sport = st->sport;
+	k.dport = st->dport;
+	k.proto = st->proto;
+	k.dir = st->dir;
+	k.ifindex = st->ifindex;
+	v.created = now;
+	v.last_seen = now;
+	if (st->proto == IPPROTO_TCP && (st->flags & (DPD_ST_TCP_FIN | DPD_ST_TCP_RST)))
+		v.flags = DPD_CT_F_CLOSING;
+	bpf_map_update_elem(&dpd_ct, &k, &v, BPF_ANY);
+}
+
+#endif

@@ -1,0 +1,98 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * dpd_maps.h: every map of the entry object. All are pinned by name under
+ * the pin directory (LIBBPF_PIN_BY_NAME), so the policy programs that
+ * dataplane/bpf/polprog loads separately and a restarted dpd use the very
+ * same instances. max_entries here are placeholders: dataplane/bpf sets
+ * every size from its MapSizes before loading.
+ */
+#ifndef DPD_MAPS_H
+#define DPD_MAPS_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include "dpd_abi.h"
+
+/* Per-CPU scratch for the packet being policed (entry -> policy -> epilogue). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct dpd_state);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dpd_state SEC(".maps");
+
+/* Epilogue at DPD_JUMP_EPILOGUE, policies from DPD_JUMP_POL_BASE. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 2016);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dpd_jump SEC(".maps");
+
+/* Continuations of policies split across programs; owned by the compiler. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dpd_chain SEC(".maps");
+
+/* ifindex -> endpoint slot and readiness. Missing = not ours or not ready. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1000);
+	__type(key, __u32);
+	__type(value, struct dpd_ifstate);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dpd_ifstate SEC(".maps");
+
+/* IP set members; read by the policy programs, written by userspace. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 1048576);
+	__type(key, struct dpd_ipset_key);
+	__type(value, __u32);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dpd_ipsets SEC(".maps");
+
+/* IP set name -> id; userspace only, pinned so a restart keeps the ids. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct dpd_ipset_name);
+	__type(value, __u32);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dpd_ipset_ids SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 512000);
+	__type(key, struct dpd_ct_key);
+	__type(value, struct dpd_ct_val);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dpd_ct SEC(".maps");
+
+/* Rule id -> counters. Userspace creates the entries; BPF only adds. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(max_entries, 65536);
+	__type(key, __u64);
+	__type(value, struct dpd_counter);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dpd_rule_ctrs SEC(".maps");
+
+/* The final dpd_state of the last trace run (Inspect). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct dpd_state);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dpd_trace SEC(".maps");
+
+#endif

@@ -1,0 +1,175 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * dpd_parse.h: IPv4 + L4 parsing into the facts the policy needs. Headers
+ * are read with direct packet access; when they are not in the linear part
+ * of the skb they are pulled in first.
+ */
+#ifndef DPD_PARSE_H
+#define DPD_PARSE_H
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/tcp.h>
+#include <linux/udp.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "dpd_abi.h"
+
+/* linux/icmp.h drags in libc headers, so the few ICMP bits are here. */
+#define DPD_ICMP_ECHOREPLY     0
+#define DPD_ICMP_DEST_UNREACH  3
+#define DPD_ICMP_ECHO          8
+#define DPD_ICMP_TIME_EXCEEDED 11
+#define DPD_ICMP_PARAMETERPROB 12
+#define DPD_IP_OFFSET      0x1fff
+
+struct dpd_icmphdr {
+	__u8   type;
+	__u8   code;
+	__sum16 checksum;
+	__be16 id;
+	__be16 seq;
+};
+
+/* The parsed packet. */
+struct dpd_pkt {
+	__u32 saddr; /* network order */
+	__u32 daddr; /* network order */
+	__u16 sport; /* host order; ICMP echo: identifier */
+	__u16 dport; /* host order */
+	__u8  proto;
+	__u8  icmp_type;
+	__u8  icmp_code;
+	__u8  pad;
+	__u32 flags; /* DPD_ST_* */
+	/* ICMP errors (has_inner): the TCP/UDP packet the error is about. */
+	__u32 inner_saddr;
+	__u32 inner_daddr;
+	__u16 inner_sport;
+	__u16 inner_dport;
+	__u8  inner_proto;
+	__u8  has_inner;
+};
+
+/* dpd_parse_icmp_inner reads the header quoted by an ICMP error at off (the
+ * byte after the ICMP header). Errors are rare, so bpf_skb_load_bytes
+ * keeps this simple; a quote it cannot read is just not related. */
+static __always_inline void dpd_parse_icmp_inner(struct __sk_buff *skb, __u32 off, struct dpd_pkt *p)
+{
+	struct iphdr iph;
+	__be16 ports[2];
+
+	if (bpf_skb_load_bytes(skb, off, &iph, sizeof(iph)))
+		return;
+	if (iph.version != 4 || iph.ihl < 5 || (iph.frag_off & bpf_htons(DPD_IP_OFFSET)))
+		return;
+	if (iph.protocol != IPPROTO_TCP && iph.protocol != IPPROTO_UDP)
+		return;
+	if (bpf_skb_load_bytes(skb, off + iph.ihl * 4, ports, sizeof(ports)))
+		return;
+	p->inner_saddr = iph.saddr;
+	p->inner_daddr = iph.daddr;
+	p->inner_sport = bpf_ntohs(ports[0]);
+	p->inner_dport = bpf_ntohs(ports[1]);
+	p->inner_proto = iph.protocol;
+	p->has_inner = 1;
+}
+
+/* dpd_linear makes the first len bytes directly readable. Non-zero: the
+ * packet is shorter than len or the pull failed. */
+static __always_inline int dpd_linear(struct __sk_buff *skb, __u32 len)
+{
+	if ((__u64)skb->data + len <= (__u64)skb->data_end)
+		return 0;
+	if (len > skb->len)
+		return -1;
+	return bpf_skb_pull_data(skb, len) ? -1 : 0;
+}
+
+/* dpd_parse_ipv4 fills p from the IPv4 packet after the Ethernet header.
+ * Non-zero: malformed or truncated, drop. */
+static __always_inline int dpd_parse_ipv4(struct __sk_buff *skb, struct dpd_pkt *p)
+{
+	void *data, *data_end, *l4;
+	struct iphdr *ip;
+	__u32 ihl_len, l4min;
+
+	if (dpd_linear(skb, ETH_HLEN + sizeof(struct iphdr)))
+		return -1;
+	data = (void *)(long)skb->data;
+	data_end = (void *)(long)skb->data_end;
+	ip = data + ETH_HLEN;
+	if ((void *)(ip + 1) > data_end)
+		return -1;
+	if (ip->version != 4 || ip->ihl < 5)
+		return -1;
+	ihl_len = ip->ihl * 4;
+	p->saddr = ip->saddr;
+	p->daddr = ip->daddr;
+	p->proto = ip->protocol;
+	if (ip->frag_off & bpf_htons(DPD_IP_OFFSET)) {
+		/* Only the first fragment carries the L4 header. */
+		p->flags |= DPD_ST_FRAGMENT;
+		return 0;
+	}
+
+	switch (p->proto) {
+	case IPPROTO_TCP:
+		l4min = sizeof(struct tcphdr);
+		break;
+	case IPPROTO_UDP:
+		l4min = sizeof(struct udphdr);
+		break;
+	case IPPROTO_ICMP:
+		l4min = sizeof(struct dpd_icmphdr);
+		break;
+	default:
+		return 0;
+	}
+	if (dpd_linear(skb, ETH_HLEN + ihl_len + l4min))
+		return -1;
+	data = (void *)(long)skb->data;
+	data_end = (void *)(long)skb->data_end;
+	l4 = data + ETH_HLEN + ihl_len;
+
+	if (p->proto == IPPROTO_TCP) {
+		struct tcphdr *th = l4;
+
+		if ((void *)(th + 1) > data_end)
+			return -1;
+		p->sport = bpf_ntohs(th->source);
+		p->dport = bpf_ntohs(th->dest);
+		if (th->syn)
+			p->flags |= DPD_ST_TCP_SYN;
+		if (th->ack)
+			p->flags |= DPD_ST_TCP_ACK;
+		if (th->fin)
+			p->flags |= DPD_ST_TCP_FIN;
+		if (th->rst)
+			p->flags |= DPD_ST_TCP_RST;
+	} else if (p->proto == IPPROTO_UDP) {
+		struct udphdr *uh = l4;
+
+		if ((void *)(uh + 1) > data_end)
+			return -1;
+		p->sport = bpf_ntohs(uh->source);
+		p->dport = bpf_ntohs(uh->dest);
+	} else {
+		struct dpd_icmphdr *ih = l4;
+
+		if ((void *)(ih + 1) > data_end)
+			return -1;
+		p->icmp_type = ih->type;
+		p->icmp_code = ih->code;
+		if (ih->type == DPD_ICMP_ECHO || ih->type == DPD_ICMP_ECHOREPLY)
+			p->sport = bpf_ntohs(ih->id);
+		else if (ih->type == DPD_ICMP_DEST_UNREACH || ih->type == DPD_ICMP_TIME_EXCEEDED ||
+			 ih->type == DPD_ICMP_PARAMETERPROB)
+			dpd_parse_icmp_inner(skb, ETH_HLEN + ihl_len + sizeof(*ih), p);
+	}
+	return 0;
+}
+
+#endif

@@ -1,0 +1,148 @@
+package bpf
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Legacy TC: a clsact qdisc with one direct-action cls_bpf filter per
+// direction. dpd's filters are recognised by priority and handle; priority 1
+// runs them before anything else on the hook.
+const (
+	tcParentIngress = netlink.HANDLE_MIN_INGRESS
+	tcParentEgress  = netlink.HANDLE_MIN_EGRESS
+	tcPriority      = 1
+	tcHandle        = 0xd9d
+)
+
+func isOurFilter(f netlink.Filter) (*netlink.BpfFilter, bool) {
+	bf, ok := f.(*netlink.BpfFilter)
+	if !ok {
+		return nil, false
+	}
+	a := bf.Attrs()
+	return bf, a.Priority == tcPriority && a.Handle == tcHandle
+}
+
+func ensureClsact(ifindex int) error {
+	q := &netlink.GenericQdisc{
+		QdiscAttrs: netlink.QdiscAttrs{
+			LinkIndex: ifindex,
+			Handle:    netlink.MakeHandle(0xffff, 0),
+			Parent:    netlink.HANDLE_CLSACT,
+		},
+		QdiscType: "clsact",
+	}
+	if err := netlink.QdiscAdd(q); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("add clsact: %w", err)
+	}
+	return nil
+}
+
+func (d *Dataplane) attachTC(ifindex int) error {
+	l, err := netlink.LinkByIndex(ifindex)
+	if err != nil {
+		return fmt.Errorf("link %d: %w", ifindex, err)
+	}
+	if err := ensureClsact(ifindex); err != nil {
+		return err
+	}
+	for _, h := range d.hooks() {
+		prog, _ := d.entryProgram(h.dir)
+		if err := d.attachTCHook(l, h, prog); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *Dataplane) attachTCHook(l netlink.Link, h hook, prog *ebpf.Program) error {
+	filters, err := netlink.FilterList(l, h.parent)
+	if err != nil {
+		return fmt.Errorf("list tc %s filters: %w", h.suffix, err)
+	}
+	for _, f := range filters {
+		if bf, ok := isOurFilter(f); ok && d.isCurrent(ebpf.ProgramID(bf.Id), prog) {
+			return nil
+		}
+	}
+	info := d.want[prog]
+	// Replace swaps the program of an existing filter with the same
+	// priority and handle atomically, or creates it.
+	f := &netlink.BpfFilter{
+		FilterAttrs: netlink.FilterAttrs{
+			LinkIndex: l.Attrs().Index,
+			Parent:    h.parent,
+			Handle:    tcHandle,
+			Priority:  tcPriority,
+			Protocol:  unix.ETH_P_ALL,
+		},
+		Fd:           prog.FD(),
+		Name:         info.name,
+		DirectAction: true,
+	}
+	if err := netlink.FilterReplace(f); err != nil {
+		return fmt.Errorf("tc %s filter: %w", h.suffix, err)
+	}
+	return nil
+}
+
+// detachTC removes dpd's filters, then the clsact qdisc if no filter is
+// left on it. A missing interface has nothing left to remove.
+func (d *Dataplane) detachTC(ifindex int) error {
+	l, err := netlink.LinkByIndex(ifindex)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) || errors.Is(err, unix.ENODEV) {
+			return nil
+		}
+		return fmt.Errorf("link %d: %w", ifindex, err)
+	}
+	if !hasClsact(l) {
+		return nil
+	}
+	remaining := 0
+	for _, h := range d.hooks() {
+		filters, err := netlink.FilterList(l, h.parent)
+		if err != nil {
+			return fmt.Errorf("list tc %s filters: %w", h.suffix, err)
+		}
+		for _, f := range filters {
+			if _, ok := isOurFilter(f); !ok {
+				remaining++
+				continue
+			}
+			if err := netlink.FilterDel(f); err != nil && !errors.Is(err, unix.ENOENT) {
+				return fmt.Errorf("delete tc %s filter: %w", h.suffix, err)
+			}
+		}
+	}
+	if remaining > 0 {
+		return nil
+	}
+	q := &netlink.GenericQdisc{
+		QdiscAttrs: netlink.QdiscAttrs{LinkIndex: ifindex, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT},
+		QdiscType:  "clsact",
+	}
+	if err := netlink.QdiscDel(q); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("delete clsact: %w", err)
+	}
+	return nil
+}
+
+func hasClsact(l netlink.Link) bool {
+	qs, err := netlink.QdiscList(l)
+	if err != nil {
+		return false
+	}
+	for _, q := range qs {
+		if q.Type() == "clsact" {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,219 @@
+package bpf
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/cilium/ebpf"
+
+	bpfobj "github.com/dpd-dev/dpd/bpf"
+	"github.com/dpd-dev/dpd/dataplane/bpf/abi"
+)
+
+// Options configure Open.
+type Options struct {
+	PinDir        string   // default abi.PinDir
+	ForceLegacyTC bool     // attach with clsact + cls_bpf even where TCX works
+	Sizes         MapSizes // zero fields take DefaultMapSizes
+	Log           *slog.Logger
+}
+
+// Maps are the pinned maps shared with the policy programs. The handles
+// belong to the Dataplane: do not close them.
+type Maps struct {
+	State     *ebpf.Map // PERCPU_ARRAY[1] struct dpd_state
+	Jump      *ebpf.Map // PROG_ARRAY: epilogue + policies
+	IfState   *ebpf.Map // HASH ifindex -> struct dpd_ifstate
+	IPSets    *ebpf.Map // LPM_TRIE struct dpd_ipset_key -> u32
+	IPSetIDs  *ebpf.Map // HASH struct dpd_ipset_name -> set id
+	Conntrack *ebpf.Map // LRU_HASH struct dpd_ct_key -> struct dpd_ct_val
+	RuleCtrs  *ebpf.Map // PERCPU_HASH u64 -> struct dpd_counter
+	Chain     *ebpf.Map // PROG_ARRAY: policy continuations
+	Trace     *ebpf.Map // ARRAY[1] struct dpd_state: last trace run
+}
+
+// Programs are the loaded entry programs and the epilogue.
+type Programs struct {
+	FromWEP  *ebpf.Program // TC ingress of the host veth
+	ToWEP    *ebpf.Program // TC egress of the host veth
+	Epilogue *ebpf.Program
+}
+
+// Dataplane owns the loaded entry object. Methods are safe for concurrent
+// use; map writes are atomic in the kernel, and the in-memory IP set
+// bookkeeping is under mu.
+type Dataplane struct {
+	opts  Options
+	log   *slog.Logger
+	objs  bpfobj.DpdObjects
+	sizes MapSizes
+
+	// want describes the loaded programs, to recognise attachments that
+	// are already current (same tag, same maps). Immutable after Open.
+	want map[*ebpf.Program]progIdentity
+
+	traceMu sync.Mutex // serialises trace runs: dpd_trace has one entry
+
+	mu   sync.Mutex
+	sets map[string]*ipset   // by encoded name key; guarded by mu
+	ids  map[uint32]struct{} // set ids in use; guarded by mu
+}
+
+// Open loads the entry object with its maps pinned under opts.PinDir
+// (reusing existing pins) and installs the epilogue.
+func Open(opts Options) (*Dataplane, error) {
+	if opts.PinDir == "" {
+		opts.PinDir = abi.PinDir
+	}
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	opts.Sizes = opts.Sizes.withDefaults()
+	if err := opts.Sizes.validate(); err != nil {
+		return nil, err
+	}
+	for _, dir := range []string{opts.PinDir, filepath.Join(opts.PinDir, "links")} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("create pin dir: %w", err)
+		}
+	}
+
+	spec, err := bpfobj.LoadDpd()
+	if err != nil {
+		return nil, fmt.Errorf("load entry object spec: %w", err)
+	}
+	applySizes(spec, opts.Sizes)
+
+	d := &Dataplane{
+		opts:  opts,
+		log:   opts.Log,
+		sizes: opts.Sizes,
+		sets:  map[string]*ipset{},
+		ids:   map[uint32]struct{}{},
+	}
+	if err := d.dropIncompatiblePins(spec); err != nil {
+		return nil, err
+	}
+	err = spec.LoadAndAssign(&d.objs, &ebpf.CollectionOptions{
+		Maps: ebpf.MapOptions{PinPath: opts.PinDir},
+	})
+	if err != nil {
+		var verr *ebpf.VerifierError
+		if errors.As(err, &verr) {
+			return nil, fmt.Errorf("load entry programs: %+v", verr)
+		}
+		return nil, fmt.Errorf("load entry programs: %w", err)
+	}
+	if err := d.init(); err != nil {
+		_ = d.objs.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+func (d *Dataplane) init() error {
+	if err := d.objs.DpdJump.Update(uint32(abi.JumpEpilogue), d.objs.DpdEpilogue, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("install epilogue: %w", err)
+	}
+	d.want = map[*ebpf.Program]progIdentity{}
+	for _, p := range []*ebpf.Program{d.objs.DpdFromWep, d.objs.DpdToWep} {
+		id, err := identify(p)
+		if err != nil {
+			return err
+		}
+		d.want[p] = id
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.loadIPSetsLocked()
+}
+
+// applySizes sets max_entries from the configured sizes.
+func applySizes(spec *ebpf.CollectionSpec, s MapSizes) {
+	for name, n := range map[string]int{
+		abi.MapConntrack: s.Conntrack,
+		abi.MapIPSets:    s.IPSets,
+		abi.MapIfState:   s.IfState,
+		abi.MapRuleCtrs:  s.RuleCounters,
+		abi.MapJump:      s.Jump,
+		abi.MapChain:     s.Chain,
+		abi.MapIPSetIDs:  ipsetIDsSize,
+	} {
+		if m, ok := spec.Maps[name]; ok {
+			m.MaxEntries = uint32(n)
+		}
+	}
+}
+
+// dropIncompatiblePins unpins maps that cannot be reused as they are (size
+// or layout changed), so loading creates fresh ones instead of failing.
+func (d *Dataplane) dropIncompatiblePins(spec *ebpf.CollectionSpec) error {
+	for name, ms := range spec.Maps {
+		if ms.Pinning != ebpf.PinByName {
+			continue
+		}
+		path := filepath.Join(d.opts.PinDir, name)
+		m, err := ebpf.LoadPinnedMap(path, nil)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("open pinned map %s: %w", name, err)
+		}
+		cerr := ms.Compatible(m)
+		_ = m.Close()
+		if cerr == nil {
+			continue
+		}
+		if !errors.Is(cerr, ebpf.ErrMapIncompatible) {
+			return fmt.Errorf("check pinned map %s: %w", name, cerr)
+		}
+		d.log.Warn("replacing pinned map; its state is lost", "map", name, "reason", cerr)
+		if err := os.Remove(path); err != nil {
+			return fmt.Errorf("unpin %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// Close releases the Dataplane's file descriptors. Pins, links and attached
+// programs stay, so a restarted dpd adopts them.
+func (d *Dataplane) Close() error {
+	return d.objs.Close()
+}
+
+// PinDir is the directory the maps and links are pinned in.
+func (d *Dataplane) PinDir() string { return d.opts.PinDir }
+
+// Sizes are the map sizes in effect.
+func (d *Dataplane) Sizes() MapSizes { return d.sizes }
+
+// Maps returns the shared map handles.
+func (d *Dataplane) Maps() Maps {
+	o := &d.objs
+	return Maps{
+		State: o.DpdState, Jump: o.DpdJump, IfState: o.DpdIfstate, IPSets: o.DpdIpsets,
+		IPSetIDs: o.DpdIpsetIds, Conntrack: o.DpdCt, RuleCtrs: o.DpdRuleCtrs,
+		Chain: o.DpdChain, Trace: o.DpdTrace,
+	}
+}
+
+// Programs returns the loaded entry programs.
+func (d *Dataplane) Programs() Programs {
+	return Programs{FromWEP: d.objs.DpdFromWep, ToWEP: d.objs.DpdToWep, Epilogue: d.objs.DpdEpilogue}
+}
+
+// entryProgram is the entry program of a direction.
+func (d *Dataplane) entryProgram(dir int) (*ebpf.Program, error) {
+	switch dir {
+	case abi.DirFromWEP:
+		return d.objs.DpdFromWep, nil
+	case abi.DirToWEP:
+		return d.objs.DpdToWep, nil
+	}
+	return nil, fmt.Errorf("direction %d: want %d or %d", dir, abi.DirFromWEP, abi.DirToWEP)
+}

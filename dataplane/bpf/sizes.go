@@ -1,0 +1,120 @@
+package bpf
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/dpd-dev/dpd/dataplane/bpf/abi"
+)
+
+// MapSizes are the max_entries of the configurable maps.
+type MapSizes struct {
+	Conntrack    int // dpd_ct flows; ConfigUpdate BPFMapSizeConntrack; default 512000
+	IPSets       int // dpd_ipsets members of all sets; BPFMapSizeIPSets; default 1048576
+	IfState      int // dpd_ifstate interfaces; BPFMapSizeIfState; default 1000
+	RuleCounters int // dpd_rule_ctrs rules; BPFMapSizeRuleCounters; default 65536
+	Jump         int // dpd_jump; BPFMapSizeJump; default abi.JumpPolBase + 2*IfState
+	Chain        int // dpd_chain policy continuations; BPFMapSizeChain; default 8192
+}
+
+// Config keys read by MapSizesFromConfig. The first three are Felix's; the
+// others are dpd's own.
+const (
+	ConfigConntrack    = "BPFMapSizeConntrack"
+	ConfigIPSets       = "BPFMapSizeIPSets"
+	ConfigIfState      = "BPFMapSizeIfState"
+	ConfigRuleCounters = "BPFMapSizeRuleCounters"
+	ConfigJump         = "BPFMapSizeJump"
+	ConfigChain        = "BPFMapSizeChain"
+)
+
+// ipsetIDsSize bounds the number of distinct IP sets (dpd_ipset_ids).
+const ipsetIDsSize = 65536
+
+// DefaultMapSizes returns the documented defaults (Felix's for the maps
+// Felix has a setting for).
+func DefaultMapSizes() MapSizes {
+	return MapSizes{
+		Conntrack:    512000,
+		IPSets:       1048576,
+		IfState:      1000,
+		RuleCounters: 65536,
+		Jump:         abi.JumpPolBase + 2*1000,
+		Chain:        8192,
+	}
+}
+
+// withDefaults fills zero fields. A zero Jump follows IfState, so every
+// interface can have a slot.
+func (s MapSizes) withDefaults() MapSizes {
+	d := DefaultMapSizes()
+	if s.Conntrack == 0 {
+		s.Conntrack = d.Conntrack
+	}
+	if s.IPSets == 0 {
+		s.IPSets = d.IPSets
+	}
+	if s.IfState == 0 {
+		s.IfState = d.IfState
+	}
+	if s.RuleCounters == 0 {
+		s.RuleCounters = d.RuleCounters
+	}
+	if s.Jump == 0 {
+		s.Jump = abi.JumpPolBase + 2*s.IfState
+	}
+	if s.Chain == 0 {
+		s.Chain = d.Chain
+	}
+	return s
+}
+
+func (s MapSizes) validate() error {
+	for _, f := range []struct {
+		name string
+		v    int
+	}{
+		{"conntrack", s.Conntrack}, {"ipsets", s.IPSets}, {"ifstate", s.IfState},
+		{"rule counters", s.RuleCounters}, {"jump", s.Jump}, {"chain", s.Chain},
+	} {
+		if f.v <= 0 || f.v > 1<<28 {
+			return fmt.Errorf("map size %s %d out of range", f.name, f.v)
+		}
+	}
+	if s.Jump < abi.JumpPolBase+2 {
+		return fmt.Errorf("map size jump %d leaves no policy slot (need >= %d)", s.Jump, abi.JumpPolBase+2)
+	}
+	return nil
+}
+
+// Slots is the number of endpoint slots dpd_jump has room for.
+func (s MapSizes) Slots() uint32 {
+	return uint32((s.withDefaults().Jump - abi.JumpPolBase) / 2)
+}
+
+// MapSizesFromConfig reads the ConfigUpdate keys above over the defaults.
+// Absent keys keep their default; a BPFMapSizeIfState without
+// BPFMapSizeJump also grows the jump map to match.
+func MapSizesFromConfig(cfg map[string]string) (MapSizes, error) {
+	s := DefaultMapSizes()
+	s.Jump = 0
+	for key, dst := range map[string]*int{
+		ConfigConntrack: &s.Conntrack, ConfigIPSets: &s.IPSets, ConfigIfState: &s.IfState,
+		ConfigRuleCounters: &s.RuleCounters, ConfigJump: &s.Jump, ConfigChain: &s.Chain,
+	} {
+		v, ok := cfg[key]
+		if !ok || v == "" {
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n <= 0 {
+			return MapSizes{}, fmt.Errorf("config %s=%q: want a positive integer", key, v)
+		}
+		*dst = n
+	}
+	s = s.withDefaults()
+	if err := s.validate(); err != nil {
+		return MapSizes{}, err
+	}
+	return s, nil
+}
