@@ -1,0 +1,17 @@
+// Package polprog compiles one direction of an endpoint's policy
+// (model.DirectionPolicy) into eBPF bytecode that the C entry program
+// tail-calls.
+//
+// The entry program fills the per-CPU dpd_state (see bpf/include/dpd_abi.h)
+// and tail-calls the policy head. The compiled program evaluates tiers,
+// policies, rules and profiles with Calico's first-match semantics, writes
+// dpd_state.verdict and dpd_state.rule_id and tail-calls the epilogue at
+// dpd_jump[abi.JumpEpilogue]. If any tail call fails it returns TC_ACT_SHOT.
+//
+// Large policies are split into chunks that continue each other through the
+// dpd_chain program array: chain_pos records the block to resume at. IP set
+// membership is looked up at most once per packet per (set, key kind) that
+// more than one rule references: the answer is cached in
+// dpd_state.pol_scratch, which survives tail calls. Compile is pure (no
+// kernel); Spec.Load loads the chunks and wires the chain.
+package polprog

@@ -1,0 +1,108 @@
+package polprog
+
+import (
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+
+	"github.com/dpd-dev/dpd/dataplane/model"
+)
+
+// Maps are the kernel maps a compiled program references. State, Jump and
+// Chain are always needed; IPSets only when a rule matches IP sets;
+// RuleCtrs only when a rule logs (and to pre-create counter entries).
+type Maps struct {
+	State, Jump, IPSets, RuleCtrs, Chain *ebpf.Map
+}
+
+// Resolver maps an IP set name to the set_id used in dpd_ipsets keys.
+type Resolver interface {
+	SetID(name string) (uint32, bool)
+}
+
+// Synthetic kinds of RuleInfo entries that are not user rules.
+const (
+	SyntheticTierDefault = "tier-default"
+	SyntheticNoMatch     = "no-match"
+)
+
+// RuleInfo describes one counter id of a compiled program, in evaluation
+// order: the rules of each tier, the tier's default action, the profile
+// rules, then the final no-match drop.
+type RuleInfo struct {
+	CounterID uint64
+	Tier      string // "" for profiles and no-match
+	Policy    string // policy or profile name; "" for synthetic entries
+	Kind      string // "policy", "profile"; "" for synthetic entries
+	Index     int    // rule index in its policy; -1 for synthetic entries
+	RuleID    string
+	Action    model.Action
+	Synthetic string // SyntheticTierDefault, SyntheticNoMatch or ""
+}
+
+// Options tune compilation. The zero value is the production default.
+type Options struct {
+	// MaxChunkInsns is the instruction budget of one chunk (default
+	// DefaultMaxChunkInsns). A single rule larger than the budget gets a
+	// chunk of its own.
+	MaxChunkInsns int
+	// MaxChunks caps the chunks of one program, bounded by the kernel's 33
+	// tail calls per packet (default DefaultMaxChunks). When the budget would
+	// need more, chunks grow instead.
+	MaxChunks int
+	// Name prefixes the kernel program names (debug aid, default "dpd_pol").
+	Name string
+}
+
+const (
+	// DefaultMaxChunkInsns keeps one chunk well inside the verifier's
+	// complexity limit and 16-bit jump offsets.
+	DefaultMaxChunkInsns = 8192
+	// DefaultMaxChunks leaves tail calls for the entry, a possible dispatcher
+	// and the epilogue out of the kernel's 33.
+	DefaultMaxChunks = 28
+	// maxChunkInsnsHard bounds a chunk so every jump fits a 16-bit offset.
+	maxChunkInsnsHard = 32000
+)
+
+func (o Options) withDefaults() Options {
+	if o.MaxChunkInsns <= 0 {
+		o.MaxChunkInsns = DefaultMaxChunkInsns
+	}
+	if o.MaxChunkInsns > maxChunkInsnsHard {
+		o.MaxChunkInsns = maxChunkInsnsHard
+	}
+	if o.MaxChunks <= 0 {
+		o.MaxChunks = DefaultMaxChunks
+	}
+	if o.Name == "" {
+		o.Name = "dpd_pol"
+	}
+	return o
+}
+
+// Spec is a compiled, not yet loaded policy program: one instruction stream
+// per chunk (chunk 0 is the head) and the counter table.
+type Spec struct {
+	dir    model.Direction
+	name   string
+	chunks []asm.Instructions
+	rules  []RuleInfo
+	// usesIPSets / usesCtrs say whether any chunk references those maps.
+	usesIPSets, usesCtrs bool
+}
+
+// NumChunks is the number of programs Load creates (1 = no chaining).
+func (s *Spec) NumChunks() int { return len(s.chunks) }
+
+// Chunk returns a copy of chunk i's instructions. Chain indices are
+// placeholders (0) until Load.
+func (s *Spec) Chunk(i int) asm.Instructions {
+	out := make(asm.Instructions, len(s.chunks[i]))
+	copy(out, s.chunks[i])
+	return out
+}
+
+// Rules returns the counter table in evaluation order.
+func (s *Spec) Rules() []RuleInfo {
+	return append([]RuleInfo(nil), s.rules...)
+}
