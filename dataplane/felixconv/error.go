@@ -1,0 +1,44 @@
+package felixconv
+
+import (
+	"fmt"
+
+	"github.com/dpd-dev/dpd/dataplane/model"
+	"github.com/dpd-dev/dpd/proto/felix"
+)
+
+// Error says why one ToDataplane message cannot be applied.
+type Error struct {
+	Seq uint64
+	// Kind is the payload's field name, e.g. "workload_endpoint_update".
+	Kind string
+	// Endpoint is set when the message concerns a workload endpoint whose
+	// ID is itself valid, so status can be reported against it.
+	Endpoint *model.WorkloadID
+	Reason   string
+}
+
+func (e *Error) Error() string {
+	if e.Endpoint != nil {
+		return fmt.Sprintf("felix message %d (%s %s): %s", e.Seq, e.Kind, e.Endpoint, e.Reason)
+	}
+	return fmt.Sprintf("felix message %d (%s): %s", e.Seq, e.Kind, e.Reason)
+}
+
+// KindUnknown is PayloadKind's answer for a message without a payload this
+// build knows (none set, or a newer upstream case decoded as unknown).
+const KindUnknown = "unknown"
+
+// PayloadKind names msg's payload by its proto field name, e.g.
+// "ipset_update" or "service_backends_update".
+func PayloadKind(msg *felix.ToDataplane) string {
+	if msg == nil {
+		return KindUnknown
+	}
+	m := msg.ProtoReflect()
+	fd := m.WhichOneof(m.Descriptor().Oneofs().ByName("payload"))
+	if fd == nil {
+		return KindUnknown
+	}
+	return string(fd.Name())
+}
