@@ -1,7 +1,8 @@
 package dataplane
 
-// This file fixes the engine's API for the server, the CLI and tests. The
-// bodies are being written; the signatures are the contract.
+// This file fixes the engine's API for the server, the CLI and tests; the
+// signatures are the contract. The bodies live in engine.go, session.go and
+// snapshot.go.
 
 import (
 	"context"
@@ -56,20 +57,20 @@ type EndpointInfo struct {
 
 // StatusInfo is the engine's summary, for Inspect GetStatus.
 type StatusInfo struct {
-	Dataplane        string
-	SessionID        uint64
-	SessionPeer      string
-	SessionSince     time.Time
-	Connected        bool
-	ControllerInSync bool
-	DataplaneInSync  bool
-	MessagesReceived uint64
-	InvalidMessages  uint64
+	Dataplane                           string
+	SessionID                           uint64
+	SessionPeer                         string
+	SessionSince                        time.Time
+	Connected                           bool
+	ControllerInSync                    bool
+	DataplaneInSync                     bool
+	MessagesReceived                    uint64
+	InvalidMessages                     uint64
 	Endpoints, Up, Down, Errored, Dirty int
-	Policies, Profiles, IPSets, Routes    int
-	Services, HostEndpoints               int
-	LastApply                             time.Time
-	LastApplyError                        string
+	Policies, Profiles, IPSets, Routes  int
+	Services, HostEndpoints             int
+	LastApply                           time.Time
+	LastApplyError                      string
 }
 
 // Session is one controller connection's view of the engine: messages in,

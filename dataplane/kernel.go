@@ -10,14 +10,15 @@ import (
 // Implementations: memkernel (in-memory, dry run and unit tests) and
 // dataplane/linux (netlink + BPF). All calls come from the engine's single
 // apply goroutine, in dependency order: IP sets, then endpoints (whose
-// policy programs reference the sets), then routes and services; removals
-// in the reverse order. Every method is idempotent: calling it again with
-// the same arguments changes nothing.
+// policy programs reference the sets), then host metadata and VTEPs, then
+// routes and services; removals in the reverse order. Every method is
+// idempotent: calling it again with the same arguments changes nothing.
 type Kernel interface {
 	IPSetKernel
 	EndpointKernel
 	RouteKernel
 	ServiceKernel
+	TunnelKernel
 
 	// Configure passes the ConfigUpdate key/values the kernel cares about
 	// (interface prefix, map sizes, ...). Called before the first apply and
@@ -65,4 +66,22 @@ type RouteKernel interface {
 type ServiceKernel interface {
 	ApplyService(s *model.Service) error
 	RemoveService(s *model.Service) error
+}
+
+// TunnelKernel programs what routes to other nodes depend on: their VXLAN
+// tunnel endpoints (felix VXLANTunnelEndpointUpdate/Remove) and addresses
+// (HostMetadataUpdate/Remove). Routes may arrive before the VTEP or host
+// they need; the kernel programs them once it arrives, and takes them back
+// when it goes, so the order of the calls does not matter for correctness.
+type TunnelKernel interface {
+	// ApplyVTEP adds or replaces node v.Node's VTEP. The local node's VTEP
+	// (its name is the ConfigUpdate's FelixHostname) creates the VXLAN
+	// device; the others become its FDB and neighbour entries.
+	ApplyVTEP(v *model.VTEP) error
+	// RemoveVTEP removes the VTEP of node; unknown nodes are not an error.
+	RemoveVTEP(node string) error
+	// ApplyHostMetadata adds or replaces a node's addresses.
+	ApplyHostMetadata(h *model.HostMetadata) error
+	// RemoveHostMetadata forgets hostname's addresses.
+	RemoveHostMetadata(hostname string) error
 }
