@@ -1,0 +1,127 @@
+package ctl
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	dpdv1 "github.com/dpd-dev/dpd/proto/dpd/v1"
+	"github.com/dpd-dev/dpd/proto/felix"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// parseOutput parses a command whose only flag is -o (text or json).
+func parseOutput(name string, args []string) (string, error) {
+	fs := subFlags(name)
+	out := fs.String("o", "text", "output format: text or json")
+	if err := parseSub(fs, args); err != nil {
+		return "", err
+	}
+	if *out != "text" && *out != "json" {
+		return "", fmt.Errorf("%w: -o must be text or json", errUsage)
+	}
+	return *out, nil
+}
+
+// inspect dials and runs one Inspect call within the timeout.
+func (g *globals) inspect(call func(context.Context, dpdv1.InspectClient) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
+	defer cancel()
+	c, err := g.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = c.Close() }()
+	return call(ctx, c.Inspect())
+}
+
+func runStatus(g *globals, args []string, w io.Writer) error {
+	format, err := parseOutput("status", args)
+	if err != nil {
+		return err
+	}
+	var st *dpdv1.GetStatusResponse
+	if err := g.inspect(func(ctx context.Context, ic dpdv1.InspectClient) (err error) {
+		st, err = ic.GetStatus(ctx, &dpdv1.GetStatusRequest{})
+		return err
+	}); err != nil {
+		return fmt.Errorf("get status: %w", err)
+	}
+	if format == "json" {
+		return writeJSON(w, st)
+	}
+	s, n := st.GetSession(), st.GetCounts()
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(k, f string, a ...any) { printf(tw, "%s:\t"+f+"\n", append([]any{k}, a...)...) }
+	row("version", "%s", st.GetVersion())
+	row("pid", "%d", st.GetPid())
+	row("started", "%s", when(st.GetStarted()))
+	row("dataplane", "%s", st.GetDataplane())
+	if s.GetConnected() {
+		row("controller", "connected: session %d from %s since %s", s.GetId(), s.GetPeer(), when(s.GetSince()))
+	} else {
+		row("controller", "not connected")
+	}
+	row("messages", "%d received, %d invalid", s.GetMessagesReceived(), s.GetInvalidMessages())
+	row("controller in sync", "%t", st.GetControllerInSync())
+	row("dataplane in sync", "%t", st.GetDataplaneInSync())
+	row("endpoints", "%d (%d up, %d down, %d error, %d dirty)", n.GetEndpoints(),
+		n.GetEndpointsUp(), n.GetEndpointsDown(), n.GetEndpointsError(), n.GetEndpointsDirty())
+	row("objects", "%d policies, %d profiles, %d ip sets, %d routes, %d services, %d host endpoints",
+		n.GetPolicies(), n.GetProfiles(), n.GetIpSets(), n.GetRoutes(), n.GetServices(), n.GetHostEndpoints())
+	row("last apply", "%s", when(st.GetLastApply()))
+	if e := st.GetLastApplyError(); e != "" {
+		row("last apply error", "%s", e)
+	}
+	return tw.Flush()
+}
+
+func runEndpoints(g *globals, args []string, w io.Writer) error {
+	format, err := parseOutput("endpoints", args)
+	if err != nil {
+		return err
+	}
+	var resp *dpdv1.ListEndpointsResponse
+	if err := g.inspect(func(ctx context.Context, ic dpdv1.InspectClient) (err error) {
+		resp, err = ic.ListEndpoints(ctx, &dpdv1.ListEndpointsRequest{})
+		return err
+	}); err != nil {
+		return fmt.Errorf("list endpoints: %w", err)
+	}
+	if format == "json" {
+		return writeJSON(w, resp)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	printf(tw, "ENDPOINT\tINTERFACE\tSTATUS\tIPV4\tREASON\n")
+	for _, ep := range resp.GetEndpoints() {
+		printf(tw, "%s\t%s\t%s\t%s\t%s\n", endpointID(ep.GetId()), ep.GetInterface(), ep.GetStatus(),
+			strings.Join(ep.GetIpv4Nets(), ","), ep.GetReason())
+	}
+	return tw.Flush()
+}
+
+func writeJSON(w io.Writer, m proto.Message) error {
+	b, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("marshal json: %w", err)
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
+}
+
+// endpointID prints an endpoint as dpd names it: orchestrator/workload/endpoint.
+func endpointID(id *felix.WorkloadEndpointID) string {
+	return id.GetOrchestratorId() + "/" + id.GetWorkloadId() + "/" + id.GetEndpointId()
+}
+
+func when(ts *timestamppb.Timestamp) string {
+	if ts == nil {
+		return "never"
+	}
+	return ts.AsTime().Local().Format(time.RFC3339)
+}

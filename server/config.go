@@ -1,0 +1,71 @@
+package server
+
+import (
+	"errors"
+	"log/slog"
+	"time"
+)
+
+// Defaults for Config's zero values.
+const (
+	DefaultSocket         = "/run/dpd/dpd.sock"
+	DefaultMetricsAddr    = "127.0.0.1:9091"
+	DefaultMaxRecvMsgSize = 16 << 20
+	DefaultDrainTimeout   = 5 * time.Second
+)
+
+// Config is what the daemon needs; cmd/dpd fills it from flags.
+type Config struct {
+	// Socket is the Unix socket path (created with mode 0600).
+	Socket string
+	// ListenTCP, when set, also serves on this host:port: with mTLS
+	// (TLSCert, TLSKey, TLSClientCA) unless InsecureTCP.
+	ListenTCP                    string
+	TLSCert, TLSKey, TLSClientCA string
+	InsecureTCP                  bool
+	// MetricsAddr serves /metrics, /livez and /readyz; "" disables it.
+	MetricsAddr string
+	// MaxRecvMsgSize bounds one incoming gRPC message.
+	MaxRecvMsgSize int
+	// Dataplane names the kernel ("memory" or "linux") for status.
+	Dataplane string
+	// Version is reported by Inspect/GetStatus.
+	Version string
+	// DrainTimeout bounds the graceful stop of the gRPC servers.
+	DrainTimeout time.Duration
+	Log          *slog.Logger
+}
+
+// withDefaults fills zero values.
+func (c Config) withDefaults() Config {
+	if c.MaxRecvMsgSize <= 0 {
+		c.MaxRecvMsgSize = DefaultMaxRecvMsgSize
+	}
+	if c.DrainTimeout <= 0 {
+		c.DrainTimeout = DefaultDrainTimeout
+	}
+	if c.Version == "" {
+		c.Version = "dev"
+	}
+	if c.Log == nil {
+		c.Log = slog.Default()
+	}
+	return c
+}
+
+// Validate reports contradictory settings before anything listens.
+func (c Config) Validate() error {
+	if c.Socket == "" && c.ListenTCP == "" {
+		return errors.New("nothing to listen on: set --socket or --listen-tcp")
+	}
+	tlsSet := c.TLSCert != "" || c.TLSKey != "" || c.TLSClientCA != ""
+	switch {
+	case c.ListenTCP == "" && (tlsSet || c.InsecureTCP):
+		return errors.New("--tls-* and --insecure-tcp need --listen-tcp")
+	case c.ListenTCP != "" && c.InsecureTCP && tlsSet:
+		return errors.New("--insecure-tcp and --tls-* are exclusive")
+	case c.ListenTCP != "" && !c.InsecureTCP && (c.TLSCert == "" || c.TLSKey == "" || c.TLSClientCA == ""):
+		return errors.New("--listen-tcp needs --tls-cert, --tls-key and --tls-client-ca (mTLS), or --insecure-tcp")
+	}
+	return nil
+}

@@ -1,0 +1,139 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/dpd-dev/dpd/dataplane"
+	"github.com/oklog/run"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// Daemon is dpd: the engine over one kernel, its gRPC servers and the
+// metrics/health HTTP endpoint, run as one group that stops as a whole.
+type Daemon struct {
+	cfg    Config
+	reg    *prometheus.Registry
+	engine *dataplane.Engine
+	server *Server
+
+	engineRunning atomic.Bool
+	listening     atomic.Bool
+}
+
+// NewDaemon builds a daemon over kernel. Metrics go to a registry of its
+// own (with Go and process collectors), never the global default.
+func NewDaemon(cfg Config, kernel dataplane.Kernel) (*Daemon, error) {
+	cfg = cfg.withDefaults()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	eng := dataplane.New(dataplane.Options{Kernel: kernel, Name: cfg.Dataplane, Log: cfg.Log, Registry: reg})
+	srv, err := New(cfg, eng, reg)
+	if err != nil {
+		return nil, err
+	}
+	return &Daemon{cfg: cfg, reg: reg, engine: eng, server: srv}, nil
+}
+
+// Registry is the daemon's private metrics registry.
+func (d *Daemon) Registry() *prometheus.Registry { return d.reg }
+
+// Ready reports whether the engine runs and the gRPC servers listen.
+func (d *Daemon) Ready() bool { return d.engineRunning.Load() && d.listening.Load() }
+
+// Handler serves /metrics, /livez and /readyz.
+func (d *Daemon) Handler() http.Handler { return httpHandler(d.reg, d.Ready) }
+
+// Run serves until ctx ends, SIGINT/SIGTERM arrives (both a clean stop:
+// nil), or a part fails. Stopping drains the gRPC servers within the drain
+// timeout.
+func (d *Daemon) Run(ctx context.Context) error {
+	log := d.cfg.Log
+	unixLis, tcpLis, err := d.server.Listen()
+	if err != nil {
+		return err
+	}
+	var metricsLis net.Listener
+	if d.cfg.MetricsAddr != "" {
+		if metricsLis, err = net.Listen("tcp", d.cfg.MetricsAddr); err != nil {
+			closeAll(unixLis, tcpLis)
+			return fmt.Errorf("listen metrics: %w", err)
+		}
+	}
+
+	// Interrupts run in the order added: drain the controller streams while
+	// the engine still runs (so their sessions close cleanly), then stop it.
+	var g run.Group
+	g.Add(func() error {
+		d.listening.Store(true)
+		log.Info("dpd serving", "socket", d.cfg.Socket, "tcp", addrOf(tcpLis), "dataplane", d.cfg.Dataplane, "version", d.cfg.Version)
+		return d.server.Serve(unixLis, tcpLis)
+	}, func(error) {
+		d.listening.Store(false)
+		d.server.Drain()
+	})
+	{
+		ectx, cancel := context.WithCancel(context.Background())
+		g.Add(func() error {
+			d.engineRunning.Store(true)
+			d.server.SetServing(true)
+			defer d.engineRunning.Store(false)
+			err := d.engine.Run(ectx)
+			if ectx.Err() != nil {
+				return nil // asked to stop
+			}
+			if err == nil {
+				err = errors.New("stopped on its own")
+			}
+			return fmt.Errorf("engine: %w", err)
+		}, func(error) { cancel() })
+	}
+	if metricsLis != nil {
+		hs := &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 5 * time.Second}
+		g.Add(func() error {
+			log.Info("metrics serving", "addr", metricsLis.Addr().String())
+			if err := hs.Serve(metricsLis); !errors.Is(err, http.ErrServerClosed) {
+				return fmt.Errorf("metrics serve: %w", err)
+			}
+			return nil
+		}, func(error) {
+			sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			hs.Shutdown(sctx) //nolint:errcheck // best effort on the way out
+		})
+	}
+	g.Add(run.SignalHandler(ctx, os.Interrupt, syscall.SIGTERM))
+
+	err = g.Run()
+	switch {
+	case errors.Is(err, run.ErrSignal):
+		log.Info("stopped", "reason", err)
+		return nil
+	case err == nil, ctx.Err() != nil && errors.Is(err, ctx.Err()):
+		return nil
+	}
+	return err
+}
+
+func addrOf(l net.Listener) string {
+	if l == nil {
+		return ""
+	}
+	return l.Addr().String()
+}
+
+func closeAll(ls ...net.Listener) {
+	for _, l := range ls {
+		if l != nil {
+			l.Close()
+		}
+	}
+}

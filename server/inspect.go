@@ -1,0 +1,108 @@
+package server
+
+import (
+	"context"
+	"os"
+	"time"
+
+	"github.com/dpd-dev/dpd/dataplane"
+	dpdv1 "github.com/dpd-dev/dpd/proto/dpd/v1"
+	"github.com/dpd-dev/dpd/proto/felix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// inspectService implements dpd.v1.Inspect from the engine's read-only
+// views.
+type inspectService struct {
+	dpdv1.UnimplementedInspectServer
+	engine  Engine
+	version string
+	dpName  string
+	started time.Time
+}
+
+func (s *inspectService) GetStatus(context.Context, *dpdv1.GetStatusRequest) (*dpdv1.GetStatusResponse, error) {
+	st := s.engine.Status()
+	name := st.Dataplane
+	if name == "" {
+		name = s.dpName
+	}
+	return &dpdv1.GetStatusResponse{
+		Version:   s.version,
+		Pid:       int32(os.Getpid()),
+		Started:   timestamp(s.started),
+		Dataplane: name,
+		Session: &dpdv1.ControllerSession{
+			Connected:        st.Connected,
+			Id:               st.SessionID,
+			Peer:             st.SessionPeer,
+			Since:            timestamp(st.SessionSince),
+			MessagesReceived: st.MessagesReceived,
+			InvalidMessages:  st.InvalidMessages,
+		},
+		ControllerInSync: st.ControllerInSync,
+		DataplaneInSync:  st.DataplaneInSync,
+		Counts: &dpdv1.Counts{
+			Endpoints:      uint32(st.Endpoints),
+			EndpointsUp:    uint32(st.Up),
+			EndpointsDown:  uint32(st.Down),
+			EndpointsError: uint32(st.Errored),
+			EndpointsDirty: uint32(st.Dirty),
+			Policies:       uint32(st.Policies),
+			Profiles:       uint32(st.Profiles),
+			IpSets:         uint32(st.IPSets),
+			Routes:         uint32(st.Routes),
+			Services:       uint32(st.Services),
+			HostEndpoints:  uint32(st.HostEndpoints),
+		},
+		LastApply:      timestamp(st.LastApply),
+		LastApplyError: st.LastApplyError,
+	}, nil
+}
+
+func (s *inspectService) ListEndpoints(context.Context, *dpdv1.ListEndpointsRequest) (*dpdv1.ListEndpointsResponse, error) {
+	eps := s.engine.Endpoints()
+	resp := &dpdv1.ListEndpointsResponse{Endpoints: make([]*dpdv1.Endpoint, len(eps))}
+	for i := range eps {
+		resp.Endpoints[i] = endpointProto(&eps[i])
+	}
+	return resp, nil
+}
+
+func (s *inspectService) GetEndpoint(_ context.Context, req *dpdv1.GetEndpointRequest) (*dpdv1.Endpoint, error) {
+	if req.GetId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "id is required")
+	}
+	ep, ok := s.engine.Endpoint(req.GetId())
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "endpoint %q not found", req.GetId())
+	}
+	return endpointProto(&ep), nil
+}
+
+func endpointProto(ep *dataplane.EndpointInfo) *dpdv1.Endpoint {
+	return &dpdv1.Endpoint{
+		Id: &felix.WorkloadEndpointID{
+			OrchestratorId: ep.ID.Orchestrator,
+			WorkloadId:     ep.ID.Workload,
+			EndpointId:     ep.ID.Endpoint,
+		},
+		Interface:      ep.Iface,
+		Status:         ep.Status,
+		Reason:         ep.Reason,
+		LastProgrammed: timestamp(ep.LastProgrammed),
+		Ipv4Nets:       ep.IPv4Nets,
+		ProfileIds:     ep.ProfileIDs,
+		Tiers:          ep.Tiers,
+	}
+}
+
+// timestamp leaves unset times unset rather than sending year 1.
+func timestamp(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
+}

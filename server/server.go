@@ -1,0 +1,172 @@
+package server
+
+import (
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/dpd-dev/dpd/dataplane"
+	dpdv1 "github.com/dpd-dev/dpd/proto/dpd/v1"
+	"github.com/dpd-dev/dpd/proto/felix"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/reflection"
+)
+
+// Engine is what the services need of *dataplane.Engine.
+type Engine interface {
+	NewSession(peer string) dataplane.Session
+	Status() dataplane.StatusInfo
+	Endpoints() []dataplane.EndpointInfo
+	Endpoint(id string) (dataplane.EndpointInfo, bool)
+}
+
+// Server holds dpd's gRPC servers: plaintext on the Unix socket (guarded by
+// its file mode) and, with --listen-tcp, a second one whose credentials are
+// mTLS. Both carry the same services, so the one-controller rule spans them.
+type Server struct {
+	cfg    Config
+	health *health.Server
+	sync   *syncService
+	unix   *grpc.Server
+	tcp    *grpc.Server // nil without ListenTCP
+}
+
+// healthServices are reported SERVING once the engine runs ("" is the
+// whole server, as grpc-health-probe asks by default).
+var healthServices = []string{"", dpdv1.Dataplane_ServiceDesc.ServiceName, dpdv1.Inspect_ServiceDesc.ServiceName}
+
+// New builds the servers over eng and registers the gRPC metrics in reg.
+func New(cfg Config, eng Engine, reg prometheus.Registerer) (*Server, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	icpt, err := newInterceptors(cfg.Log, reg)
+	if err != nil {
+		return nil, err
+	}
+	syncSvc := newSyncService(eng, cfg.Log)
+	s := &Server{cfg: cfg, health: health.NewServer(), sync: syncSvc}
+	s.SetServing(false)
+	inspect := &inspectService{engine: eng, version: cfg.Version, dpName: cfg.Dataplane, started: time.Now()}
+
+	common := append(icpt.serverOptions(),
+		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgSize),
+		// Find half-dead controllers; the takeover policy makes them harmless,
+		// keepalive frees their resources.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+	)
+	build := func(creds grpc.ServerOption) *grpc.Server {
+		g := grpc.NewServer(append(common, creds)...)
+		dpdv1.RegisterDataplaneServer(g, syncSvc)
+		dpdv1.RegisterInspectServer(g, inspect)
+		felix.RegisterPolicySyncServer(g, &policySyncService{})
+		healthpb.RegisterHealthServer(g, s.health)
+		reflection.Register(g)
+		icpt.metrics.InitializeMetrics(g)
+		return g
+	}
+	s.unix = build(grpc.Creds(insecure.NewCredentials()))
+	if cfg.ListenTCP != "" {
+		creds := insecure.NewCredentials()
+		if !cfg.InsecureTCP {
+			if creds, err = serverTLS(cfg.TLSCert, cfg.TLSKey, cfg.TLSClientCA); err != nil {
+				return nil, err
+			}
+		}
+		s.tcp = build(grpc.Creds(creds))
+	}
+	return s, nil
+}
+
+// SetServing flips the health status of every service.
+func (s *Server) SetServing(serving bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if serving {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	for _, name := range healthServices {
+		s.health.SetServingStatus(name, st)
+	}
+}
+
+// Listen opens the configured listeners: the Unix socket (if set) and the
+// TCP address (if set). Either may come back nil.
+func (s *Server) Listen() (unixLis, tcpLis net.Listener, err error) {
+	if s.cfg.Socket != "" {
+		if unixLis, err = ListenUnix(s.cfg.Socket); err != nil {
+			return nil, nil, err
+		}
+	}
+	if s.cfg.ListenTCP != "" {
+		if tcpLis, err = net.Listen("tcp", s.cfg.ListenTCP); err != nil {
+			if unixLis != nil {
+				unixLis.Close()
+			}
+			return nil, nil, fmt.Errorf("listen tcp: %w", err)
+		}
+	}
+	return unixLis, tcpLis, nil
+}
+
+// Serve serves on the given listeners (nil ones are skipped) until Drain
+// or a listener fails.
+func (s *Server) Serve(unixLis, tcpLis net.Listener) error {
+	errc := make(chan error, 2)
+	n := 0
+	for _, p := range []struct {
+		g   *grpc.Server
+		lis net.Listener
+	}{{s.unix, unixLis}, {s.tcp, tcpLis}} {
+		if p.g == nil || p.lis == nil {
+			continue
+		}
+		n++
+		go func() { errc <- p.g.Serve(p.lis) }()
+	}
+	if n == 0 {
+		return fmt.Errorf("no listener")
+	}
+	for range n {
+		if err := <-errc; err != nil {
+			return fmt.Errorf("grpc serve: %w", err)
+		}
+	}
+	return nil
+}
+
+// Drain ends the controller stream (codes.Unavailable), marks health
+// NOT_SERVING and stops the servers gracefully, forcibly after the drain
+// timeout.
+func (s *Server) Drain() {
+	s.health.Shutdown()
+	s.sync.drain()
+	var wg sync.WaitGroup
+	for _, g := range []*grpc.Server{s.unix, s.tcp} {
+		if g == nil {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			done := make(chan struct{})
+			go func() { g.GracefulStop(); close(done) }()
+			t := time.NewTimer(s.cfg.DrainTimeout)
+			defer t.Stop()
+			select {
+			case <-done:
+			case <-t.C:
+				s.cfg.Log.Warn("graceful stop timed out; closing connections", "timeout", s.cfg.DrainTimeout)
+				g.Stop()
+			}
+		}()
+	}
+	wg.Wait()
+}
