@@ -10,11 +10,15 @@
  *   dpd_epilogue  dpd_jump[DPD_JUMP_EPILOGUE]: verdict -> conntrack, counters
  *
  * Flow: ARP passes, other non-IPv4 drops; an interface without a ready
- * dpd_ifstate entry drops (fail closed); a live conntrack entry of this hook,
+ * dpd_ifstate entry drops (fail closed); leaving a workload, a packet to a
+ * service frontend is DNAT'd to its connection's backend first (dpd_nat.h),
+ * so everything below sees the backend; a live conntrack entry of this hook,
  * the reply of a flow the opposite hook approved, or an ICMP error about a
  * flow this interface passed (PMTU discovery) passes; anything else is
  * described in dpd_state and tail-called into the endpoint's policy, which
  * writes its verdict and tail-calls the epilogue. No policy installed: drop.
+ * A reply hitting the client's entry of a DNAT'd flow gets the frontend back
+ * as its source on the way into the client.
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -25,6 +29,7 @@
 #include "dpd_maps.h"
 #include "dpd_parse.h"
 #include "dpd_ct.h"
+#include "dpd_nat.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -38,6 +43,7 @@ static __always_inline void dpd_trace_write(const struct dpd_state *st)
 static __always_inline int dpd_entry(struct __sk_buff *skb, __u32 dir)
 {
 	struct dpd_ct_key key;
+	struct dpd_nat nat = {};
 	struct dpd_pkt p = {};
 	struct dpd_ifstate *ifs;
 	struct dpd_ct_val *ct;
@@ -78,11 +84,29 @@ static __always_inline int dpd_entry(struct __sk_buff *skb, __u32 dir)
 		return TC_ACT_SHOT;
 
 	now = bpf_ktime_get_coarse_ns();
+	if (dir == DPD_DIR_FROM_WEP) {
+		if (dpd_nat_from_wep(skb, &p, ifindex, now, trace, &nat)) {
+			if (trace) {
+				struct dpd_state dropped = {};
+
+				dropped.flags = p.flags;
+				dpd_trace_write(&dropped);
+			}
+			return TC_ACT_SHOT;
+		}
+	} else if (p.saddr == bpf_htonl(DPD_HAIRPIN_ADDR) && skb->ingress_ifindex == ifindex) {
+		/* A hairpinned request: it left this very workload. */
+		p.saddr = p.daddr;
+		p.flags |= DPD_ST_HAIRPIN;
+	}
+
 	dpd_ct_key_fwd(&key, &p, dir, ifindex);
 	ct = bpf_map_lookup_elem(&dpd_ct, &key);
 	if (ct && dpd_ct_live(ct, p.proto, now)) {
 		if (!trace) {
 			dpd_ct_refresh(ct, &p, 0, now);
+			if (nat.hairpin)
+				return dpd_hairpin_redirect(skb, ifindex);
 			return TC_ACT_OK;
 		}
 		p.flags |= DPD_ST_CT_FWD;
@@ -92,6 +116,9 @@ static __always_inline int dpd_entry(struct __sk_buff *skb, __u32 dir)
 		if (ct && dpd_ct_live(ct, p.proto, now)) {
 			if (!trace) {
 				dpd_ct_refresh(ct, &p, 1, now);
+				if (dir == DPD_DIR_TO_WEP && (ct->flags & DPD_CT_F_NAT_FWD) &&
+				    dpd_nat_reverse(skb, &p, ct))
+					return TC_ACT_SHOT;
 				return TC_ACT_OK;
 			}
 			p.flags |= DPD_ST_CT_REV;
@@ -119,6 +146,12 @@ static __always_inline int dpd_entry(struct __sk_buff *skb, __u32 dir)
 	st->pkt_len = skb->len;
 	st->flags = p.flags;
 	st->trace = trace;
+	if (p.flags & DPD_ST_NAT) {
+		__builtin_memcpy(st->nat_addr, &nat.fe_addr, 4);
+		st->nat_port = nat.fe_port;
+		st->nat_svc = nat.svc;
+	}
+	st->dst_route = dpd_route_flags(p.daddr);
 
 	bpf_tail_call(skb, &dpd_jump, DPD_JUMP_POL_BASE + 2 * slot + dir);
 
@@ -169,5 +202,8 @@ int dpd_epilogue(struct __sk_buff *skb)
 	if (st->verdict != DPD_VERDICT_ALLOW)
 		return TC_ACT_SHOT;
 	dpd_ct_create(st);
+	/* A hairpinned request goes straight back into the workload. */
+	if (st->dir == DPD_DIR_FROM_WEP && (st->flags & DPD_ST_HAIRPIN))
+		return dpd_hairpin_redirect(skb, st->ifindex);
 	return TC_ACT_OK;
 }

@@ -37,6 +37,10 @@ type DpdDpdCtVal struct {
 	LastSeen uint64
 	Flags    uint32
 	Pad      uint32
+	NatAddr  [16]uint8
+	NatPort  uint16
+	NatPad   uint16
+	NatSvc   uint32
 }
 
 type DpdDpdIfstate struct {
@@ -60,6 +64,57 @@ type DpdDpdIpsetName struct {
 	Name [64]int8
 }
 
+type DpdDpdNatBeKey struct {
+	_       structs.HostLayout
+	SvcId   uint32
+	Ordinal uint32
+}
+
+type DpdDpdNatBeVal struct {
+	_     structs.HostLayout
+	Addr  [16]uint8
+	Port  uint16
+	Pad   uint16
+	Flags uint32
+}
+
+type DpdDpdNatFeBits struct {
+	_    structs.HostLayout
+	Bits [64]uint64
+}
+
+type DpdDpdNatFeKey struct {
+	_     structs.HostLayout
+	Addr  [16]uint8
+	Port  uint16
+	Proto uint8
+	Pad   uint8
+}
+
+type DpdDpdNatFeVal struct {
+	_     structs.HostLayout
+	SvcId uint32
+	Count uint32
+	Flags uint32
+	Pad   uint32
+}
+
+type DpdDpdRouteKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Family    uint8
+	Pad       [3]uint8
+	Addr      [16]uint8
+}
+
+type DpdDpdRouteVal struct {
+	_        structs.HostLayout
+	Flags    uint32
+	PoolType uint8
+	Pad      [3]uint8
+	NextHop  [16]uint8
+}
+
 type DpdDpdState struct {
 	_          structs.HostLayout
 	Saddr      [16]uint8
@@ -79,6 +134,12 @@ type DpdDpdState struct {
 	PktLen     uint32
 	Flags      uint32
 	Trace      uint64
+	NatAddr    [16]uint8
+	NatPort    uint16
+	NatPad     uint16
+	NatSvc     uint32
+	DstRoute   uint32
+	StatePad   uint32
 }
 
 // Names of all BPF objects in the ELF.
@@ -91,6 +152,10 @@ const (
 	DpdMapDpdIpsetIds  = "dpd_ipset_ids"
 	DpdMapDpdIpsets    = "dpd_ipsets"
 	DpdMapDpdJump      = "dpd_jump"
+	DpdMapDpdNatBe     = "dpd_nat_be"
+	DpdMapDpdNatFe     = "dpd_nat_fe"
+	DpdMapDpdNatFeBits = "dpd_nat_fe_bits"
+	DpdMapDpdRoutes    = "dpd_routes"
 	DpdMapDpdRuleCtrs  = "dpd_rule_ctrs"
 	DpdMapDpdState     = "dpd_state"
 	DpdMapDpdTrace     = "dpd_trace"
@@ -150,15 +215,19 @@ type DpdProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type DpdMapSpecs struct {
-	DpdChain    *ebpf.MapSpec `ebpf:"dpd_chain"`
-	DpdCt       *ebpf.MapSpec `ebpf:"dpd_ct"`
-	DpdIfstate  *ebpf.MapSpec `ebpf:"dpd_ifstate"`
-	DpdIpsetIds *ebpf.MapSpec `ebpf:"dpd_ipset_ids"`
-	DpdIpsets   *ebpf.MapSpec `ebpf:"dpd_ipsets"`
-	DpdJump     *ebpf.MapSpec `ebpf:"dpd_jump"`
-	DpdRuleCtrs *ebpf.MapSpec `ebpf:"dpd_rule_ctrs"`
-	DpdState    *ebpf.MapSpec `ebpf:"dpd_state"`
-	DpdTrace    *ebpf.MapSpec `ebpf:"dpd_trace"`
+	DpdChain     *ebpf.MapSpec `ebpf:"dpd_chain"`
+	DpdCt        *ebpf.MapSpec `ebpf:"dpd_ct"`
+	DpdIfstate   *ebpf.MapSpec `ebpf:"dpd_ifstate"`
+	DpdIpsetIds  *ebpf.MapSpec `ebpf:"dpd_ipset_ids"`
+	DpdIpsets    *ebpf.MapSpec `ebpf:"dpd_ipsets"`
+	DpdJump      *ebpf.MapSpec `ebpf:"dpd_jump"`
+	DpdNatBe     *ebpf.MapSpec `ebpf:"dpd_nat_be"`
+	DpdNatFe     *ebpf.MapSpec `ebpf:"dpd_nat_fe"`
+	DpdNatFeBits *ebpf.MapSpec `ebpf:"dpd_nat_fe_bits"`
+	DpdRoutes    *ebpf.MapSpec `ebpf:"dpd_routes"`
+	DpdRuleCtrs  *ebpf.MapSpec `ebpf:"dpd_rule_ctrs"`
+	DpdState     *ebpf.MapSpec `ebpf:"dpd_state"`
+	DpdTrace     *ebpf.MapSpec `ebpf:"dpd_trace"`
 }
 
 // DpdVariableSpecs contains global variables before they are loaded into the kernel.
@@ -187,15 +256,19 @@ func (o *DpdObjects) Close() error {
 //
 // It can be passed to LoadDpdObjects or ebpf.CollectionSpec.LoadAndAssign.
 type DpdMaps struct {
-	DpdChain    *ebpf.Map `ebpf:"dpd_chain"`
-	DpdCt       *ebpf.Map `ebpf:"dpd_ct"`
-	DpdIfstate  *ebpf.Map `ebpf:"dpd_ifstate"`
-	DpdIpsetIds *ebpf.Map `ebpf:"dpd_ipset_ids"`
-	DpdIpsets   *ebpf.Map `ebpf:"dpd_ipsets"`
-	DpdJump     *ebpf.Map `ebpf:"dpd_jump"`
-	DpdRuleCtrs *ebpf.Map `ebpf:"dpd_rule_ctrs"`
-	DpdState    *ebpf.Map `ebpf:"dpd_state"`
-	DpdTrace    *ebpf.Map `ebpf:"dpd_trace"`
+	DpdChain     *ebpf.Map `ebpf:"dpd_chain"`
+	DpdCt        *ebpf.Map `ebpf:"dpd_ct"`
+	DpdIfstate   *ebpf.Map `ebpf:"dpd_ifstate"`
+	DpdIpsetIds  *ebpf.Map `ebpf:"dpd_ipset_ids"`
+	DpdIpsets    *ebpf.Map `ebpf:"dpd_ipsets"`
+	DpdJump      *ebpf.Map `ebpf:"dpd_jump"`
+	DpdNatBe     *ebpf.Map `ebpf:"dpd_nat_be"`
+	DpdNatFe     *ebpf.Map `ebpf:"dpd_nat_fe"`
+	DpdNatFeBits *ebpf.Map `ebpf:"dpd_nat_fe_bits"`
+	DpdRoutes    *ebpf.Map `ebpf:"dpd_routes"`
+	DpdRuleCtrs  *ebpf.Map `ebpf:"dpd_rule_ctrs"`
+	DpdState     *ebpf.Map `ebpf:"dpd_state"`
+	DpdTrace     *ebpf.Map `ebpf:"dpd_trace"`
 }
 
 func (m *DpdMaps) Close() error {
@@ -206,6 +279,10 @@ func (m *DpdMaps) Close() error {
 		m.DpdIpsetIds,
 		m.DpdIpsets,
 		m.DpdJump,
+		m.DpdNatBe,
+		m.DpdNatFe,
+		m.DpdNatFeBits,
+		m.DpdRoutes,
 		m.DpdRuleCtrs,
 		m.DpdState,
 		m.DpdTrace,

@@ -145,6 +145,15 @@ static __always_inline void dpd_ct_create(const struct dpd_state *st)
 	v.last_seen = now;
 	if (st->proto == IPPROTO_TCP && (st->flags & (DPD_ST_TCP_FIN | DPD_ST_TCP_RST)))
 		v.flags = DPD_CT_F_CLOSING;
+	if (st->flags & DPD_ST_NAT) {
+		/* The client's hook of a DNAT'd flow: replies get the frontend back. */
+		v.flags |= DPD_CT_F_NAT_FWD;
+		if (st->flags & DPD_ST_HAIRPIN)
+			v.flags |= DPD_CT_F_HAIRPIN;
+		__builtin_memcpy(v.nat_addr, st->nat_addr, 16);
+		v.nat_port = st->nat_port;
+		v.nat_svc = st->nat_svc;
+	}
 	bpf_map_update_elem(&dpd_ct, &k, &v, BPF_ANY);
 }
 

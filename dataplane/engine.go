@@ -73,6 +73,11 @@ type Engine struct {
 	lastApply       time.Time
 	lastApplyErr    string
 	flushWaiters    []chan struct{}
+	// outbox holds this iteration's statuses until publish has updated
+	// Inspect's snapshot, so no client sees "up" before Inspect does.
+	outbox []outMsg
+
+	queries chan func() // read-only Inspect questions, run by the loop
 }
 
 // New returns an engine; Run starts it. Options.Kernel is required.
@@ -90,6 +95,7 @@ func New(opts Options) *Engine {
 		inbox:   make(chan item, opts.InboxSize),
 		wake:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
+		queries: make(chan func()),
 		limiter: rate.NewLimiter(rate.Every(opts.ApplyInterval), opts.ApplyBurst),
 	}
 	e.cfg.init()
@@ -195,6 +201,8 @@ func (e *Engine) Run(ctx context.Context) error {
 			return nil
 		case it := <-e.inbox:
 			e.handleBatch(it)
+		case q := <-e.queries:
+			q()
 		case <-e.wake:
 		case <-timer.C:
 		}
@@ -226,7 +234,8 @@ drain:
 }
 
 // step runs everything that does not read the inbox: session epochs, link
-// changes, heartbeats, resync, apply, flush release and publishing.
+// changes, heartbeats, resync, apply, publishing, then the statuses the
+// iteration produced, and flush release.
 func (e *Engine) step(now time.Time) {
 	e.syncSession()
 	e.takeLinks()
@@ -239,6 +248,7 @@ func (e *Engine) step(now time.Time) {
 	}
 	e.maybeApply(now)
 	e.publish()
+	e.flushOutbox()
 	if len(e.flushWaiters) > 0 && e.quiescent(now) {
 		for _, ch := range e.flushWaiters {
 			close(ch)

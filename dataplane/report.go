@@ -8,11 +8,27 @@ import (
 	"github.com/dpd-dev/dpd/proto/felix"
 )
 
-// send queues m on the active session, if any.
+// outMsg is a status waiting in the engine's outbox for its session.
+type outMsg struct {
+	s *session
+	m *felix.FromDataplane
+}
+
+// send queues m for the active session, if any. It reaches the session at
+// the end of the loop iteration, after publish (flushOutbox).
 func (e *Engine) send(m *felix.FromDataplane) {
 	if s := e.loopSess; s != nil {
-		s.enqueueOut(m)
+		e.outbox = append(e.outbox, outMsg{s: s, m: m})
 	}
+}
+
+// flushOutbox hands the iteration's statuses to their sessions, in order.
+func (e *Engine) flushOutbox() {
+	for i, o := range e.outbox {
+		o.s.enqueueOut(o.m)
+		e.outbox[i] = outMsg{}
+	}
+	e.outbox = e.outbox[:0]
 }
 
 // reporting: the active session has had its first report, so changes are

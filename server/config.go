@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"io"
 	"log/slog"
 	"time"
 )
@@ -12,6 +13,8 @@ const (
 	DefaultMetricsAddr    = "127.0.0.1:9091"
 	DefaultMaxRecvMsgSize = 16 << 20
 	DefaultDrainTimeout   = 5 * time.Second
+	// DefaultRuleMetricsLimit is how many rules --rule-metrics exports.
+	DefaultRuleMetricsLimit = 100
 )
 
 // Config is what the daemon needs; cmd/dpd fills it from flags.
@@ -34,6 +37,20 @@ type Config struct {
 	// DrainTimeout bounds the graceful stop of the gRPC servers.
 	DrainTimeout time.Duration
 	Log          *slog.Logger
+
+	// FelixPipe makes dpd Felix's dataplane driver: ToDataplane frames
+	// arrive on fd 3, FromDataplane frames leave on fd 4 (PipeIn/PipeOut
+	// replace the fds in tests). The end of fd 3 stops dpd cleanly.
+	FelixPipe bool
+	PipeIn    io.ReadCloser
+	PipeOut   io.WriteCloser
+	// PolicySyncDir, when set, serves felix.PolicySync per workload under
+	// it (Felix's PolicySyncPathPrefix: creds/<uid>.json -> mount/<uid>/socket).
+	PolicySyncDir string
+	// RuleMetrics exports per-rule packet and byte counters of the
+	// RuleMetricsLimit busiest rules (linux dataplane).
+	RuleMetrics      bool
+	RuleMetricsLimit int
 }
 
 // withDefaults fills zero values.
@@ -49,6 +66,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Log == nil {
 		c.Log = slog.Default()
+	}
+	if c.RuleMetricsLimit <= 0 {
+		c.RuleMetricsLimit = DefaultRuleMetricsLimit
 	}
 	return c
 }

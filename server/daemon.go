@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dpd-dev/dpd/dataplane"
+	"github.com/dpd-dev/dpd/server/policysync"
 	"github.com/oklog/run"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -24,6 +25,8 @@ type Daemon struct {
 	reg    *prometheus.Registry
 	engine *dataplane.Engine
 	server *Server
+	binder *policysync.Binder // nil without --policysync-dir
+	pipe   *pipeController    // nil unless --felix-pipe
 
 	engineRunning atomic.Bool
 	listening     atomic.Bool
@@ -36,11 +39,52 @@ func NewDaemon(cfg Config, kernel dataplane.Kernel) (*Daemon, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	eng := dataplane.New(dataplane.Options{Kernel: kernel, Name: cfg.Dataplane, Log: cfg.Log, Registry: reg})
-	srv, err := New(cfg, eng, reg)
+	// Controllers (gRPC or pipe) reach the engine through front, which also
+	// feeds policy sync when it is on.
+	var front Engine = eng
+	var proc *policysync.Processor
+	var psMet *policysync.Metrics
+	if cfg.PolicySyncDir != "" {
+		var err error
+		if psMet, err = policysync.NewMetrics(reg); err != nil {
+			return nil, fmt.Errorf("policy-sync metrics: %w", err)
+		}
+		proc = policysync.NewProcessor(policysync.Options{Log: cfg.Log.With("component", "policysync"), Metrics: psMet})
+		front = tapEngine{Engine: eng, proc: proc}
+	}
+	srv, err := New(cfg, front, kernel, reg)
 	if err != nil {
 		return nil, err
 	}
-	return &Daemon{cfg: cfg, reg: reg, engine: eng, server: srv}, nil
+	d := &Daemon{cfg: cfg, reg: reg, engine: eng, server: srv}
+	if kv := kernelViewOf(kernel); kv != nil {
+		limit := 0
+		if cfg.RuleMetrics {
+			limit = cfg.RuleMetricsLimit
+		}
+		if err := reg.Register(newKernelCollector(kv, eng, limit)); err != nil {
+			return nil, fmt.Errorf("register kernel metrics: %w", err)
+		}
+	}
+	if proc != nil {
+		d.binder, err = policysync.NewBinder(policysync.BinderOptions{
+			Dir: cfg.PolicySyncDir, Processor: proc, ServerOptions: srv.serverOptions(),
+			Metrics: psMet, Log: cfg.Log.With("component", "policysync"),
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	if cfg.FelixPipe {
+		in, out := cfg.PipeIn, cfg.PipeOut
+		if in == nil || out == nil {
+			if in, out, err = openFelixPipe(); err != nil {
+				return nil, err
+			}
+		}
+		d.pipe = &pipeController{engine: front, in: in, out: out, maxFrame: 0, log: cfg.Log.With("component", "felix-pipe")}
+	}
+	return d, nil
 }
 
 // Registry is the daemon's private metrics registry.
@@ -95,6 +139,17 @@ func (d *Daemon) Run(ctx context.Context) error {
 			}
 			return fmt.Errorf("engine: %w", err)
 		}, func(error) { cancel() })
+	}
+	if d.binder != nil {
+		bctx, cancel := context.WithCancel(context.Background())
+		g.Add(func() error { return d.binder.Run(bctx) }, func(error) { cancel() })
+	}
+	if d.pipe != nil {
+		pctx, cancel := context.WithCancel(context.Background())
+		g.Add(func() error {
+			// The end of the pipe (nil) stops the daemon like a signal.
+			return d.pipe.run(pctx)
+		}, func(error) { cancel(); d.pipe.close() })
 	}
 	if metricsLis != nil {
 		hs := &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 5 * time.Second}

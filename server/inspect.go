@@ -18,6 +18,7 @@ import (
 type inspectService struct {
 	dpdv1.UnimplementedInspectServer
 	engine  Engine
+	kernel  kernelView // nil on the memory dataplane
 	version string
 	dpName  string
 	started time.Time
@@ -66,7 +67,7 @@ func (s *inspectService) ListEndpoints(context.Context, *dpdv1.ListEndpointsRequ
 	eps := s.engine.Endpoints()
 	resp := &dpdv1.ListEndpointsResponse{Endpoints: make([]*dpdv1.Endpoint, len(eps))}
 	for i := range eps {
-		resp.Endpoints[i] = endpointProto(&eps[i])
+		resp.Endpoints[i] = s.endpoint(&eps[i], false)
 	}
 	return resp, nil
 }
@@ -79,7 +80,27 @@ func (s *inspectService) GetEndpoint(_ context.Context, req *dpdv1.GetEndpointRe
 	if !ok {
 		return nil, status.Errorf(codes.NotFound, "endpoint %q not found", req.GetId())
 	}
-	return endpointProto(&ep), nil
+	return s.endpoint(&ep, true), nil
+}
+
+// endpoint adds what the linux kernel knows of ep: interface index, attach
+// mode, installed programs and, if asked, its rule counters.
+func (s *inspectService) endpoint(ep *dataplane.EndpointInfo, counters bool) *dpdv1.Endpoint {
+	out := endpointProto(ep)
+	if s.kernel == nil {
+		return out
+	}
+	if det, ok := s.kernel.endpoint(ep.Iface); ok {
+		out.Ifindex = int32(det.Ifindex)
+		out.AttachMode = det.AttachMode
+		out.IngressProgram = det.IngressProgram
+		out.EgressProgram = det.EgressProgram
+		out.KernelReady = det.Ready
+	}
+	if counters {
+		out.Counters = readCounters(s.kernel, ruleTable(s.kernel, []dataplane.EndpointInfo{*ep}), false, false)
+	}
+	return out
 }
 
 func endpointProto(ep *dataplane.EndpointInfo) *dpdv1.Endpoint {
@@ -96,6 +117,7 @@ func endpointProto(ep *dataplane.EndpointInfo) *dpdv1.Endpoint {
 		Ipv4Nets:       ep.IPv4Nets,
 		ProfileIds:     ep.ProfileIDs,
 		Tiers:          ep.Tiers,
+		Dirty:          ep.Dirty,
 	}
 }
 

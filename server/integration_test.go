@@ -191,8 +191,9 @@ func TestServicesHealthAndReflection(t *testing.T) {
 		t.Errorf("health = %v, %v; want SERVING", h, err)
 	}
 	_, err = felix.NewPolicySyncClient(c.Conn()).Report(ctx, &felix.DataplaneStats{})
-	if status.Code(err) != codes.Unimplemented {
-		t.Errorf("PolicySync.Report = %v, want Unimplemented", err)
+	// No workload identity on dpd's own socket: policy sync is per workload.
+	if status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("PolicySync.Report = %v, want FailedPrecondition", err)
 	}
 }
 
@@ -227,7 +228,7 @@ func TestSocketModeAndHTTP(t *testing.T) {
 	if code != http.StatusOK {
 		t.Fatalf("/metrics = %d", code)
 	}
-	for _, m := range []string{"grpc_server_handled_total", "dpd_grpc_panics_total", "dpd_happy_endpoints", "go_goroutines", "process_open_fds"} {
+	for _, m := range []string{"dpd_grpc_server_handled_total", "dpd_grpc_panics_total", "dpd_happy_endpoints", "go_goroutines", "process_open_fds"} {
 		if !strings.Contains(body, m) {
 			t.Errorf("/metrics lacks %s", m)
 		}

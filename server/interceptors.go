@@ -27,9 +27,14 @@ type interceptors struct {
 
 func newInterceptors(log *slog.Logger, reg prometheus.Registerer) (*interceptors, error) {
 	i := &interceptors{
-		metrics: grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram(
-			grpcprom.WithHistogramBuckets([]float64{0.001, 0.01, 0.1, 0.3, 1, 3, 10, 60, 600}),
-		)),
+		// The dpd_ namespace keeps every metric of the daemon under one
+		// prefix: dpd_grpc_server_handled_total and friends.
+		metrics: grpcprom.NewServerMetrics(
+			grpcprom.WithServerCounterOptions(grpcprom.WithNamespace("dpd")),
+			grpcprom.WithServerHandlingTimeHistogram(
+				grpcprom.WithHistogramNamespace("dpd"),
+				grpcprom.WithHistogramBuckets([]float64{0.001, 0.01, 0.1, 0.3, 1, 3, 10, 60, 600}),
+			)),
 		panics: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dpd_grpc_panics_total",
 			Help: "Panics in gRPC handlers, recovered as codes.Internal.",

@@ -71,8 +71,8 @@ func TestRecoveryInterceptor(t *testing.T) {
 		t.Errorf("dpd_grpc_panics_total = %v after a stream panic, want 2", got)
 	}
 
-	if got := sample(t, reg, "grpc_server_handled_total", "grpc_code", "Internal"); got != 2 {
-		t.Errorf("grpc_server_handled_total{grpc_code=Internal} = %v, want 2", got)
+	if got := sample(t, reg, "dpd_grpc_server_handled_total", "grpc_code", "Internal"); got != 2 {
+		t.Errorf("dpd_grpc_server_handled_total{grpc_code=Internal} = %v, want 2", got)
 	}
 }
 

@@ -1,12 +1,14 @@
 package server
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"sync"
 	"time"
 
 	"github.com/dpd-dev/dpd/dataplane"
+	"github.com/dpd-dev/dpd/dataplane/model"
 	dpdv1 "github.com/dpd-dev/dpd/proto/dpd/v1"
 	"github.com/dpd-dev/dpd/proto/felix"
 	"github.com/prometheus/client_golang/prometheus"
@@ -24,6 +26,10 @@ type Engine interface {
 	Status() dataplane.StatusInfo
 	Endpoints() []dataplane.EndpointInfo
 	Endpoint(id string) (dataplane.EndpointInfo, bool)
+	Policies(ctx context.Context) ([]dataplane.PolicyInfo, error)
+	IPSets(ctx context.Context, id string, maxMembers int) ([]dataplane.IPSetInfo, error)
+	Services(ctx context.Context) ([]model.Service, error)
+	Routes(ctx context.Context) ([]model.Route, error)
 }
 
 // Server holds dpd's gRPC servers: plaintext on the Unix socket (guarded by
@@ -31,6 +37,7 @@ type Engine interface {
 // mTLS. Both carry the same services, so the one-controller rule spans them.
 type Server struct {
 	cfg    Config
+	icpt   *interceptors
 	health *health.Server
 	sync   *syncService
 	unix   *grpc.Server
@@ -42,7 +49,9 @@ type Server struct {
 var healthServices = []string{"", dpdv1.Dataplane_ServiceDesc.ServiceName, dpdv1.Inspect_ServiceDesc.ServiceName}
 
 // New builds the servers over eng and registers the gRPC metrics in reg.
-func New(cfg Config, eng Engine, reg prometheus.Registerer) (*Server, error) {
+// kernel is the dataplane under eng: when it is a KernelInspector, Inspect
+// answers kernel questions (counters, trace) too.
+func New(cfg Config, eng Engine, kernel any, reg prometheus.Registerer) (*Server, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -52,22 +61,17 @@ func New(cfg Config, eng Engine, reg prometheus.Registerer) (*Server, error) {
 		return nil, err
 	}
 	syncSvc := newSyncService(eng, cfg.Log)
-	s := &Server{cfg: cfg, health: health.NewServer(), sync: syncSvc}
+	syncSvc.pipeMode = cfg.FelixPipe
+	s := &Server{cfg: cfg, icpt: icpt, health: health.NewServer(), sync: syncSvc}
 	s.SetServing(false)
-	inspect := &inspectService{engine: eng, version: cfg.Version, dpName: cfg.Dataplane, started: time.Now()}
+	inspect := &inspectService{engine: eng, kernel: kernelViewOf(kernel), version: cfg.Version, dpName: cfg.Dataplane, started: time.Now()}
 
-	common := append(icpt.serverOptions(),
-		grpc.MaxRecvMsgSize(cfg.MaxRecvMsgSize),
-		// Find half-dead controllers; the takeover policy makes them harmless,
-		// keepalive frees their resources.
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-	)
+	common := s.serverOptions()
 	build := func(creds grpc.ServerOption) *grpc.Server {
 		g := grpc.NewServer(append(common, creds)...)
 		dpdv1.RegisterDataplaneServer(g, syncSvc)
 		dpdv1.RegisterInspectServer(g, inspect)
-		felix.RegisterPolicySyncServer(g, &policySyncService{})
+		felix.RegisterPolicySyncServer(g, &policySyncService{dir: cfg.PolicySyncDir})
 		healthpb.RegisterHealthServer(g, s.health)
 		reflection.Register(g)
 		icpt.metrics.InitializeMetrics(g)
@@ -84,6 +88,19 @@ func New(cfg Config, eng Engine, reg prometheus.Registerer) (*Server, error) {
 		s.tcp = build(grpc.Creds(creds))
 	}
 	return s, nil
+}
+
+// serverOptions are what every gRPC server of the daemon shares, the
+// per-workload policy-sync servers included: interceptors, message size,
+// keepalive.
+func (s *Server) serverOptions() []grpc.ServerOption {
+	return append(s.icpt.serverOptions(),
+		grpc.MaxRecvMsgSize(s.cfg.MaxRecvMsgSize),
+		// Find half-dead clients; the takeover policy makes them harmless,
+		// keepalive frees their resources.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+	)
 }
 
 // SetServing flips the health status of every service.

@@ -32,6 +32,10 @@ type syncService struct {
 	engine Engine
 	log    *slog.Logger
 
+	// pipeMode: Felix drives dpd over its pipe; a gRPC controller would
+	// take over from it, so Sync is refused.
+	pipeMode bool
+
 	mu       sync.Mutex
 	active   *controllerConn // guarded by mu: the newest Sync stream
 	draining bool            // guarded by mu: no new sessions
@@ -52,6 +56,9 @@ func newSyncService(eng Engine, log *slog.Logger) *syncService {
 // Sync serves one controller stream until it ends, is superseded, or the
 // server drains.
 func (s *syncService) Sync(stream dpdv1.Dataplane_SyncServer) error {
+	if s.pipeMode {
+		return status.Error(codes.FailedPrecondition, "dpd runs as Felix's dataplane driver (--felix-pipe); the controller is on the pipe")
+	}
 	ctx, cancel := context.WithCancelCause(stream.Context())
 	defer cancel(nil)
 	conn := &controllerConn{cancel: cancel, released: make(chan struct{})}
@@ -196,9 +203,17 @@ func (st *syncStream) handle(msg *felix.ToDataplane) error {
 	if st.closed {
 		return context.Cause(st.ctx)
 	}
+	return submitValidated(st.ctx, st.sess, msg, st.log)
+}
+
+// submitValidated hands msg to sess: submitted when valid, otherwise
+// logged and rejected (the engine counts it in dpd_invalid_messages_total
+// and errors its endpoint). The gRPC stream and the Felix pipe share it,
+// so both feed the engine identically.
+func submitValidated(ctx context.Context, sess dataplane.Session, msg *felix.ToDataplane, log *slog.Logger) error {
 	verr := felixconv.Validate(msg)
 	if verr == nil {
-		return st.sess.Submit(st.ctx, msg)
+		return sess.Submit(ctx, msg)
 	}
 	attrs := []any{"seq", msg.GetSequenceNumber(), "reason", verr}
 	var fe *felixconv.Error
@@ -208,8 +223,8 @@ func (st *syncStream) handle(msg *felix.ToDataplane) error {
 			attrs = append(attrs, "endpoint", fe.Endpoint.String())
 		}
 	}
-	st.log.Warn("rejected invalid controller message", attrs...)
-	return st.sess.Reject(st.ctx, msg, verr)
+	log.Warn("rejected invalid controller message", attrs...)
+	return sess.Reject(ctx, msg, verr)
 }
 
 // forward streams the session's statuses to the controller.

@@ -46,7 +46,14 @@ struct dpd_state {
 	__u32 pkt_len;        /* 96 */
 	__u32 flags;          /* 100: DPD_ST_* */
 	__u64 trace;          /* 104: non-zero during Inspect trace runs: no conntrack or counter writes */
-};                            /* sizeof == 112 */
+	/* Added by the services-and-routes work (see the end of this file). */
+	__u8  nat_addr[16];   /* 112: DPD_ST_NAT: the frontend the workload addressed (pre-DNAT) */
+	__u16 nat_port;       /* 128: DPD_ST_NAT: the frontend port, host order */
+	__u16 nat_pad;        /* 130 */
+	__u32 nat_svc;        /* 132: DPD_ST_NAT: service port id */
+	__u32 dst_route;      /* 136: DPD_RT_* flags of the destination's dpd_routes entry; 0 = none */
+	__u32 state_pad;      /* 140 */
+};                            /* sizeof == 144 */
 
 /* dpd_ifstate: ifindex -> endpoint slot. */
 struct dpd_ifstate {
@@ -113,7 +120,13 @@ struct dpd_ct_val {
 	__u64 last_seen; /* 8: refreshed by live hits, at most every DPD_CT_REFRESH_NS */
 	__u32 flags;     /* 16: DPD_CT_F_* */
 	__u32 pad;       /* 20 */
-};                       /* sizeof == 24 */
+	/* Added by the services-and-routes work. DPD_CT_F_NAT_FWD entries: the
+	 * frontend; DPD_DIR_NAT entries: the chosen backend. */
+	__u8  nat_addr[16]; /* 24 */
+	__u16 nat_port;     /* 40: host order */
+	__u16 nat_pad;      /* 42 */
+	__u32 nat_svc;      /* 44: service port id */
+};                       /* sizeof == 48 */
 
 #define DPD_CT_F_ESTABLISHED (1u << 0) /* TCP: a reply with ACK was seen */
 #define DPD_CT_F_CLOSING     (1u << 1) /* TCP: FIN or RST seen in either direction */
@@ -137,6 +150,121 @@ struct dpd_ct_val {
 #define DPD_IPSET_NAME_LEN 64
 struct dpd_ipset_name {
 	char name[DPD_IPSET_NAME_LEN];
+};
+
+/* ---- Added by the services-and-routes work; mirrored in abi.go. ---- */
+
+/* Service NAT. A workload's new connection to a frontend (dpd_nat_fe) gets
+ * one ready backend (dpd_nat_be), chosen at random, at the client's
+ * dpd_from_wep; the choice is kept in a dpd_ct entry with dir DPD_DIR_NAT
+ * keyed by the original tuple, so every later packet of the connection goes
+ * to the same backend. The packet is DNAT'd before conntrack and policy, so
+ * both see the backend (Kubernetes semantics). The client hook's conntrack
+ * entry carries DPD_CT_F_NAT_FWD and the frontend, and replies are
+ * reverse-NAT'd at the client's dpd_to_wep when they hit it: only the
+ * client's node translates, wherever the backend lives. */
+#define DPD_DIR_NAT 2 /* dpd_ct_key.dir of a NAT flow entry (ifindex = the client's interface) */
+
+#define DPD_CT_F_NAT_FWD (1u << 2) /* client hook entry of a DNAT'd flow: replies get nat_addr:nat_port as source */
+#define DPD_CT_F_HAIRPIN (1u << 3) /* the backend is the client itself: its source became DPD_HAIRPIN_ADDR */
+
+/* A workload reaching itself through a service (hairpin) cannot receive a
+ * packet from its own address, so the request's source becomes this
+ * reserved link-local address (169.254.0.253, host order) and the packet is
+ * redirected straight back into the workload. Its reply to this address
+ * leaves through the same interface, gets its own address back as the
+ * destination and is routed back into the workload, where the usual reverse
+ * NAT restores the frontend. */
+#define DPD_HAIRPIN_ADDR 0xa9fe00fd
+
+/* dpd_state.flags additions. */
+#define DPD_ST_NAT        (1u << 13) /* destination DNAT'd: nat_addr/nat_port/nat_svc hold the frontend */
+#define DPD_ST_HAIRPIN    (1u << 14) /* the backend is the client: source rewritten to DPD_HAIRPIN_ADDR */
+#define DPD_ST_NO_BACKEND (1u << 15) /* trace only: frontend without a ready backend, dropped */
+
+/* dpd_nat_fe: HASH frontend -> service port. */
+struct dpd_nat_fe_key {
+	__u8  addr[16]; /* 0: IPv4 in the first 4 bytes */
+	__u16 port;     /* 16: host order */
+	__u8  proto;    /* 18 */
+	__u8  pad;      /* 19: always 0 */
+};                      /* sizeof == 20 */
+
+struct dpd_nat_fe_val {
+	__u32 svc_id;   /* 0: service port id: the backends' key */
+	__u32 count;    /* 4: ready backends, at ordinals 0..count-1; 0 drops new connections */
+	__u32 flags;    /* 8: reserved, 0 */
+	__u32 pad;      /* 12 */
+};                      /* sizeof == 16 */
+
+/* dpd_nat_fe_bits: ARRAY[1], a filter of frontend addresses: bit
+ * (addr * DPD_NAT_FE_HASH_MUL) >> DPD_NAT_FE_HASH_SHIFT is set for every
+ * frontend address (the address's 4 bytes read as a little-endian u32, as
+ * the programs load it). A clear bit skips the dpd_nat_fe lookup, so
+ * traffic to non-service addresses pays one inlined array access. Userspace
+ * sets bits before adding frontends and clears them after removing them. */
+#define DPD_NAT_FE_BITS       4096
+#define DPD_NAT_FE_HASH_MUL   2654435761
+#define DPD_NAT_FE_HASH_SHIFT 20
+struct dpd_nat_fe_bits {
+	__u64 bits[64];         /* DPD_NAT_FE_BITS / 64 */
+};                              /* sizeof == 512 */
+
+/* dpd_nat_be: HASH (service port id, ordinal) -> backend. */
+struct dpd_nat_be_key {
+	__u32 svc_id;
+	__u32 ordinal;
+};                      /* sizeof == 8 */
+
+struct dpd_nat_be_val {
+	__u8  addr[16]; /* 0 */
+	__u16 port;     /* 16: host order */
+	__u16 pad;      /* 18 */
+	__u32 flags;    /* 20: reserved, 0 */
+};                      /* sizeof == 24 */
+
+/* dpd_routes: LPM_TRIE from RouteUpdate. prefixlen counts the fixed 32 bits
+ * of family + pad, then address bits, so families never match each other. */
+struct dpd_route_key {
+	__u32 prefixlen;
+	__u8  family;   /* 4 or 6 */
+	__u8  pad[3];
+	__u8  addr[16];
+};                      /* sizeof == 24 */
+#define DPD_ROUTE_KEY_FIXED_BITS 32
+
+struct dpd_route_val {
+	__u32 flags;     /* 0: DPD_RT_* */
+	__u8  pool_type; /* 4: felix IPPoolType: 0 none, 1 no-encap, 2 VXLAN, 3 IPIP */
+	__u8  pad[3];    /* 5 */
+	__u8  next_hop[16]; /* 8: the destination node's IP (dst_node_ip); zero when local or unknown */
+};                      /* sizeof == 24 */
+
+/* dpd_route_val.flags: the low bits are felix's RouteType bitmap as sent. */
+#define DPD_RT_REMOTE_WORKLOAD (1u << 0)
+#define DPD_RT_REMOTE_HOST     (1u << 1)
+#define DPD_RT_LOCAL_WORKLOAD  (1u << 2)
+#define DPD_RT_LOCAL_HOST      (1u << 3)
+#define DPD_RT_REMOTE_TUNNEL   (1u << 4)
+#define DPD_RT_LOCAL_TUNNEL    (1u << 5)
+#define DPD_RT_IN_POOL         (1u << 8)  /* inside an IP pool (ip_pool_type != NONE) */
+#define DPD_RT_NAT_OUTGOING    (1u << 9)  /* the pool masquerades traffic leaving all pools */
+#define DPD_RT_SAME_SUBNET     (1u << 10) /* the destination node shares our subnet */
+#define DPD_RT_TUNNEL_VXLAN    (1u << 11) /* reached through the VXLAN device */
+
+/* ---- Added by the policy-index work; mirrored in abi.go. ---- */
+
+/* dpd_ipset_idx: LPM_TRIE address -> the IP sets it is in, as a bitmap over
+ * set slots (set id n has slot n - 1; sets with larger ids are only in
+ * dpd_ipsets). Only members without protocol and port are indexed. Covering
+ * prefixes are folded into more specific entries, so the longest match alone
+ * is the answer: the compiled policy does one lookup per address instead of
+ * one per set. Created and pinned by userspace (dataplane/bpf); the entry
+ * programs do not use it. The key has the layout of struct dpd_route_key. */
+#define DPD_IPSET_IDX_WORDS 8
+#define DPD_IPSET_IDX_SLOTS (64 * DPD_IPSET_IDX_WORDS)
+struct dpd_ipset_idx_val {
+	__u64 slots[DPD_IPSET_IDX_WORDS];
 };
 
 #endif

@@ -14,9 +14,21 @@ import (
 
 const usage = `usage: dpdctl [global flags] COMMAND [flags]
 
-Commands:
-  status               dpd's summary (-o json for JSON)
-  endpoints            workload endpoints with status (-o json for JSON)
+Commands (each takes -o json for scripts):
+  status               dpd's summary
+  endpoints            workload endpoints with status
+  endpoint ID          one endpoint: kernel state, programs, rule counters
+  policies             active policies and profiles
+  ipsets [--id ID] [--members N]
+                       IP sets with member counts (members truncated)
+  services             services with frontends and backends
+  routes               routes from the controller
+  counters [--endpoint ID] [--nonzero]
+                       per-rule packet and byte counters (--dataplane=linux)
+  trace --endpoint ID --dir ingress|egress [--proto tcp|udp|icmp|N]
+        [--src A] [--dst B] [--sport S] [--dport D] [--icmp-type T --icmp-code C]
+                       run the endpoint's attached program on a crafted packet
+                       and say which rule decides (--dataplane=linux)
   apply -f FILE        send a scenario (YAML or JSON list of ToDataplane
                        messages) as ONE controller session, then InSync, and
                        print endpoint statuses until the dataplane is in sync.
@@ -74,6 +86,13 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	cmds := map[string]func(*globals, []string, io.Writer) error{
 		"status":    runStatus,
 		"endpoints": runEndpoints,
+		"endpoint":  runEndpoint,
+		"policies":  runPolicies,
+		"ipsets":    runIPSets,
+		"services":  runServices,
+		"routes":    runRoutes,
+		"counters":  runCounters,
+		"trace":     runTrace,
 		"apply":     runApply,
 	}
 	cmd, ok := cmds[fs.Arg(0)]

@@ -32,7 +32,8 @@ func TestBTFLayout(t *testing.T) {
 			"icmp_code": abi.StateICMPCode, "ifindex": abi.StateIfindex, "dir": abi.StateDir,
 			"verdict": abi.StateVerdict, "chain_pos": abi.StateChainPos, "rule_id": abi.StateRuleID,
 			"pol_scratch": abi.StatePolScratch, "pkt_len": abi.StatePktLen, "flags": abi.StateFlags,
-			"trace": abi.StateTrace,
+			"trace": abi.StateTrace, "nat_addr": abi.StateNATAddr, "nat_port": abi.StateNATPort,
+			"nat_svc": abi.StateNATSvc, "dst_route": abi.StateDstRoute,
 		}},
 		{"dpd_ipset_key", abi.IPSetKeySize, map[string]uint32{
 			"prefixlen": abi.IPSetKeyPrefixLen, "set_id": abi.IPSetKeySetID, "proto": abi.IPSetKeyProto,
@@ -44,7 +45,15 @@ func TestBTFLayout(t *testing.T) {
 		}},
 		{"dpd_ct_val", abi.CTValSize, map[string]uint32{
 			"created": abi.CTValCreated, "last_seen": abi.CTValLastSeen, "flags": abi.CTValFlags,
+			"nat_addr": abi.CTValNATAddr, "nat_port": abi.CTValNATPort, "nat_svc": abi.CTValNATSvc,
 		}},
+		{"dpd_nat_fe_key", abi.NATFrontendKeySize, map[string]uint32{"addr": 0, "port": 16, "proto": 18}},
+		{"dpd_nat_fe_val", abi.NATFrontendValSize, map[string]uint32{"svc_id": 0, "count": 4, "flags": 8}},
+		{"dpd_nat_fe_bits", abi.NATFEBits / 8, map[string]uint32{"bits": 0}},
+		{"dpd_nat_be_key", abi.NATBackendKeySize, map[string]uint32{"svc_id": 0, "ordinal": 4}},
+		{"dpd_nat_be_val", abi.NATBackendValSize, map[string]uint32{"addr": 0, "port": 16, "flags": 20}},
+		{"dpd_route_key", abi.RouteKeySize, map[string]uint32{"prefixlen": 0, "family": 4, "addr": 8}},
+		{"dpd_route_val", abi.RouteValSize, map[string]uint32{"flags": 0, "pool_type": 4, "next_hop": 8}},
 		{"dpd_counter", abi.CounterSize, map[string]uint32{"packets": 0, "bytes": 8}},
 		{"dpd_ipset_name", abi.IPSetNameLen, map[string]uint32{"name": 0}},
 	}
@@ -94,6 +103,16 @@ func TestHeaderDefines(t *testing.T) {
 		"DPD_CT_TIMEOUT_UDP_S": abi.CTTimeoutUDPS, "DPD_CT_TIMEOUT_ICMP_S": abi.CTTimeoutICMPS,
 		"DPD_CT_TIMEOUT_OTHER_S": abi.CTTimeoutOtherS, "DPD_CT_REFRESH_NS": abi.CTRefreshNS,
 		"DPD_IPSET_NAME_LEN": abi.IPSetNameLen,
+		"DPD_DIR_NAT":        abi.DirNAT, "DPD_CT_F_NAT_FWD": abi.CTFNATFwd, "DPD_CT_F_HAIRPIN": abi.CTFHairpin,
+		"DPD_HAIRPIN_ADDR": abi.HairpinAddr, "DPD_ST_NAT": abi.StNAT, "DPD_ST_HAIRPIN": abi.StHairpin,
+		"DPD_ST_NO_BACKEND": abi.StNoBackend, "DPD_ROUTE_KEY_FIXED_BITS": abi.RouteKeyFixedBits,
+		"DPD_RT_REMOTE_WORKLOAD": abi.RTRemoteWorkload, "DPD_RT_REMOTE_HOST": abi.RTRemoteHost,
+		"DPD_RT_LOCAL_WORKLOAD": abi.RTLocalWorkload, "DPD_RT_LOCAL_HOST": abi.RTLocalHost,
+		"DPD_RT_REMOTE_TUNNEL": abi.RTRemoteTunnel, "DPD_RT_LOCAL_TUNNEL": abi.RTLocalTunnel,
+		"DPD_RT_IN_POOL": abi.RTInPool, "DPD_RT_NAT_OUTGOING": abi.RTNATOutgoing,
+		"DPD_RT_SAME_SUBNET": abi.RTSameSubnet, "DPD_RT_TUNNEL_VXLAN": abi.RTTunnelVXLAN,
+		"DPD_NAT_FE_BITS": abi.NATFEBits, "DPD_NAT_FE_HASH_MUL": abi.NATFEHashMul,
+		"DPD_NAT_FE_HASH_SHIFT": abi.NATFEHashShift,
 	}
 	f, err := os.Open("../../bpf/include/dpd_abi.h")
 	if err != nil {

@@ -34,6 +34,10 @@ type Maps struct {
 	RuleCtrs  *ebpf.Map // PERCPU_HASH u64 -> struct dpd_counter
 	Chain     *ebpf.Map // PROG_ARRAY: policy continuations
 	Trace     *ebpf.Map // ARRAY[1] struct dpd_state: last trace run
+	// Added by the services-and-routes work.
+	NATFrontends *ebpf.Map // HASH struct dpd_nat_fe_key -> struct dpd_nat_fe_val
+	NATBackends  *ebpf.Map // HASH struct dpd_nat_be_key -> struct dpd_nat_be_val
+	Routes       *ebpf.Map // LPM_TRIE struct dpd_route_key -> struct dpd_route_val
 }
 
 // Programs are the loaded entry programs and the epilogue.
@@ -57,6 +61,11 @@ type Dataplane struct {
 	want map[*ebpf.Program]progIdentity
 
 	traceMu sync.Mutex // serialises trace runs: dpd_trace has one entry
+
+	feFilter natFilter // dpd_nat_fe_bits bookkeeping (nat.go); has its own lock
+
+	// migrations are the pinned maps Open migrated. Immutable after Open.
+	migrations []MigrationReport
 
 	mu   sync.Mutex
 	sets map[string]*ipset   // by encoded name key; guarded by mu
@@ -95,7 +104,7 @@ func Open(opts Options) (*Dataplane, error) {
 		sets:  map[string]*ipset{},
 		ids:   map[uint32]struct{}{},
 	}
-	if err := d.dropIncompatiblePins(spec); err != nil {
+	if err := d.migratePins(spec); err != nil {
 		return nil, err
 	}
 	err = spec.LoadAndAssign(&d.objs, &ebpf.CollectionOptions{
@@ -116,16 +125,22 @@ func Open(opts Options) (*Dataplane, error) {
 }
 
 func (d *Dataplane) init() error {
-	if err := d.objs.DpdJump.Update(uint32(abi.JumpEpilogue), d.objs.DpdEpilogue, ebpf.UpdateAny); err != nil {
-		return fmt.Errorf("install epilogue: %w", err)
-	}
 	d.want = map[*ebpf.Program]progIdentity{}
-	for _, p := range []*ebpf.Program{d.objs.DpdFromWep, d.objs.DpdToWep} {
+	for _, p := range []*ebpf.Program{d.objs.DpdFromWep, d.objs.DpdToWep, d.objs.DpdEpilogue} {
 		id, err := identify(p)
 		if err != nil {
 			return err
 		}
 		d.want[p] = id
+	}
+	// A restart finds the previous epilogue installed; an equivalent one
+	// stays, so starting writes nothing to dpd_jump.
+	var cur uint32
+	err := d.objs.DpdJump.Lookup(uint32(abi.JumpEpilogue), &cur)
+	if err != nil || !d.isCurrent(ebpf.ProgramID(cur), d.objs.DpdEpilogue) {
+		if err := d.objs.DpdJump.Update(uint32(abi.JumpEpilogue), d.objs.DpdEpilogue, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("install epilogue: %w", err)
+		}
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -135,49 +150,21 @@ func (d *Dataplane) init() error {
 // applySizes sets max_entries from the configured sizes.
 func applySizes(spec *ebpf.CollectionSpec, s MapSizes) {
 	for name, n := range map[string]int{
-		abi.MapConntrack: s.Conntrack,
-		abi.MapIPSets:    s.IPSets,
-		abi.MapIfState:   s.IfState,
-		abi.MapRuleCtrs:  s.RuleCounters,
-		abi.MapJump:      s.Jump,
-		abi.MapChain:     s.Chain,
-		abi.MapIPSetIDs:  ipsetIDsSize,
+		abi.MapConntrack:    s.Conntrack,
+		abi.MapIPSets:       s.IPSets,
+		abi.MapIfState:      s.IfState,
+		abi.MapRuleCtrs:     s.RuleCounters,
+		abi.MapJump:         s.Jump,
+		abi.MapChain:        s.Chain,
+		abi.MapIPSetIDs:     ipsetIDsSize,
+		abi.MapNATFrontends: s.NATFrontend,
+		abi.MapNATBackends:  s.NATBackend,
+		abi.MapRoutes:       s.Routes,
 	} {
 		if m, ok := spec.Maps[name]; ok {
 			m.MaxEntries = uint32(n)
 		}
 	}
-}
-
-// dropIncompatiblePins unpins maps that cannot be reused as they are (size
-// or layout changed), so loading creates fresh ones instead of failing.
-func (d *Dataplane) dropIncompatiblePins(spec *ebpf.CollectionSpec) error {
-	for name, ms := range spec.Maps {
-		if ms.Pinning != ebpf.PinByName {
-			continue
-		}
-		path := filepath.Join(d.opts.PinDir, name)
-		m, err := ebpf.LoadPinnedMap(path, nil)
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("open pinned map %s: %w", name, err)
-		}
-		cerr := ms.Compatible(m)
-		_ = m.Close()
-		if cerr == nil {
-			continue
-		}
-		if !errors.Is(cerr, ebpf.ErrMapIncompatible) {
-			return fmt.Errorf("check pinned map %s: %w", name, cerr)
-		}
-		d.log.Warn("replacing pinned map; its state is lost", "map", name, "reason", cerr)
-		if err := os.Remove(path); err != nil {
-			return fmt.Errorf("unpin %s: %w", name, err)
-		}
-	}
-	return nil
 }
 
 // Close releases the Dataplane's file descriptors. Pins, links and attached
@@ -199,6 +186,7 @@ func (d *Dataplane) Maps() Maps {
 		State: o.DpdState, Jump: o.DpdJump, IfState: o.DpdIfstate, IPSets: o.DpdIpsets,
 		IPSetIDs: o.DpdIpsetIds, Conntrack: o.DpdCt, RuleCtrs: o.DpdRuleCtrs,
 		Chain: o.DpdChain, Trace: o.DpdTrace,
+		NATFrontends: o.DpdNatFe, NATBackends: o.DpdNatBe, Routes: o.DpdRoutes,
 	}
 }
 

@@ -15,10 +15,20 @@ type MapSizes struct {
 	RuleCounters int // dpd_rule_ctrs rules; BPFMapSizeRuleCounters; default 65536
 	Jump         int // dpd_jump; BPFMapSizeJump; default abi.JumpPolBase + 2*IfState
 	Chain        int // dpd_chain policy continuations; BPFMapSizeChain; default 8192
+	// NATFrontend is dpd_nat_fe: service (address, port, protocol)
+	// frontends; BPFMapSizeNATFrontend; default 65536.
+	NATFrontend int
+	// NATBackend is dpd_nat_be: backends of all service ports;
+	// BPFMapSizeNATBackend; default 262144.
+	NATBackend int
+	// Routes is dpd_routes: RouteUpdate destinations; BPFMapSizeRoute;
+	// default 262144. (A connection's NAT choice lives in dpd_ct, sized by
+	// Conntrack.)
+	Routes int
 }
 
-// Config keys read by MapSizesFromConfig. The first three are Felix's; the
-// others are dpd's own.
+// Config keys read by MapSizesFromConfig. Conntrack, IPSets, IfState and
+// the NAT and route keys are Felix's; the others are dpd's own.
 const (
 	ConfigConntrack    = "BPFMapSizeConntrack"
 	ConfigIPSets       = "BPFMapSizeIPSets"
@@ -26,6 +36,9 @@ const (
 	ConfigRuleCounters = "BPFMapSizeRuleCounters"
 	ConfigJump         = "BPFMapSizeJump"
 	ConfigChain        = "BPFMapSizeChain"
+	ConfigNATFrontend  = "BPFMapSizeNATFrontend"
+	ConfigNATBackend   = "BPFMapSizeNATBackend"
+	ConfigRoutes       = "BPFMapSizeRoute"
 )
 
 // ipsetIDsSize bounds the number of distinct IP sets (dpd_ipset_ids).
@@ -41,6 +54,9 @@ func DefaultMapSizes() MapSizes {
 		RuleCounters: 65536,
 		Jump:         abi.JumpPolBase + 2*1000,
 		Chain:        8192,
+		NATFrontend:  65536,
+		NATBackend:   262144,
+		Routes:       262144,
 	}
 }
 
@@ -66,6 +82,15 @@ func (s MapSizes) withDefaults() MapSizes {
 	if s.Chain == 0 {
 		s.Chain = d.Chain
 	}
+	if s.NATFrontend == 0 {
+		s.NATFrontend = d.NATFrontend
+	}
+	if s.NATBackend == 0 {
+		s.NATBackend = d.NATBackend
+	}
+	if s.Routes == 0 {
+		s.Routes = d.Routes
+	}
 	return s
 }
 
@@ -76,6 +101,7 @@ func (s MapSizes) validate() error {
 	}{
 		{"conntrack", s.Conntrack}, {"ipsets", s.IPSets}, {"ifstate", s.IfState},
 		{"rule counters", s.RuleCounters}, {"jump", s.Jump}, {"chain", s.Chain},
+		{"nat frontend", s.NATFrontend}, {"nat backend", s.NATBackend}, {"routes", s.Routes},
 	} {
 		if f.v <= 0 || f.v > 1<<28 {
 			return fmt.Errorf("map size %s %d out of range", f.name, f.v)
@@ -101,6 +127,7 @@ func MapSizesFromConfig(cfg map[string]string) (MapSizes, error) {
 	for key, dst := range map[string]*int{
 		ConfigConntrack: &s.Conntrack, ConfigIPSets: &s.IPSets, ConfigIfState: &s.IfState,
 		ConfigRuleCounters: &s.RuleCounters, ConfigJump: &s.Jump, ConfigChain: &s.Chain,
+		ConfigNATFrontend: &s.NATFrontend, ConfigNATBackend: &s.NATBackend, ConfigRoutes: &s.Routes,
 	} {
 		v, ok := cfg[key]
 		if !ok || v == "" {

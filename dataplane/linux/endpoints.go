@@ -3,6 +3,8 @@ package linux
 import (
 	"errors"
 	"fmt"
+	"net/netip"
+	"os"
 	"time"
 
 	bpfdp "github.com/dpd-dev/dpd/dataplane/bpf"
@@ -11,16 +13,28 @@ import (
 	"github.com/dpd-dev/dpd/dataplane/model"
 )
 
+// CrashAfterAttachEnv is a test hook: when set to "1", dpd exits with
+// CrashExitCode right after the first endpoint's entry programs are
+// attached and before its policy is installed, as a crash mid-apply would.
+const (
+	CrashAfterAttachEnv = "DPD_TEST_CRASH_AFTER_ATTACH"
+	CrashExitCode       = 97
+)
+
 // endpointState is what the kernel has programmed for one interface.
 type endpointState struct {
+	// ep is the endpoint the engine applied; nil for an interface the
+	// engine has not claimed: adopted after a restart (until the first
+	// apply decides), or failed closed while no endpoint names it.
 	ep        *model.Endpoint
 	ifindex   int // 0 while the interface is absent
 	slot      uint32
 	hasSlot   bool
 	mode      bpfdp.AttachMode
-	prog      [2]progKey // installed program per direction
-	installed [2]bool
-	ready     bool // ifstate says READY
+	inst      [2]*sharedProg // installed program per direction; nil: none known
+	ready     bool           // ifstate says READY
+	closed    bool           // ifstate without READY: the interface drops everything
+	adopted   bool           // found in the pinned state at start, not yet claimed
 	lastApply time.Time
 }
 
@@ -44,18 +58,21 @@ func (k *Kernel) Endpoint(iface string) (EndpointDetails, bool) {
 		return EndpointDetails{}, false
 	}
 	d := EndpointDetails{Ifindex: st.ifindex, Slot: st.slot, AttachMode: string(st.mode), Ready: st.ready, LastProgrammed: st.lastApply}
-	if st.installed[model.Ingress] {
-		d.IngressProgram = st.prog[model.Ingress].String()
+	if sp := st.inst[model.Ingress]; sp != nil {
+		d.IngressProgram = sp.key.String()
 	}
-	if st.installed[model.Egress] {
-		d.EgressProgram = st.prog[model.Egress].String()
+	if sp := st.inst[model.Egress]; sp != nil {
+		d.EgressProgram = sp.key.String()
 	}
 	return d, true
 }
 
 // ApplyEndpoint programs ep on its interface, in the order that keeps the
 // interface fail-closed throughout: attach (ifstate not ready drops),
-// install both policies, mark ready, then routes and neighbours.
+// install both policies, mark ready, then routes and neighbours. Each step
+// reads first and writes only what differs, so re-applying an unchanged
+// endpoint (a resync, a controller reconnect, the first apply after a
+// restart that adopted it) writes nothing.
 func (k *Kernel) ApplyEndpoint(ep *model.Endpoint) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -64,10 +81,16 @@ func (k *Kernel) ApplyEndpoint(ep *model.Endpoint) error {
 		st = &endpointState{}
 		k.eps[ep.Iface] = st
 	}
-	st.ep = ep
+	st.ep, st.adopted = ep, false
 	ifindex, ok := k.mon.Ifindex(ep.Iface)
 	if !ok {
-		// Programmed when the monitor reports the interface.
+		// Programmed when the monitor reports the interface. Its links
+		// went with it; their pins would only keep them around.
+		if st.ifindex != 0 {
+			if err := k.bpf.RemoveLinkPins(ep.Iface); err != nil {
+				k.log.Warn("remove link pins of a vanished interface", "iface", ep.Iface, "err", err)
+			}
+		}
 		k.forgetIfindexLocked(st)
 		return nil
 	}
@@ -83,14 +106,16 @@ func (k *Kernel) ApplyEndpoint(ep *model.Endpoint) error {
 		}
 		st.slot, st.hasSlot = s, true
 	}
-	mode, err := k.bpf.Attach(ifindex, ep.Iface)
-	if err != nil {
-		return fmt.Errorf("attach %s: %w", ep.Iface, err)
+	if err := k.attachLocked(st, ep.Iface); err != nil {
+		return err
 	}
-	st.mode = mode
+	if k.crashAfterAttach {
+		k.log.Error("test hook: exiting after attach, before the policy install", "env", CrashAfterAttachEnv, "iface", ep.Iface)
+		os.Exit(CrashExitCode)
+	}
 	if !st.ready {
 		// Attached but not yet policed: drop until the policy is in.
-		if err := k.bpf.SetIfState(ifindex, st.slot, abi.IfWorkload); err != nil {
+		if err := k.setIfStateLocked(st, abi.IfWorkload); err != nil {
 			return fmt.Errorf("ifstate %s: %w", ep.Iface, err)
 		}
 	}
@@ -100,10 +125,9 @@ func (k *Kernel) ApplyEndpoint(ep *model.Endpoint) error {
 		}
 	}
 	if !st.ready {
-		if err := k.bpf.SetIfState(ifindex, st.slot, abi.IfWorkload|abi.IfReady); err != nil {
+		if err := k.setIfStateLocked(st, abi.IfWorkload|abi.IfReady); err != nil {
 			return fmt.Errorf("ifstate %s: %w", ep.Iface, err)
 		}
-		st.ready = true
 	}
 	if err := k.cfg.ConfigureEndpoint(ep.Iface, ifindex, ep.MAC, ep.IPv4Nets); err != nil {
 		if errors.Is(err, nl.ErrNoLink) {
@@ -115,26 +139,57 @@ func (k *Kernel) ApplyEndpoint(ep *model.Endpoint) error {
 	return nil
 }
 
+// attachLocked attaches the entry programs unless they already are, as
+// they are after a restart or a fail-closed attach.
+func (k *Kernel) attachLocked(st *endpointState, iface string) error {
+	if mode, ok := k.bpf.AttachedCurrent(st.ifindex, iface); ok {
+		st.mode = mode
+		return nil
+	}
+	mode, err := k.bpf.Attach(st.ifindex, iface)
+	if err != nil {
+		return fmt.Errorf("attach %s: %w", iface, err)
+	}
+	k.ops.Attaches++
+	st.mode = mode
+	return nil
+}
+
+// setIfStateLocked writes the interface's dpd_ifstate entry. Without
+// IfReady the entry programs drop everything.
+func (k *Kernel) setIfStateLocked(st *endpointState, flags uint32) error {
+	slot := uint32(0)
+	if st.hasSlot {
+		slot = st.slot
+	}
+	if err := k.bpf.SetIfState(st.ifindex, slot, flags); err != nil {
+		return err
+	}
+	k.ops.IfStateWrites++
+	st.ready = flags&abi.IfReady != 0
+	st.closed = !st.ready
+	return nil
+}
+
 // installLocked puts the program for dir into the endpoint's jump slot when
 // it differs from what is there, then releases the old one.
 func (k *Kernel) installLocked(st *endpointState, dir model.Direction) error {
-	key, sp, err := k.acquireLocked(st.ep.Policy(dir), dir)
+	sp, err := k.acquireLocked(st.ep.Policy(dir), dir)
 	if err != nil {
 		return fmt.Errorf("%s policy for %s: %w", dir, st.ep.Iface, err)
 	}
-	if st.installed[dir] && st.prog[dir] == key {
-		k.releaseLocked(key) // already installed: drop the extra reference
+	if st.inst[dir] == sp {
+		k.releaseLocked(sp) // already installed: drop the extra reference
 		return nil
 	}
 	if err := k.bpf.InstallPolicy(st.slot, int(dir), sp.prog.Head()); err != nil {
-		k.releaseLocked(key)
+		k.releaseLocked(sp)
 		return fmt.Errorf("install %s policy for %s: %w", dir, st.ep.Iface, err)
 	}
-	old, had := st.prog[dir], st.installed[dir]
-	st.prog[dir], st.installed[dir] = key, true
-	if had {
-		k.releaseLocked(old)
-	}
+	k.ops.JumpWrites++
+	old := st.inst[dir]
+	st.inst[dir] = sp
+	k.releaseLocked(old)
 	return nil
 }
 
@@ -144,10 +199,13 @@ func (k *Kernel) forgetIfindexLocked(st *endpointState) {
 	if st.ifindex != 0 {
 		if err := k.bpf.DeleteIfState(st.ifindex); err != nil {
 			k.log.Debug("delete stale ifstate", "ifindex", st.ifindex, "err", err)
+		} else {
+			k.ops.IfStateWrites++
 		}
 	}
 	st.ifindex = 0
 	st.ready = false
+	st.closed = false
 	st.mode = ""
 }
 
@@ -159,37 +217,61 @@ func (k *Kernel) RemoveEndpoint(ep *model.Endpoint) error {
 	if !ok {
 		return nil
 	}
+	nets := ep.IPv4Nets
+	if st.ep != nil {
+		nets = st.ep.IPv4Nets
+	}
+	if err := k.dropStateLocked(ep.Iface, st, nets); err != nil {
+		return err
+	}
+	delete(k.eps, ep.Iface)
+	return nil
+}
+
+// dropStateLocked undoes everything programmed for iface: attachments and
+// their pins, routes and neighbours, the ifstate entry, the policies in
+// its slot and the slot itself. The caller forgets st on success.
+func (k *Kernel) dropStateLocked(iface string, st *endpointState, nets []netip.Prefix) error {
 	var errs []error
-	if ifindex, ok := k.mon.Ifindex(ep.Iface); ok {
-		if err := k.bpf.Detach(ifindex, ep.Iface); err != nil {
-			errs = append(errs, fmt.Errorf("detach %s: %w", ep.Iface, err))
+	if ifindex, ok := k.mon.Ifindex(iface); ok {
+		if err := k.bpf.Detach(ifindex, iface); err != nil {
+			errs = append(errs, fmt.Errorf("detach %s: %w", iface, err))
+		} else {
+			k.ops.Detaches++
 		}
-		if err := k.cfg.UnconfigureEndpoint(ep.Iface, st.ep.IPv4Nets); err != nil {
-			errs = append(errs, fmt.Errorf("unconfigure %s: %w", ep.Iface, err))
+		if err := k.cfg.UnconfigureEndpoint(iface, nets); err != nil {
+			errs = append(errs, fmt.Errorf("unconfigure %s: %w", iface, err))
 		}
+	} else if err := k.bpf.RemoveLinkPins(iface); err != nil {
+		errs = append(errs, err)
 	}
 	if st.ifindex != 0 {
 		if err := k.bpf.DeleteIfState(st.ifindex); err != nil {
-			errs = append(errs, fmt.Errorf("ifstate %s: %w", ep.Iface, err))
+			errs = append(errs, fmt.Errorf("ifstate %s: %w", iface, err))
+		} else {
+			k.ops.IfStateWrites++
 		}
 	}
 	for _, dir := range []model.Direction{model.Ingress, model.Egress} {
-		if !st.installed[dir] {
+		if st.inst[dir] == nil && !st.hasSlot {
 			continue
 		}
-		if err := k.bpf.ClearPolicy(st.slot, int(dir)); err != nil {
-			errs = append(errs, fmt.Errorf("clear %s policy of %s: %w", dir, ep.Iface, err))
-			continue
+		if st.hasSlot {
+			if err := k.bpf.ClearPolicy(st.slot, int(dir)); err != nil {
+				errs = append(errs, fmt.Errorf("clear %s policy of %s: %w", dir, iface, err))
+				continue
+			}
+			k.ops.JumpWrites++
 		}
-		k.releaseLocked(st.prog[dir])
-		st.installed[dir] = false
+		k.releaseLocked(st.inst[dir])
+		st.inst[dir] = nil
 	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
 	if st.hasSlot {
 		k.slots.put(st.slot)
+		st.hasSlot = false
 	}
-	delete(k.eps, ep.Iface)
 	return nil
 }

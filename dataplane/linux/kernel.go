@@ -1,11 +1,15 @@
 package linux
 
 import (
-	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
+	"os"
 	"sync"
+	"time"
 
+	"github.com/dpd-dev/dpd/dataplane"
 	bpfdp "github.com/dpd-dev/dpd/dataplane/bpf"
 	"github.com/dpd-dev/dpd/dataplane/linux/nl"
 	"github.com/dpd-dev/dpd/dataplane/model"
@@ -17,7 +21,13 @@ type Options struct {
 	PinDir string
 	// ForceLegacyTC attaches with clsact + filters even where TCX works.
 	ForceLegacyTC bool
-	Log           *slog.Logger
+	// Hostname is this node's name (whose VTEP and routes are local) when
+	// the ConfigUpdate has no FelixHostname; default os.Hostname().
+	Hostname string
+	// GCInterval is the period of garbage collection after the first one,
+	// which follows the first apply after InSync (default 60 s).
+	GCInterval time.Duration
+	Log        *slog.Logger
 }
 
 // Kernel implements dataplane.Kernel on Linux. The engine calls it from one
@@ -28,14 +38,42 @@ type Kernel struct {
 	mon  *nl.Monitor
 	cfg  *nl.Configurer
 
-	mu       sync.Mutex
-	bpf      *bpfdp.Dataplane          // guarded by mu; reopened only before the first endpoint
-	sizes    bpfdp.MapSizes            // guarded by mu
-	eps      map[string]*endpointState // by interface name; guarded by mu
-	slots    slotAllocator             // guarded by mu
-	progs    map[progKey]*sharedProg   // loaded policy programs by content; guarded by mu
-	routes   map[string]*model.Route   // not yet enforced (services/routes issue); guarded by mu
-	services map[model.ServiceKey]*model.Service
+	mu    sync.Mutex
+	bpf   *bpfdp.Dataplane          // guarded by mu; reopened only before the first endpoint
+	sizes bpfdp.MapSizes            // guarded by mu
+	eps   map[string]*endpointState // by interface name; guarded by mu
+	slots slotAllocator             // guarded by mu
+	progs map[progKey]*sharedProg   // loaded policy programs by content; guarded by mu
+
+	// Restart adoption, fail-closed and garbage collection (adopt.go,
+	// failclosed.go, gc.go).
+	pinned      map[progKey]*sharedProg // pinned by an earlier dpd, not yet claimed; guarded by mu
+	stale       []*sharedProg           // pinned programs found out of date, still in some slot; guarded by mu
+	applied     bool                    // the first apply after InSync has ended; guarded by mu
+	knownSets   map[string]bool         // IP sets the engine replaced and did not remove; guarded by mu
+	retiredKept int                     // retired program arrays still in use at the last collection; guarded by mu
+	ops         Ops                     // guarded by mu
+	started     time.Time               // immutable
+	adopted     adoption                // what the start found; guarded by mu
+	gcInterval  time.Duration           // immutable
+	closed      bool                    // Close ran; guarded by mu
+	// applyStarted: the first apply configured the kernel; opsBase is ops
+	// at that moment. Guarded by mu.
+	applyStarted bool
+	opsBase      Ops
+	// crashAfterAttach is the CrashAfterAttachEnv test hook. Immutable.
+	crashAfterAttach bool
+
+	// Routes, tunnels and services (routes.go, vtep.go, services.go).
+	routes    map[netip.Prefix]*routeState // by masked destination; guarded by mu
+	tun       tunnelState                  // guarded by mu
+	nat       natTable                     // guarded by mu
+	masqDirty bool                         // pools changed since the nat_outgoing table was written; guarded by mu
+	masqDone  bool                         // the table was written at least once; guarded by mu
+	masqPools []netip.Prefix               // as last written; guarded by mu
+	allPools  []netip.Prefix               // as last written; guarded by mu
+	gcDone    bool                         // the post-restart garbage collection ran; guarded by mu
+	logged    map[string]bool              // one-time warnings given; guarded by mu
 }
 
 // New checks the host, starts nothing yet, and opens the BPF side with
@@ -61,16 +99,31 @@ func New(opts Options) (*Kernel, error) {
 		_ = cfg.Close()
 		return nil, fmt.Errorf("host config: %w", err)
 	}
+	if opts.GCInterval <= 0 {
+		opts.GCInterval = DefaultGCInterval
+	}
+	sizes, pinned := bpfdp.PinnedSizes(opts.PinDir)
+	if !pinned {
+		sizes = bpfdp.DefaultMapSizes()
+	}
 	k := &Kernel{
-		opts:     opts,
-		log:      opts.Log,
-		mon:      mon,
-		cfg:      cfg,
-		sizes:    bpfdp.DefaultMapSizes(),
-		eps:      map[string]*endpointState{},
-		progs:    map[progKey]*sharedProg{},
-		routes:   map[string]*model.Route{},
-		services: map[model.ServiceKey]*model.Service{},
+		opts:      opts,
+		log:       opts.Log,
+		mon:       mon,
+		cfg:       cfg,
+		sizes:     sizes,
+		eps:       map[string]*endpointState{},
+		progs:     map[progKey]*sharedProg{},
+		pinned:    map[progKey]*sharedProg{},
+		knownSets: map[string]bool{},
+		started:   time.Now(),
+
+		gcInterval:       opts.GCInterval,
+		crashAfterAttach: os.Getenv(CrashAfterAttachEnv) == "1",
+		routes:           map[netip.Prefix]*routeState{},
+		tun:              newTunnelState(defaultHostname(opts.Hostname)),
+		masqDirty:        true,
+		logged:           map[string]bool{},
 	}
 	if err := k.openBPFLocked(); err != nil {
 		_ = mon.Close()
@@ -91,7 +144,22 @@ func (k *Kernel) openBPFLocked() error {
 		return fmt.Errorf("open bpf dataplane: %w", err)
 	}
 	k.bpf = d
-	k.slots = newSlotAllocator(uint32(d.Sizes().Slots()))
+	k.slots = newSlotAllocator(d.Sizes().Slots())
+	if err := k.adoptNATLocked(); err != nil {
+		_ = d.Close()
+		return fmt.Errorf("adopt service maps: %w", err)
+	}
+	a, err := k.adoptLocked()
+	if err != nil {
+		k.abandonLocked()
+		_ = d.Close()
+		return fmt.Errorf("adopt programmed state: %w", err)
+	}
+	k.adopted = a
+	if a != (adoption{}) {
+		k.log.Info("adopted the dataplane an earlier dpd programmed; it stays as it is until the controller is in sync",
+			"endpoints", a.endpoints, "fail_closed", a.closed, "policy_programs", a.programs, "stale_ifstate", a.stale)
+	}
 	return nil
 }
 
@@ -100,10 +168,11 @@ func (k *Kernel) openBPFLocked() error {
 func (k *Kernel) Close() error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	for _, p := range k.progs {
-		_ = p.prog.Close()
+	if k.closed {
+		return nil
 	}
-	k.progs = map[progKey]*sharedProg{}
+	k.closed = true
+	k.abandonLocked()
 	_ = k.mon.Close()
 	_ = k.cfg.Close()
 	if k.bpf != nil {
@@ -119,25 +188,39 @@ func (k *Kernel) BPF() *bpfdp.Dataplane {
 	return k.bpf
 }
 
-// Configure applies the ConfigUpdate keys the kernel uses: InterfacePrefix
-// and the BPF map sizes. Sizes can change only before any endpoint is
-// programmed; later changes need a restart and are logged.
+// Configure applies the ConfigUpdate keys the kernel uses: InterfacePrefix,
+// the node name and VXLAN settings (vtep.go) and the BPF map sizes. Sizes
+// can change only before the engine programs any endpoint, route or
+// service (what a restart adopted does not count: the maps are migrated
+// with their contents and adopted again); later changes need a restart
+// and are logged.
 func (k *Kernel) Configure(cfg map[string]string) error {
 	k.mon.SetPrefixes(nl.ParsePrefixes(cfg["InterfacePrefix"]))
+	if err := k.configureTunnel(cfg); err != nil {
+		return err
+	}
 	sizes, err := bpfdp.MapSizesFromConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("map sizes: %w", err)
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if !k.applied && !k.applyStarted {
+		// The first apply after InSync starts here: what it costs is
+		// reported against this baseline.
+		k.applyStarted = true
+		k.opsBase = k.ops
+		k.opsBase.Netlink = k.cfg.Stats()
+	}
 	if sizes == k.sizes {
 		return nil
 	}
-	if len(k.eps) > 0 {
+	if k.claimedLocked() || len(k.routes) > 0 || len(k.nat.services) > 0 {
 		k.log.Warn("BPF map sizes changed; they take effect at the next restart", "want", sizes, "have", k.sizes)
 		return nil
 	}
 	k.sizes = sizes
+	k.abandonLocked()
 	if err := k.bpf.Close(); err != nil {
 		k.log.Warn("close bpf dataplane before resize", "err", err)
 	}
@@ -147,24 +230,85 @@ func (k *Kernel) Configure(cfg map[string]string) error {
 // Link reports an interface's state from the monitor's cache.
 func (k *Kernel) Link(name string) model.LinkState { return k.mon.LinkState(name) }
 
-// WatchLinks runs the interface monitor until ctx ends.
-func (k *Kernel) WatchLinks(ctx context.Context, report func(model.LinkUpdate)) error {
-	return k.mon.Run(ctx, report)
+// EndApply finishes an apply pass: the nat_outgoing table when pools
+// changed, the flush of connections pinned to removed service backends,
+// and, after the first pass (which covers everything the controller
+// wants), the removal of routes and services an earlier dpd left. Shared
+// policy programs need nothing here: they are released as soon as their
+// last endpoint moves off them.
+func (k *Kernel) EndApply() error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var errs []error
+	if k.masqDirty {
+		if err := k.syncMasqueradeLocked(); err != nil {
+			errs = append(errs, err)
+		} else {
+			k.masqDirty = false
+		}
+	}
+	if !k.gcDone {
+		gcErr := errors.Join(k.gcRoutesLocked(), k.gcNATLocked())
+		if gcErr != nil {
+			errs = append(errs, fmt.Errorf("garbage collection: %w", gcErr))
+		} else {
+			k.gcDone = true
+		}
+	}
+	if err := k.flushNATLocked(); err != nil {
+		errs = append(errs, err)
+	}
+	if !k.applied {
+		k.applied = true
+		if err := k.afterFirstApplyLocked(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
-// EndApply has nothing to collect: shared programs are released as soon as
-// their last endpoint moves off them.
-func (k *Kernel) EndApply() error { return nil }
+// logOnceLocked logs msg the first time key is seen.
+func (k *Kernel) logOnceLocked(key, msg string) {
+	if !k.logged[key] {
+		k.logged[key] = true
+		k.log.Warn(msg)
+	}
+}
 
 // ReplaceIPSet implements dataplane.IPSetKernel.
 func (k *Kernel) ReplaceIPSet(id string, typ model.IPSetType, members []model.IPSetMember) error {
+	k.mu.Lock()
+	k.knownSets[id] = true
+	k.mu.Unlock()
 	return k.BPF().ReplaceIPSet(id, typ, members)
 }
 
 // UpdateIPSet implements dataplane.IPSetKernel.
 func (k *Kernel) UpdateIPSet(id string, added, removed []model.IPSetMember) error {
+	k.mu.Lock()
+	k.knownSets[id] = true
+	k.mu.Unlock()
 	return k.BPF().UpdateIPSet(id, added, removed)
 }
 
 // RemoveIPSet implements dataplane.IPSetKernel.
-func (k *Kernel) RemoveIPSet(id string) error { return k.BPF().RemoveIPSet(id) }
+func (k *Kernel) RemoveIPSet(id string) error {
+	if err := k.BPF().RemoveIPSet(id); err != nil {
+		return err
+	}
+	k.mu.Lock()
+	delete(k.knownSets, id)
+	k.mu.Unlock()
+	return nil
+}
+
+// knownSetsLocked lists the IP sets the engine wants.
+func (k *Kernel) knownSetsLocked() []string {
+	out := make([]string, 0, len(k.knownSets))
+	for id := range k.knownSets {
+		out = append(out, id)
+	}
+	return out
+}
+
+var _ dataplane.Kernel = (*Kernel)(nil)

@@ -3,6 +3,7 @@ package linux
 import (
 	"encoding/hex"
 	"fmt"
+	"path/filepath"
 
 	bpfdp "github.com/dpd-dev/dpd/dataplane/bpf"
 	"github.com/dpd-dev/dpd/dataplane/bpf/polprog"
@@ -19,48 +20,111 @@ type progKey struct {
 
 func (k progKey) String() string { return k.dir.String() + ":" + hex.EncodeToString(k.hash[:8]) }
 
-// sharedProg is one loaded policy program and how many endpoint slots run it.
+// pinName is the program's directory under <pin>/progs.
+func (k progKey) pinName() string { return k.dir.String() + "-" + hex.EncodeToString(k.hash[:]) }
+
+// progsDir holds the pinned policy programs.
+func (k *Kernel) progsDirLocked() string { return filepath.Join(k.bpf.PinDir(), "progs") }
+
+// sharedProg is one policy program and how many endpoint slots run it.
+// Exactly one of prog and pinned is set: prog for a program this process
+// loaded or verified, pinned for one an earlier dpd left in a slot and that
+// no endpoint has claimed yet (it keeps running until replaced).
 type sharedProg struct {
-	prog *polprog.Program
-	refs int
+	key    progKey
+	prog   *polprog.Program
+	pinned *polprog.Pinned
+	refs   int
 }
 
-// acquireLocked returns the loaded program for pol, compiling and loading it
-// on first use, and takes a reference.
-func (k *Kernel) acquireLocked(pol *model.DirectionPolicy, dir model.Direction) (progKey, *sharedProg, error) {
+// acquireLocked returns the program for pol, taking a reference: the one
+// already loaded, else the pinned one an earlier dpd loaded if it is
+// exactly what pol compiles to now (adopted, nothing written), else a new
+// load, pinned for the next restart.
+func (k *Kernel) acquireLocked(pol *model.DirectionPolicy, dir model.Direction) (*sharedProg, error) {
 	key := progKey{hash: pol.Hash(), dir: dir}
 	if sp, ok := k.progs[key]; ok {
 		sp.refs++
-		return key, sp, nil
+		return sp, nil
 	}
 	spec, err := polprog.Compile(pol, dir, k.bpf, polprog.Options{})
 	if err != nil {
-		return key, nil, err
+		return nil, err
 	}
 	m := k.bpf.Maps()
-	prog, err := spec.Load(polprog.Maps{State: m.State, Jump: m.Jump, IPSets: m.IPSets, RuleCtrs: m.RuleCtrs, Chain: m.Chain})
-	if err != nil {
-		return key, nil, fmt.Errorf("load %s policy: %w", dir, err)
+	maps := polprog.Maps{State: m.State, Jump: m.Jump, IPSets: m.IPSets, RuleCtrs: m.RuleCtrs, Chain: m.Chain}
+	if ap, ok := k.pinned[key]; ok {
+		prog, err := spec.Adopt(maps, ap.pinned)
+		if err == nil {
+			delete(k.pinned, key)
+			ap.prog, ap.pinned = prog, nil
+			ap.refs++
+			k.progs[key] = ap
+			k.ops.ProgramAdopts++
+			return ap, nil
+		}
+		// Stale (another compiler, other maps): it keeps running where it
+		// is installed until replaced, but gives up its pin path.
+		k.log.Info("pinned policy program is out of date; loading a new one", "program", key, "reason", err)
+		delete(k.pinned, key)
+		if ap.refs == 0 {
+			if err := ap.pinned.Release(true); err != nil {
+				k.log.Warn("release stale policy program", "program", key, "err", err)
+			}
+		} else {
+			if err := ap.pinned.Unpin(); err != nil {
+				k.log.Warn("unpin stale policy program", "program", key, "err", err)
+			}
+			k.stale = append(k.stale, ap)
+		}
 	}
-	sp := &sharedProg{prog: prog, refs: 1}
+	prog, err := spec.Load(maps)
+	if err != nil {
+		return nil, fmt.Errorf("load %s policy: %w", dir, err)
+	}
+	k.ops.ProgramLoads++
+	if err := prog.Pin(filepath.Join(k.progsDirLocked(), key.pinName())); err != nil {
+		// Still enforceable; only a restart would have to reload it.
+		k.log.Warn("pin policy program", "program", key, "err", err)
+	}
+	sp := &sharedProg{key: key, prog: prog, refs: 1}
 	k.progs[key] = sp
-	return key, sp, nil
+	return sp, nil
 }
 
-// releaseLocked drops a reference; the last one closes the program. Call it
-// only after no jump slot points at the program any more.
-func (k *Kernel) releaseLocked(key progKey) {
-	sp, ok := k.progs[key]
-	if !ok {
+// releaseLocked drops a reference; the last one closes and unpins the
+// program. Call it only after no jump slot points at the program any more.
+func (k *Kernel) releaseLocked(sp *sharedProg) {
+	if sp == nil {
 		return
 	}
 	sp.refs--
 	if sp.refs > 0 {
 		return
 	}
-	delete(k.progs, key)
+	if k.progs[sp.key] == sp {
+		delete(k.progs, sp.key)
+	}
+	if k.pinned[sp.key] == sp {
+		delete(k.pinned, sp.key)
+	}
+	for i, s := range k.stale {
+		if s == sp {
+			k.stale = append(k.stale[:i], k.stale[i+1:]...)
+			break
+		}
+	}
+	if sp.pinned != nil {
+		if err := sp.pinned.Release(true); err != nil {
+			k.log.Warn("release pinned policy program", "program", sp.key, "err", err)
+		}
+		return
+	}
 	if err := sp.prog.Close(); err != nil {
-		k.log.Warn("close policy program", "program", key, "err", err)
+		k.log.Warn("close policy program", "program", sp.key, "err", err)
+	}
+	if err := sp.prog.Unpin(); err != nil {
+		k.log.Warn("unpin policy program", "program", sp.key, "err", err)
 	}
 }
 
@@ -70,14 +134,10 @@ func (k *Kernel) Rules(iface string, dir model.Direction) ([]polprog.RuleInfo, b
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	st, ok := k.eps[iface]
-	if !ok || !st.installed[dir] {
+	if !ok || st.inst[dir] == nil || st.inst[dir].prog == nil {
 		return nil, false
 	}
-	sp, ok := k.progs[st.prog[dir]]
-	if !ok {
-		return nil, false
-	}
-	return sp.prog.Rules(), true
+	return st.inst[dir].prog.Rules(), true
 }
 
 // ProgramCount is how many distinct policy programs are loaded.

@@ -3,35 +3,46 @@ package linux
 import "errors"
 
 // slotAllocator hands out endpoint slots: each endpoint's policy programs
-// live at dpd_jump[JumpPolBase + 2*slot + dir]. Freed slots are reused
-// lowest first so the jump map stays dense.
+// live at dpd_jump[JumpPolBase + 2*slot + dir]. The lowest free slot is
+// taken first so the jump map stays dense. After a restart the slots in
+// dpd_ifstate are reserved again, so an adopted endpoint keeps its slot
+// (and its installed programs) without a write.
 type slotAllocator struct {
-	max  uint32
-	next uint32
-	free []uint32
+	used []bool
+	n    int // slots in use
 }
 
-func newSlotAllocator(max uint32) slotAllocator { return slotAllocator{max: max} }
+func newSlotAllocator(max uint32) slotAllocator { return slotAllocator{used: make([]bool, max)} }
 
 var errNoSlots = errors.New("no free endpoint slot: raise BPFMapSizeIfState")
 
 func (a *slotAllocator) get() (uint32, error) {
-	if n := len(a.free); n > 0 {
-		best := 0
-		for i, s := range a.free {
-			if s < a.free[best] {
-				best = i
-			}
+	for s, u := range a.used {
+		if !u {
+			a.used[s] = true
+			a.n++
+			return uint32(s), nil
 		}
-		s := a.free[best]
-		a.free = append(a.free[:best], a.free[best+1:]...)
-		return s, nil
 	}
-	if a.next >= a.max {
-		return 0, errNoSlots
-	}
-	a.next++
-	return a.next - 1, nil
+	return 0, errNoSlots
 }
 
-func (a *slotAllocator) put(s uint32) { a.free = append(a.free, s) }
+// reserve marks s as taken; false when it is out of range or taken already.
+func (a *slotAllocator) reserve(s uint32) bool {
+	if int(s) >= len(a.used) || a.used[s] {
+		return false
+	}
+	a.used[s] = true
+	a.n++
+	return true
+}
+
+func (a *slotAllocator) put(s uint32) {
+	if int(s) < len(a.used) && a.used[s] {
+		a.used[s] = false
+		a.n--
+	}
+}
+
+// inUse reports whether s is allocated.
+func (a *slotAllocator) inUse(s uint32) bool { return int(s) < len(a.used) && a.used[s] }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dpd-dev/dpd/dataplane"
 	"github.com/dpd-dev/dpd/dataplane/memkernel"
 	"github.com/dpd-dev/dpd/internal/testutil"
 	"github.com/dpd-dev/dpd/server"
@@ -37,17 +38,27 @@ func Start(t testing.TB, socket string) *Daemon {
 // picks a fresh one, and the dataplane is always memory.
 func StartConfig(t testing.TB, cfg server.Config) *Daemon {
 	t.Helper()
+	k := memkernel.New()
+	cfg.Dataplane = "memory"
+	d := StartKernel(t, cfg, k)
+	d.Kernel = k
+	return d
+}
+
+// StartKernel is StartConfig over any kernel (the linux one in privileged
+// tests); cfg.Dataplane names it. Kernel stays nil in the result.
+func StartKernel(t testing.TB, cfg server.Config, k dataplane.Kernel) *Daemon {
+	t.Helper()
 	if cfg.Socket == "" {
 		cfg.Socket = SocketPath(t)
 	}
-	cfg.Dataplane, cfg.Version, cfg.Log = "memory", "test", Logger()
-	k := memkernel.New()
+	cfg.Version, cfg.Log = "test", Logger()
 	sd, err := server.NewDaemon(cfg, k)
 	if err != nil {
 		t.Fatalf("new daemon: %v", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	d := &Daemon{Daemon: sd, Socket: cfg.Socket, Kernel: k, cancel: cancel, done: make(chan error, 1)}
+	d := &Daemon{Daemon: sd, Socket: cfg.Socket, cancel: cancel, done: make(chan error, 1)}
 	go func() { d.done <- sd.Run(ctx) }()
 	t.Cleanup(func() { d.Stop(t) })
 	testutil.WaitFor(t, 10*time.Second, "daemon ready", func() bool {
@@ -93,6 +104,36 @@ func (d *Daemon) Metric(t testing.TB, name string) float64 {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
+			v += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	return v
+}
+
+// MetricWhere is Metric summed over only the label sets that include
+// every label in match.
+func (d *Daemon) MetricWhere(t testing.TB, name string, match map[string]string) float64 {
+	t.Helper()
+	mfs, err := d.Registry().Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	var v float64
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	metrics:
+		for _, m := range mf.GetMetric() {
+			have := map[string]string{}
+			for _, l := range m.GetLabel() {
+				have[l.GetName()] = l.GetValue()
+			}
+			for k, want := range match {
+				if have[k] != want {
+					continue metrics
+				}
+			}
 			v += m.GetCounter().GetValue() + m.GetGauge().GetValue()
 		}
 	}

@@ -54,7 +54,7 @@ const (
 	StatePktLen     = 96
 	StateFlags      = 100
 	StateTrace      = 104
-	StateSize       = 112
+	StateSize       = 144
 )
 
 // struct dpd_ipset_key layout: prefixlen counts bits after the prefixlen
@@ -127,7 +127,7 @@ const (
 	CTValCreated  = 0
 	CTValLastSeen = 8
 	CTValFlags    = 16
-	CTValSize     = 24
+	CTValSize     = 48
 )
 
 // dpd_ct_val.flags.
@@ -150,3 +150,112 @@ const (
 
 // IPSetNameLen is the key size of dpd_ipset_ids.
 const IPSetNameLen = 64
+
+// ---- Added by the services-and-routes work; mirrors the last section of
+// dpd_abi.h. ----
+
+// DirNAT is the dpd_ct_key.dir of a NAT flow entry: the key is a
+// workload's original tuple (destination = a frontend) at its interface,
+// the value's NAT fields hold the chosen backend.
+const DirNAT = 2
+
+// dpd_ct_val.flags additions.
+const (
+	CTFNATFwd  = 1 << 2 // client hook entry of a DNAT'd flow: replies get the frontend as source
+	CTFHairpin = 1 << 3 // the backend is the client itself
+)
+
+// Offsets of the dpd_ct_val NAT fields.
+const (
+	CTValNATAddr = 24
+	CTValNATPort = 40
+	CTValNATSvc  = 44
+)
+
+// HairpinAddr is the source a hairpinned request (a workload reaching
+// itself through a service) gets: 169.254.0.253, as a host-order uint32.
+const HairpinAddr = 0xa9fe00fd
+
+// dpd_state additions.
+const (
+	StateNATAddr  = 112
+	StateNATPort  = 128
+	StateNATSvc   = 132
+	StateDstRoute = 136
+)
+
+// dpd_state.flags additions.
+const (
+	StNAT       = 1 << 13 // destination DNAT'd; StateNATAddr/Port/Svc hold the frontend
+	StHairpin   = 1 << 14 // the backend is the client: source rewritten to HairpinAddr
+	StNoBackend = 1 << 15 // trace only: frontend without a ready backend, dropped
+)
+
+// The frontend address filter (dpd_nat_fe_bits): bit
+// (addr * NATFEHashMul) >> NATFEHashShift of a 4096-bit array, where addr
+// is the address's 4 bytes read as a little-endian uint32.
+const (
+	NATFEBits      = 4096
+	NATFEHashMul   = 2654435761
+	NATFEHashShift = 20
+)
+
+// NATFEBit is the filter bit of an IPv4 address.
+func NATFEBit(addr [4]byte) uint32 {
+	v := uint32(addr[0]) | uint32(addr[1])<<8 | uint32(addr[2])<<16 | uint32(addr[3])<<24
+	return (v * NATFEHashMul) >> NATFEHashShift
+}
+
+// Map names of the NAT and route maps.
+const (
+	MapNATFEBits    = "dpd_nat_fe_bits" // ARRAY[1] struct dpd_nat_fe_bits
+	MapNATFrontends = "dpd_nat_fe"      // HASH struct dpd_nat_fe_key -> struct dpd_nat_fe_val
+	MapNATBackends  = "dpd_nat_be"      // HASH struct dpd_nat_be_key -> struct dpd_nat_be_val
+	MapRoutes       = "dpd_routes"      // LPM_TRIE struct dpd_route_key -> struct dpd_route_val
+)
+
+// Sizes of the NAT and route structs.
+const (
+	NATFrontendKeySize = 20
+	NATFrontendValSize = 16
+	NATBackendKeySize  = 8
+	NATBackendValSize  = 24
+	RouteKeySize       = 24
+	RouteValSize       = 24
+	// RouteKeyFixedBits is what dpd_route_key.prefixlen counts before the
+	// address: family and padding.
+	RouteKeyFixedBits = 32
+)
+
+// dpd_route_val.flags: the low bits are felix's RouteType bitmap.
+const (
+	RTRemoteWorkload = 1 << 0
+	RTRemoteHost     = 1 << 1
+	RTLocalWorkload  = 1 << 2
+	RTLocalHost      = 1 << 3
+	RTRemoteTunnel   = 1 << 4
+	RTLocalTunnel    = 1 << 5
+	RTInPool         = 1 << 8  // inside an IP pool
+	RTNATOutgoing    = 1 << 9  // the pool masquerades traffic leaving all pools
+	RTSameSubnet     = 1 << 10 // the destination node shares our subnet
+	RTTunnelVXLAN    = 1 << 11 // reached through the VXLAN device
+)
+
+// ---- Added by the policy-index work; mirrors the additions at the end of
+// dpd_abi.h. ----
+
+// dpd_ipset_idx: LPM_TRIE address -> the IP sets it is in, as a bitmap over
+// set slots (set id n has slot n-1; sets with larger ids are only in
+// dpd_ipsets). Only members without protocol and port are indexed. Covering
+// prefixes are folded into more specific entries, so the longest match
+// alone is the answer: one lookup per address instead of one per set.
+const (
+	MapIPSetIdx          = "dpd_ipset_idx"
+	IPSetIdxKeyPrefixLen = 0
+	IPSetIdxKeyFamily    = 4
+	IPSetIdxKeyAddr      = 8
+	IPSetIdxKeySize      = 24
+	IPSetIdxKeyFixedBits = 32 // family + pad
+	IPSetIdxWords        = 8  // u64 words of the value
+	IPSetIdxSlots        = 64 * IPSetIdxWords
+)

@@ -33,9 +33,13 @@ type blockCode struct {
 // at b<i+1> when the block does not decide.
 func (p *plan) genBlock(i int) blockCode {
 	b := &p.blocks[i]
-	g := &gen{p: p, pfx: blockLabel(i)}
+	g := &gen{p: p, pfx: blockLabel(i), blk: -1}
 	g.s.label(blockLabel(i))
 	next := blockLabel(i + 1)
+	if p.idx != nil {
+		next = g.walkEntry(i)
+		g.blk = i
+	}
 	id := p.rules[b.info].CounterID
 	switch b.kind {
 	case blockNoMatch:

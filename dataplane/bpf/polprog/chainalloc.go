@@ -66,6 +66,34 @@ func takeChain(m *ebpf.Map, n int) (*chainAlloc, []uint32, error) {
 	return a, out, nil
 }
 
+// reserveChain marks idx of m as taken: the indices of a pinned program
+// an earlier process loaded. An index already taken is an error.
+func reserveChain(m *ebpf.Map, idx []uint32) (*chainAlloc, error) {
+	key := chainKey(m)
+	chainAllocs.mu.Lock()
+	defer chainAllocs.mu.Unlock()
+	a := chainAllocs.byKey[key]
+	if a == nil || (a.size != m.MaxEntries() && a.n == 0) {
+		a = &chainAlloc{size: m.MaxEntries(), used: make([]bool, m.MaxEntries())}
+		chainAllocs.byKey[key] = a
+	}
+	seen := make(map[uint32]bool, len(idx))
+	for _, i := range idx {
+		if i >= a.size {
+			return nil, fmt.Errorf("%s index %d beyond its %d entries", mapChain, i, a.size)
+		}
+		if a.used[i] || seen[i] {
+			return nil, fmt.Errorf("%s index %d is taken", mapChain, i)
+		}
+		seen[i] = true
+	}
+	for _, i := range idx {
+		a.used[i] = true
+	}
+	a.n += len(idx)
+	return a, nil
+}
+
 // release returns indices to the allocator.
 func (a *chainAlloc) release(idx []uint32) {
 	chainAllocs.mu.Lock()

@@ -145,7 +145,7 @@ func (p *plan) prologue(s *stream, head bool, n needs) {
 	)
 	s.label("have_state")
 	s.emit(asm.Mov.Reg(rState, asm.R0))
-	if head && len(p.memo) > 0 {
+	if head && (len(p.memo) > 0 || p.idx != nil) {
 		// Facts are per packet; the entry zeroes pol_scratch too, but the
 		// head must not trust a stale value.
 		s.emit(asm.Mov.Imm(asm.R1, 0))
@@ -153,6 +153,13 @@ func (p *plan) prologue(s *stream, head bool, n needs) {
 			s.emit(asm.StoreMem(rState, int16(abi.StatePolScratch+8*w), asm.R1, asm.DWord))
 		}
 	}
+	if head && p.idx != nil {
+		p.classify(s)
+	}
+	if n.walk {
+		p.bitmapPtrs(s)
+	}
+	slotBitmaps(s, n)
 	if !n.srcKey && !n.dstKey {
 		return
 	}

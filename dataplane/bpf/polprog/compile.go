@@ -21,6 +21,8 @@ func Compile(pol *model.DirectionPolicy, dir model.Direction, r Resolver, opts O
 	if err != nil {
 		return nil, fmt.Errorf("compile %s policy: %w", dir, err)
 	}
+	p.chooseSetIndex(opts)
+	p.useIndex(opts.Strategy)
 	codes := make([]blockCode, len(p.blocks))
 	total := 0
 	for i := range p.blocks {
@@ -29,14 +31,20 @@ func Compile(pol *model.DirectionPolicy, dir model.Direction, r Resolver, opts O
 	}
 	reserve := 64 + 12*(len(pol.Tiers)+2)
 	budget := opts.MaxChunkInsns
-	spans := split(codes, budget, reserve)
+	splitAt := func(budget int) []span {
+		if p.idx != nil {
+			return p.groupSpans(codes, budget, reserve)
+		}
+		return split(codes, budget, reserve)
+	}
+	spans := splitAt(budget)
 	// Too many chunks for the tail-call limit: grow them instead.
 	for len(spans) > opts.MaxChunks {
 		if budget >= maxChunkInsnsHard {
 			return nil, fmt.Errorf("compile %s policy: %d instructions need more than %d chunks", dir, total, opts.MaxChunks)
 		}
 		budget = min(budget+budget/4, maxChunkInsnsHard)
-		spans = split(codes, budget, reserve)
+		spans = splitAt(budget)
 	}
 	chunkOf := make([]int, len(p.blocks))
 	for c, sp := range spans {
@@ -55,6 +63,9 @@ func Compile(pol *model.DirectionPolicy, dir model.Direction, r Resolver, opts O
 		}
 	}
 	spec := &Spec{dir: dir, name: opts.Name, rules: p.rules}
+	if p.idx != nil {
+		spec.index = &specIndex{words: p.idx.words, classes: p.idx.classes, entries: p.idx.entries}
+	}
 	for c := range spans {
 		slices.Sort(entries[c])
 		insns, err := p.assembleChunk(c, bodies[c], entries[c], chunkOf)
@@ -64,6 +75,7 @@ func Compile(pol *model.DirectionPolicy, dir model.Direction, r Resolver, opts O
 		spec.chunks = append(spec.chunks, insns)
 		spec.usesIPSets = spec.usesIPSets || references(insns, mapIPSets)
 		spec.usesCtrs = spec.usesCtrs || references(insns, mapRuleCtrs)
+		spec.usesIPSetIdx = spec.usesIPSetIdx || references(insns, mapIPSetIdx)
 	}
 	return spec, nil
 }

@@ -28,6 +28,9 @@ type stateValue struct {
 	PolScratch         [4]uint64
 	PktLen, Flags      uint32
 	Trace              uint64
+	// Fields appended to dpd_state after trace (NAT facts, route class);
+	// the policy programs do not read them.
+	Tail [abi.StateSize - abi.StateTrace - 8]byte
 }
 
 // resultValue is what the test epilogue copies out of dpd_state.
@@ -76,6 +79,9 @@ type harness struct {
 	maps   Maps
 	result *ebpf.Map
 	ncpu   int
+	// members of every set, to rebuild dpd_ipset_idx from scratch (a
+	// reference independent of dataplane/bpf's incremental index).
+	members map[uint32][]netip.Prefix
 }
 
 // Returns of the test epilogue; anything else (TC_ACT_SHOT) means a tail
@@ -107,7 +113,10 @@ func newHarness(t testing.TB) *harness {
 			MaxEntries: 4096, Flags: unix.BPF_F_NO_PREALLOC}),
 		RuleCtrs: mk(&ebpf.MapSpec{Name: abi.MapRuleCtrs, Type: ebpf.PerCPUHash, KeySize: 8, ValueSize: abi.CounterSize, MaxEntries: 65536}),
 		Chain:    mk(&ebpf.MapSpec{Name: abi.MapChain, Type: ebpf.ProgramArray, KeySize: 4, ValueSize: 4, MaxEntries: 256}),
+		IPSetIdx: mk(&ebpf.MapSpec{Name: abi.MapIPSetIdx, Type: ebpf.LPMTrie, KeySize: abi.IPSetIdxKeySize,
+			ValueSize: 8 * abi.IPSetIdxWords, MaxEntries: 4096, Flags: unix.BPF_F_NO_PREALLOC}),
 	}
+	h.members = map[uint32][]netip.Prefix{}
 	h.result = mk(&ebpf.MapSpec{Name: "pol_test_res", Type: ebpf.Array, KeySize: 4, ValueSize: uint32(unsafe.Sizeof(resultValue{})), MaxEntries: 1})
 	epi, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "pol_test_epi", Type: ebpf.SchedCLS, License: "Dual BSD/GPL",
 		Instructions: h.epilogueInsns()})
@@ -171,6 +180,38 @@ func (h *harness) addMember(id uint32, pfx netip.Prefix, proto uint8, port uint1
 	copy(key[abi.IPSetKeyAddr:], pfx.Masked().Addr().AsSlice())
 	if err := h.maps.IPSets.Update(key, uint32(1), ebpf.UpdateAny); err != nil {
 		h.t.Fatalf("add member %v to set %d: %v", pfx, id, err)
+	}
+	if proto == 0 && port == 0 && id >= 1 && id <= abi.IPSetIdxSlots {
+		h.members[id] = append(h.members[id], pfx.Masked())
+		h.rebuildIndex()
+	}
+}
+
+// rebuildIndex writes every dpd_ipset_idx entry: for each member prefix,
+// the slots of the sets with a member containing it.
+func (h *harness) rebuildIndex() {
+	h.t.Helper()
+	for _, ps := range h.members {
+		for _, e := range ps {
+			var val [abi.IPSetIdxWords]uint64
+			for id, qs := range h.members {
+				for _, q := range qs {
+					if q.Bits() <= e.Bits() && q.Contains(e.Addr()) {
+						val[(id-1)/64] |= 1 << ((id - 1) % 64)
+					}
+				}
+			}
+			key := make([]byte, abi.IPSetIdxKeySize)
+			binary.NativeEndian.PutUint32(key[abi.IPSetIdxKeyPrefixLen:], uint32(abi.IPSetIdxKeyFixedBits+e.Bits()))
+			key[abi.IPSetIdxKeyFamily] = 6
+			if e.Addr().Is4() {
+				key[abi.IPSetIdxKeyFamily] = 4
+			}
+			copy(key[abi.IPSetIdxKeyAddr:], e.Addr().AsSlice())
+			if err := h.maps.IPSetIdx.Update(key, val, ebpf.UpdateAny); err != nil {
+				h.t.Fatalf("index %v: %v", e, err)
+			}
+		}
 	}
 }
 

@@ -16,10 +16,13 @@ type Program struct {
 	rules []RuleInfo
 	chain *ebpf.Map
 	alloc *chainAlloc
+	own   *progMaps // the indexed strategy's maps; nil for a linear program
 
 	mu     sync.Mutex
 	progs  []*ebpf.Program // chunk i; [0] is the head; guarded by mu
 	idx    []uint32        // dpd_chain index of chunk i+1; guarded by mu
+	headID ebpf.ProgramID  // kernel id of progs[0]; guarded by mu
+	pinDir string          // where Pin put it, "" when unpinned; guarded by mu
 	closed bool            // guarded by mu
 }
 
@@ -46,6 +49,9 @@ func (s *Spec) Load(m Maps) (_ *Program, err error) {
 	if s.usesIPSets && m.IPSets == nil {
 		return nil, errors.New("load policy: ipsets map required")
 	}
+	if s.usesIPSetIdx && m.IPSetIdx == nil {
+		return nil, errors.New("load policy: ip set index map required")
+	}
 	if s.usesCtrs && m.RuleCtrs == nil {
 		return nil, errors.New("load policy: rule counter map required")
 	}
@@ -62,7 +68,12 @@ func (s *Spec) Load(m Maps) (_ *Program, err error) {
 	}
 	byName := map[string]*ebpf.Map{
 		mapState: m.State, mapJump: m.Jump, mapIPSets: m.IPSets, mapRuleCtrs: m.RuleCtrs, mapChain: m.Chain,
+		mapIPSetIdx: m.IPSetIdx,
 	}
+	if p.own, err = s.newProgMaps(); err != nil {
+		return nil, fmt.Errorf("load policy: %w", err)
+	}
+	p.own.byName(byName)
 	for c := len(s.chunks) - 1; c >= 0; c-- {
 		insns := s.Chunk(c)
 		for i := range insns {
@@ -90,6 +101,11 @@ func (s *Spec) Load(m Maps) (_ *Program, err error) {
 			return nil, fmt.Errorf("load policy chunk %d of %d: %w", c, len(s.chunks), err)
 		}
 		p.progs[c] = prog
+		if c == 0 {
+			if info, err := prog.Info(); err == nil {
+				p.headID, _ = info.ID()
+			}
+		}
 		if c > 0 {
 			if err := m.Chain.Update(p.idx[c-1], prog, ebpf.UpdateAny); err != nil {
 				return nil, fmt.Errorf("install policy chunk %d at %s[%d]: %w", c, mapChain, p.idx[c-1], err)
@@ -173,5 +189,6 @@ func (p *Program) Close() error {
 			}
 		}
 	}
+	p.own.close() // the kernel keeps them while a program still runs
 	return errors.Join(errs...)
 }

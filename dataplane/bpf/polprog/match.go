@@ -16,6 +16,9 @@ import (
 type needs struct {
 	srcKey, dstKey bool // lookup key templates on the stack
 	ipsets, ctrs   bool // map references
+	walk           bool // indexed strategy: bitmap pointers on the stack
+	srcSlots       bool // dpd_ipset_idx bitmap of the source on the stack
+	dstSlots       bool // of the destination
 }
 
 func (n *needs) merge(o needs) {
@@ -23,6 +26,9 @@ func (n *needs) merge(o needs) {
 	n.dstKey = n.dstKey || o.dstKey
 	n.ipsets = n.ipsets || o.ipsets
 	n.ctrs = n.ctrs || o.ctrs
+	n.walk = n.walk || o.walk
+	n.srcSlots = n.srcSlots || o.srcSlots
+	n.dstSlots = n.dstSlots || o.dstSlots
 }
 
 // gen emits the code of one block. Every jump that leaves the block goes to
@@ -33,6 +39,13 @@ type gen struct {
 	pfx   string
 	n     int
 	needs needs
+	blk   int // the block being compiled, under the indexed strategy; else -1
+}
+
+// encoded reports whether the current block's constraint in dimension d is
+// decided by the candidate bitmaps (the block only runs when it holds).
+func (g *gen) encoded(d dimKind) bool {
+	return g.blk >= 0 && g.p.idx.encoded(g.blk, d)
 }
 
 func (g *gen) local() string {
@@ -77,19 +90,27 @@ func (g *gen) matches(ru *model.Rule, fail string) {
 		}
 		g.negatable(negate, fail, func(yes, no string) { g.ports(off, kind, ranges, sets, yes, no) })
 	}
-	ports(abi.StateSport, keySrcPort, ru.SrcPorts, ru.SrcNamedPortSets, false)
-	ports(abi.StateDport, keyDstPort, ru.DstPorts, ru.DstNamedPortSets, false)
-	ports(abi.StateSport, keySrcPort, ru.NotSrcPorts, ru.NotSrcNamedPortSets, true)
-	ports(abi.StateDport, keyDstPort, ru.NotDstPorts, ru.NotDstNamedPortSets, true)
+	if !g.encoded(dimSport) {
+		ports(abi.StateSport, keySrcPort, ru.SrcPorts, ru.SrcNamedPortSets, false)
+		ports(abi.StateSport, keySrcPort, ru.NotSrcPorts, ru.NotSrcNamedPortSets, true)
+	}
+	if !g.encoded(dimDport) {
+		ports(abi.StateDport, keyDstPort, ru.DstPorts, ru.DstNamedPortSets, false)
+		ports(abi.StateDport, keyDstPort, ru.NotDstPorts, ru.NotDstNamedPortSets, true)
+	}
 	nets := func(off int, list []netip.Prefix, negate bool) {
 		if len(list) > 0 {
 			g.negatable(negate, fail, func(yes, no string) { g.nets(off, list, yes, no) })
 		}
 	}
-	nets(abi.StateSaddr, ru.SrcNets, false)
-	nets(abi.StateDaddr, ru.DstNets, false)
-	nets(abi.StateSaddr, ru.NotSrcNets, true)
-	nets(abi.StateDaddr, ru.NotDstNets, true)
+	if !g.encoded(dimSaddr) {
+		nets(abi.StateSaddr, ru.SrcNets, false)
+		nets(abi.StateSaddr, ru.NotSrcNets, true)
+	}
+	if !g.encoded(dimDaddr) {
+		nets(abi.StateDaddr, ru.DstNets, false)
+		nets(abi.StateDaddr, ru.NotDstNets, true)
+	}
 	g.allSets(ru.SrcIPSets, keySrcAddr, fail)
 	g.allSets(ru.DstIPSets, keyDstAddr, fail)
 	g.noSets(ru.NotSrcIPSets, keySrcAddr, fail)

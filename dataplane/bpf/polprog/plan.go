@@ -59,6 +59,12 @@ type plan struct {
 	rules  []RuleInfo
 	sets   map[string]uint32
 	memo   map[fact]int
+	// idx is the indexed strategy's data; nil for a linear scan.
+	idx *index
+	// setIdx: address set tests use dpd_ipset_idx.
+	setIdx bool
+	// passTarget marks the blocks a Pass rule continues at.
+	passTarget []bool
 }
 
 func newPlan(pol *model.DirectionPolicy, dir model.Direction, r Resolver) (*plan, error) {
@@ -114,8 +120,35 @@ func newPlan(pol *model.DirectionPolicy, dir model.Direction, r Resolver) (*plan
 	if err := p.assignMemo(r); err != nil {
 		return nil, err
 	}
+	p.passTarget = make([]bool, len(p.blocks)+1)
+	for i := range p.blocks {
+		if b := &p.blocks[i]; b.kind == blockRule && b.action == model.ActionPass && b.emitsCode() {
+			p.passTarget[b.pass] = true
+		}
+	}
 	return p, nil
 }
+
+// useIndex switches p to the indexed strategy when it applies. The class
+// ids take pol_scratch words 0 and 1, so the memo keeps its 64 most
+// referenced facts, moved to words 2 and 3.
+func (p *plan) useIndex(s Strategy) {
+	p.idx = newIndex(p, s)
+	if p.idx == nil {
+		return
+	}
+	p.markReloads()
+	for f, slot := range p.memo {
+		if slot >= maxMemoFacts-memoIndexed {
+			delete(p.memo, f)
+		} else {
+			p.memo[f] = slot + memoIndexed
+		}
+	}
+}
+
+// memoIndexed is the first memo slot under the indexed strategy.
+const memoIndexed = 64
 
 func (p *plan) addRule(b block, ri RuleInfo) {
 	b.info = len(p.rules)

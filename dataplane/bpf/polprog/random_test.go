@@ -259,33 +259,66 @@ func randPkt(rng *rand.Rand) pkt {
 	return icmp(src, dst, uint8(rng.IntN(2)*8), uint8(rng.IntN(2)))
 }
 
+// diffConfigs are the strategies and chunk budgets every random policy is
+// compiled with.
+var diffConfigs = []Options{
+	{}, {MaxChunkInsns: 150}, {MaxChunkInsns: 400},
+	{Strategy: StrategyLinear, MaxChunkInsns: 400},
+	{Strategy: StrategyIndexed}, {Strategy: StrategyIndexed, MaxChunkInsns: 150},
+	{Strategy: StrategyIndexed, MaxChunkInsns: 400},
+	{NoIPSetIndex: true}, {NoIPSetIndex: true, Strategy: StrategyIndexed, MaxChunkInsns: 150},
+}
+
 // TestDifferential compares the compiled program with refEval on random
-// policies and packets, with and without chunking.
+// policies and packets, with every strategy and with and without chunking.
 func TestDifferential(t *testing.T) {
+	policies := 300
+	if testing.Short() {
+		policies = 60
+	}
+	rng := rand.New(rand.NewPCG(7, 11))
+	differential(t, false, policies, 40, func() model.DirectionPolicy { return randPolicy(rng) }, func() pkt { return randPkt(rng) })
+}
+
+// TestDifferentialLarge does the same with policies of hundreds of rules
+// over wider pools of ports, ranges and prefixes, so that the automatic
+// strategy indexes them and matches happen deep in the rule list.
+func TestDifferentialLarge(t *testing.T) {
+	policies := 40
+	if testing.Short() {
+		policies = 10
+	}
+	rng := rand.New(rand.NewPCG(3, 5))
+	differential(t, true, policies, 150, func() model.DirectionPolicy { return randLargePolicy(rng) }, func() pkt { return randLargePkt(rng) })
+}
+
+func differential(t *testing.T, wantChained bool, policies, packets int, newPol func() model.DirectionPolicy, newPkt func() pkt) {
 	h := newHarness(t)
 	for name, members := range refSets {
 		for _, m := range members {
 			h.addMember(randSetIDs[name], m.pfx, m.proto, m.port)
 		}
 	}
-	rng := rand.New(rand.NewPCG(7, 11))
-	policies, mismatches := 300, 0
-	if testing.Short() {
-		policies = 60
-	}
+	mismatches, indexed, chained := 0, 0, 0
 	for i := range policies {
-		pol := randPolicy(rng)
-		opts := Options{MaxChunkInsns: []int{0, 150, 400}[i%3]}
+		pol := newPol()
+		opts := diffConfigs[i%len(diffConfigs)]
 		spec, err := Compile(&pol, model.Egress, randSetIDs, opts)
 		if err != nil {
 			t.Fatalf("policy %d: compile: %v", i, err)
 		}
 		prog, err := spec.Load(h.maps)
 		if err != nil {
-			t.Fatalf("policy %d (%d chunks): load: %v", i, spec.NumChunks(), err)
+			t.Fatalf("policy %d (%+v, %d chunks): load: %v", i, opts, spec.NumChunks(), err)
 		}
-		for range 40 {
-			p := randPkt(rng)
+		if spec.index != nil {
+			indexed++
+			if spec.NumChunks() > 1 {
+				chained++
+			}
+		}
+		for range packets {
+			p := newPkt()
 			ret, res := h.run(prog, p)
 			got := ruleName(prog.Rules(), res.RuleID)
 			switch ret {
@@ -298,7 +331,8 @@ func TestDifferential(t *testing.T) {
 			if want := refEval(&pol, p); got != want {
 				mismatches++
 				if mismatches <= 5 {
-					t.Errorf("policy %d (%d chunks) %+v\npacket %+v: got %s, want %s", i, spec.NumChunks(), pol, p, got, want)
+					t.Errorf("policy %d (%+v, %d chunks, indexed %v) %+v\npacket %+v: got %s, want %s",
+						i, opts, spec.NumChunks(), spec.index != nil, pol, p, got, want)
 				}
 			}
 		}
@@ -308,6 +342,10 @@ func TestDifferential(t *testing.T) {
 	}
 	if mismatches > 0 {
 		t.Errorf("%d mismatches", mismatches)
+	}
+	t.Logf("%d policies: %d indexed, %d of them chained", policies, indexed, chained)
+	if indexed == 0 || (chained == 0 && wantChained) {
+		t.Errorf("the indexed strategy was not exercised (with chunks)")
 	}
 	if n := chainInUse(h.maps.Chain); n != 0 {
 		t.Errorf("%d chain indices still allocated after closing every program", n)

@@ -12,6 +12,9 @@ import (
 // RuleCtrs only when a rule logs (and to pre-create counter entries).
 type Maps struct {
 	State, Jump, IPSets, RuleCtrs, Chain *ebpf.Map
+	// IPSetIdx is dpd_ipset_idx, needed when set tests use the index (see
+	// Options.NoIPSetIndex).
+	IPSetIdx *ebpf.Map
 }
 
 // Resolver maps an IP set name to the set_id used in dpd_ipsets keys.
@@ -51,7 +54,29 @@ type Options struct {
 	MaxChunks int
 	// Name prefixes the kernel program names (debug aid, default "dpd_pol").
 	Name string
+	// Strategy picks how rules are found (default StrategyAuto).
+	Strategy Strategy
+	// NoIPSetIndex keeps one dpd_ipsets lookup per set test. By default a
+	// policy testing two or more address sets with ids up to
+	// abi.IPSetIdxSlots looks each address up once in dpd_ipset_idx
+	// (Maps.IPSetIdx) instead.
+	NoIPSetIndex bool
 }
+
+// Strategy is how a compiled program finds the rule that decides.
+type Strategy uint8
+
+const (
+	// StrategyAuto indexes policies with many rules and scans small ones.
+	StrategyAuto Strategy = iota
+	// StrategyLinear evaluates every rule in order.
+	StrategyLinear
+	// StrategyIndexed classifies the packet into bitmaps of candidate
+	// rules for every dimension at least one rule constrains (ports,
+	// addresses), whatever the policy's size. Tests use it to cover the
+	// indexed code on small policies.
+	StrategyIndexed
+)
 
 const (
 	// DefaultMaxChunkInsns keeps one chunk well inside the verifier's
@@ -89,6 +114,11 @@ type Spec struct {
 	rules  []RuleInfo
 	// usesIPSets / usesCtrs say whether any chunk references those maps.
 	usesIPSets, usesCtrs bool
+	// index is the per-program data of the indexed strategy; nil when the
+	// program scans.
+	index *specIndex
+	// usesIPSetIdx: some chunk looks addresses up in dpd_ipset_idx.
+	usesIPSetIdx bool
 }
 
 // NumChunks is the number of programs Load creates (1 = no chaining).

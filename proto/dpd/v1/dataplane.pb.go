@@ -529,8 +529,16 @@ type Endpoint struct {
 	// Content hashes of the installed policy programs.
 	IngressProgram string `protobuf:"bytes,10,opt,name=ingress_program,json=ingressProgram,proto3" json:"ingress_program,omitempty"`
 	EgressProgram  string `protobuf:"bytes,11,opt,name=egress_program,json=egressProgram,proto3" json:"egress_program,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Filled by the linux dataplane: the host-side interface index and
+	// whether the interface's state says "policed" (fail closed otherwise).
+	Ifindex     int32 `protobuf:"varint,12,opt,name=ifindex,proto3" json:"ifindex,omitempty"`
+	KernelReady bool  `protobuf:"varint,13,opt,name=kernel_ready,json=kernelReady,proto3" json:"kernel_ready,omitempty"`
+	// Waiting to be applied.
+	Dirty bool `protobuf:"varint,14,opt,name=dirty,proto3" json:"dirty,omitempty"`
+	// Per-rule counters of both programs; GetEndpoint on linux only.
+	Counters      []*RuleCounter `protobuf:"bytes,15,rep,name=counters,proto3" json:"counters,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Endpoint) Reset() {
@@ -640,6 +648,1417 @@ func (x *Endpoint) GetEgressProgram() string {
 	return ""
 }
 
+func (x *Endpoint) GetIfindex() int32 {
+	if x != nil {
+		return x.Ifindex
+	}
+	return 0
+}
+
+func (x *Endpoint) GetKernelReady() bool {
+	if x != nil {
+		return x.KernelReady
+	}
+	return false
+}
+
+func (x *Endpoint) GetDirty() bool {
+	if x != nil {
+		return x.Dirty
+	}
+	return false
+}
+
+func (x *Endpoint) GetCounters() []*RuleCounter {
+	if x != nil {
+		return x.Counters
+	}
+	return nil
+}
+
+type ListPoliciesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPoliciesRequest) Reset() {
+	*x = ListPoliciesRequest{}
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPoliciesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPoliciesRequest) ProtoMessage() {}
+
+func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
+func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{8}
+}
+
+type ListPoliciesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policies      []*Policy              `protobuf:"bytes,1,rep,name=policies,proto3" json:"policies,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPoliciesResponse) Reset() {
+	*x = ListPoliciesResponse{}
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPoliciesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPoliciesResponse) ProtoMessage() {}
+
+func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
+func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ListPoliciesResponse) GetPolicies() []*Policy {
+	if x != nil {
+		return x.Policies
+	}
+	return nil
+}
+
+// Policy is one active policy or profile.
+type Policy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "policy" or "profile".
+	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	// The policy key "[kind:][namespace/]name", or the profile name.
+	Name      string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Namespace string `protobuf:"bytes,3,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// The tiers the endpoints using the policy place it in.
+	Tiers         []string `protobuf:"bytes,4,rep,name=tiers,proto3" json:"tiers,omitempty"`
+	InboundRules  uint32   `protobuf:"varint,5,opt,name=inbound_rules,json=inboundRules,proto3" json:"inbound_rules,omitempty"`
+	OutboundRules uint32   `protobuf:"varint,6,opt,name=outbound_rules,json=outboundRules,proto3" json:"outbound_rules,omitempty"`
+	// Workload endpoints referencing it.
+	Endpoints uint32 `protobuf:"varint,7,opt,name=endpoints,proto3" json:"endpoints,omitempty"`
+	// IP sets its rules reference.
+	IpSets        []string `protobuf:"bytes,8,rep,name=ip_sets,json=ipSets,proto3" json:"ip_sets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Policy) Reset() {
+	*x = Policy{}
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Policy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Policy) ProtoMessage() {}
+
+func (x *Policy) ProtoReflect() protoreflect.Message {
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Policy.ProtoReflect.Descriptor instead.
+func (*Policy) Descriptor() ([]byte, []int) {
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *Policy) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Policy) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Policy) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *Policy) GetTiers() []string {
+	if x != nil {
+		return x.Tiers
+	}
+	return nil
+}
+
+func (x *Policy) GetInboundRules() uint32 {
+	if x != nil {
+		return x.InboundRules
+	}
+	return 0
+}
+
+func (x *Policy) GetOutboundRules() uint32 {
+	if x != nil {
+		return x.OutboundRules
+	}
+	return 0
+}
+
+func (x *Policy) GetEndpoints() uint32 {
+	if x != nil {
+		return x.Endpoints
+	}
+	return 0
+}
+
+func (x *Policy) GetIpSets() []string {
+	if x != nil {
+		return x.IpSets
+	}
+	return nil
+}
+
+type ListIPSetsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only this set ("" lists all).
+	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Members to show per set (default 10; the count is always exact).
+	MaxMembers    uint32 `protobuf:"varint,2,opt,name=max_members,json=maxMembers,proto3" json:"max_members,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListIPSetsRequest) Reset() {
+	*x = ListIPSetsRequest{}
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListIPSetsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListIPSetsRequest) ProtoMessage() {}
+
+func (x *ListIPSetsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListIPSetsRequest.ProtoReflect.Descriptor instead.
+func (*ListIPSetsRequest) Descriptor() ([]byte, []int) {
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ListIPSetsRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ListIPSetsRequest) GetMaxMembers() uint32 {
+	if x != nil {
+		return x.MaxMembers
+	}
+	return 0
+}
+
+type ListIPSetsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	IpSets        []*IPSet               `protobuf:"bytes,1,rep,name=ip_sets,json=ipSets,proto3" json:"ip_sets,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListIPSetsResponse) Reset() {
+	*x = ListIPSetsResponse{}
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListIPSetsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListIPSetsResponse) ProtoMessage() {}
+
+func (x *ListIPSetsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListIPSetsResponse.ProtoReflect.Descriptor instead.
+func (*ListIPSetsResponse) Descriptor() ([]byte, []int) {
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ListIPSetsResponse) GetIpSets() []*IPSet {
+	if x != nil {
+		return x.IpSets
+	}
+	return nil
+}
+
+type IPSet struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// "ip", "ip-and-port" or "net".
+	Type        string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	MemberCount uint32 `protobuf:"varint,3,opt,name=member_count,json=memberCount,proto3" json:"member_count,omitempty"`
+	// The smallest members, at most max_members of them.
+	Members []string `protobuf:"bytes,4,rep,name=members,proto3" json:"members,omitempty"`
+	// member_count > len(members).
+	Truncated bool `protobuf:"varint,5,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	// Workload endpoints whose rules reference the set.
+	Endpoints     uint32 `protobuf:"varint,6,opt,name=endpoints,proto3" json:"endpoints,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *IPSet) Reset() {
+	*x = IPSet{}
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *IPSet) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*IPSet) ProtoMessage() {}
+
+func (x *IPSet) ProtoReflect() protoreflect.Message {
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use IPSet.ProtoReflect.Descriptor instead.
+func (*IPSet) Descriptor() ([]byte, []int) {
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *IPSet) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *IPSet) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *IPSet) GetMemberCount() uint32 {
+	if x != nil {
+		return x.MemberCount
+	}
+	return 0
+}
+
+func (x *IPSet) GetMembers() []string {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+func (x *IPSet) GetTruncated() bool {
+	if x != nil {
+		return x.Truncated
+	}
+	return false
+}
+
+func (x *IPSet) GetEndpoints() uint32 {
+	if x != nil {
+		return x.Endpoints
+	}
+	return 0
+}
+
+type ListServicesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListServicesRequest) Reset() {
+	*x = ListServicesRequest{}
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListServicesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListServicesRequest) ProtoMessage() {}
+
+func (x *ListServicesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListServicesRequest.ProtoReflect.Descriptor instead.
+func (*ListServicesRequest) Descriptor() ([]byte, []int) {
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{14}
+}
+
+type ListServicesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Services      []*Service             `protobuf:"bytes,1,rep,name=services,proto3" json:"services,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListServicesResponse) Reset() {
+	*x = ListServicesResponse{}
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListServicesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListServicesResponse) ProtoMessage() {}
+
+func (x *ListServicesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListServicesResponse.ProtoReflect.Descriptor instead.
+func (*ListServicesResponse) Descriptor() ([]byte, []int) {
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ListServicesResponse) GetServices() []*Service {
+	if x != nil {
+		return x.Services
+	}
+	return nil
+}
+
+type Service struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	Namespace      string                 `protobuf:"bytes,1,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	Name           string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Type           string                 `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
+	ClusterIps     []string               `protobuf:"bytes,4,rep,name=cluster_ips,json=clusterIps,proto3" json:"cluster_ips,omitempty"`
+	LoadbalancerIp string                 `protobuf:"bytes,5,opt,name=loadbalancer_ip,json=loadbalancerIp,proto3" json:"loadbalancer_ip,omitempty"`
+	ExternalIps    []string               `protobuf:"bytes,6,rep,name=external_ips,json=externalIps,proto3" json:"external_ips,omitempty"`
+	Ports          []*ServicePort         `protobuf:"bytes,7,rep,name=ports,proto3" json:"ports,omitempty"`
+	Backends       []*ServiceBackend      `protobuf:"bytes,8,rep,name=backends,proto3" json:"backends,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *Service) Reset() {
+	*x = Service{}
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Service) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Service) ProtoMessage() {}
+
+func (x *Service) ProtoReflect() protoreflect.Message {
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Service.ProtoReflect.Descriptor instead.
+func (*Service) Descriptor() ([]byte, []int) {
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *Service) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *Service) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Service) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *Service) GetClusterIps() []string {
+	if x != nil {
+		return x.ClusterIps
+	}
+	return nil
+}
+
+func (x *Service) GetLoadbalancerIp() string {
+	if x != nil {
+		return x.LoadbalancerIp
+	}
+	return ""
+}
+
+func (x *Service) GetExternalIps() []string {
+	if x != nil {
+		return x.ExternalIps
+	}
+	return nil
+}
+
+func (x *Service) GetPorts() []*ServicePort {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
+func (x *Service) GetBackends() []*ServiceBackend {
+	if x != nil {
+		return x.Backends
+	}
+	return nil
+}
+
+type ServicePort struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Protocol      string                 `protobuf:"bytes,1,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	Port          uint32                 `protobuf:"varint,2,opt,name=port,proto3" json:"port,omitempty"`
+	NodePort      uint32                 `protobuf:"varint,3,opt,name=node_port,json=nodePort,proto3" json:"node_port,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServicePort) Reset() {
+	*x = ServicePort{}
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServicePort) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServicePort) ProtoMessage() {}
+
+func (x *ServicePort) ProtoReflect() protoreflect.Message {
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServicePort.ProtoReflect.Descriptor instead.
+func (*ServicePort) Descriptor() ([]byte, []int) {
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ServicePort) GetProtocol() string {
+	if x != nil {
+		return x.Protocol
+	}
+	return ""
+}
+
+func (x *ServicePort) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *ServicePort) GetNodePort() uint32 {
+	if x != nil {
+		return x.NodePort
+	}
+	return 0
+}
+
+type ServiceBackend struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ip            string                 `protobuf:"bytes,1,opt,name=ip,proto3" json:"ip,omitempty"`
+	Port          uint32                 `protobuf:"varint,2,opt,name=port,proto3" json:"port,omitempty"`
+	Protocol      string                 `protobuf:"bytes,3,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	PortName      string                 `protobuf:"bytes,4,opt,name=port_name,json=portName,proto3" json:"port_name,omitempty"`
+	Ready         bool                   `protobuf:"varint,5,opt,name=ready,proto3" json:"ready,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ServiceBackend) Reset() {
+	*x = ServiceBackend{}
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ServiceBackend) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ServiceBackend) ProtoMessage() {}
+
+func (x *ServiceBackend) ProtoReflect() protoreflect.Message {
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ServiceBackend.ProtoReflect.Descriptor instead.
+func (*ServiceBackend) Descriptor() ([]byte, []int) {
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ServiceBackend) GetIp() string {
+	if x != nil {
+		return x.Ip
+	}
+	return ""
+}
+
+func (x *ServiceBackend) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *ServiceBackend) GetProtocol() string {
+	if x != nil {
+		return x.Protocol
+	}
+	return ""
+}
+
+func (x *ServiceBackend) GetPortName() string {
+	if x != nil {
+		return x.PortName
+	}
+	return ""
+}
+
+func (x *ServiceBackend) GetReady() bool {
+	if x != nil {
+		return x.Ready
+	}
+	return false
+}
+
+type ListRoutesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRoutesRequest) Reset() {
+	*x = ListRoutesRequest{}
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRoutesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRoutesRequest) ProtoMessage() {}
+
+func (x *ListRoutesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRoutesRequest.ProtoReflect.Descriptor instead.
+func (*ListRoutesRequest) Descriptor() ([]byte, []int) {
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{19}
+}
+
+type ListRoutesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Routes        []*Route               `protobuf:"bytes,1,rep,name=routes,proto3" json:"routes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRoutesResponse) Reset() {
+	*x = ListRoutesResponse{}
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRoutesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRoutesResponse) ProtoMessage() {}
+
+func (x *ListRoutesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRoutesResponse.ProtoReflect.Descriptor instead.
+func (*ListRoutesResponse) Descriptor() ([]byte, []int) {
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ListRoutesResponse) GetRoutes() []*Route {
+	if x != nil {
+		return x.Routes
+	}
+	return nil
+}
+
+type Route struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Dst   string                 `protobuf:"bytes,1,opt,name=dst,proto3" json:"dst,omitempty"`
+	// felix RouteType bits, spelled: "remote-workload", "local-host", ...
+	Types       []string `protobuf:"bytes,2,rep,name=types,proto3" json:"types,omitempty"`
+	DstNodeName string   `protobuf:"bytes,3,opt,name=dst_node_name,json=dstNodeName,proto3" json:"dst_node_name,omitempty"`
+	DstNodeIp   string   `protobuf:"bytes,4,opt,name=dst_node_ip,json=dstNodeIp,proto3" json:"dst_node_ip,omitempty"`
+	// "none", "no-encap", "vxlan" or "ipip".
+	PoolType      string `protobuf:"bytes,5,opt,name=pool_type,json=poolType,proto3" json:"pool_type,omitempty"`
+	NatOutgoing   bool   `protobuf:"varint,6,opt,name=nat_outgoing,json=natOutgoing,proto3" json:"nat_outgoing,omitempty"`
+	LocalWorkload bool   `protobuf:"varint,7,opt,name=local_workload,json=localWorkload,proto3" json:"local_workload,omitempty"`
+	SameSubnet    bool   `protobuf:"varint,8,opt,name=same_subnet,json=sameSubnet,proto3" json:"same_subnet,omitempty"`
+	// "vxlan", "ipip" or "".
+	Tunnel        string `protobuf:"bytes,9,opt,name=tunnel,proto3" json:"tunnel,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Route) Reset() {
+	*x = Route{}
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Route) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Route) ProtoMessage() {}
+
+func (x *Route) ProtoReflect() protoreflect.Message {
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Route.ProtoReflect.Descriptor instead.
+func (*Route) Descriptor() ([]byte, []int) {
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *Route) GetDst() string {
+	if x != nil {
+		return x.Dst
+	}
+	return ""
+}
+
+func (x *Route) GetTypes() []string {
+	if x != nil {
+		return x.Types
+	}
+	return nil
+}
+
+func (x *Route) GetDstNodeName() string {
+	if x != nil {
+		return x.DstNodeName
+	}
+	return ""
+}
+
+func (x *Route) GetDstNodeIp() string {
+	if x != nil {
+		return x.DstNodeIp
+	}
+	return ""
+}
+
+func (x *Route) GetPoolType() string {
+	if x != nil {
+		return x.PoolType
+	}
+	return ""
+}
+
+func (x *Route) GetNatOutgoing() bool {
+	if x != nil {
+		return x.NatOutgoing
+	}
+	return false
+}
+
+func (x *Route) GetLocalWorkload() bool {
+	if x != nil {
+		return x.LocalWorkload
+	}
+	return false
+}
+
+func (x *Route) GetSameSubnet() bool {
+	if x != nil {
+		return x.SameSubnet
+	}
+	return false
+}
+
+func (x *Route) GetTunnel() string {
+	if x != nil {
+		return x.Tunnel
+	}
+	return ""
+}
+
+// RuleRef names one counter id of a compiled policy program: a rule, or a
+// synthetic decision (a tier's default action, the final no-match drop).
+type RuleRef struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	CounterId uint64                 `protobuf:"varint,1,opt,name=counter_id,json=counterId,proto3" json:"counter_id,omitempty"`
+	// "ingress" (into the workload) or "egress" (out of it).
+	Direction string `protobuf:"bytes,2,opt,name=direction,proto3" json:"direction,omitempty"`
+	Tier      string `protobuf:"bytes,3,opt,name=tier,proto3" json:"tier,omitempty"`
+	// The policy ("tier/key") or profile name; "" for no-match.
+	Policy string `protobuf:"bytes,4,opt,name=policy,proto3" json:"policy,omitempty"`
+	// "policy", "profile" or "" (synthetic).
+	Kind string `protobuf:"bytes,5,opt,name=kind,proto3" json:"kind,omitempty"`
+	// The rule's index in its policy; -1 for synthetic entries.
+	Index  int32  `protobuf:"varint,6,opt,name=index,proto3" json:"index,omitempty"`
+	RuleId string `protobuf:"bytes,7,opt,name=rule_id,json=ruleId,proto3" json:"rule_id,omitempty"`
+	// "allow", "deny", "pass" or "log".
+	Action string `protobuf:"bytes,8,opt,name=action,proto3" json:"action,omitempty"`
+	// "tier-default", "no-match" or "".
+	Synthetic     string `protobuf:"bytes,9,opt,name=synthetic,proto3" json:"synthetic,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RuleRef) Reset() {
+	*x = RuleRef{}
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RuleRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RuleRef) ProtoMessage() {}
+
+func (x *RuleRef) ProtoReflect() protoreflect.Message {
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RuleRef.ProtoReflect.Descriptor instead.
+func (*RuleRef) Descriptor() ([]byte, []int) {
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *RuleRef) GetCounterId() uint64 {
+	if x != nil {
+		return x.CounterId
+	}
+	return 0
+}
+
+func (x *RuleRef) GetDirection() string {
+	if x != nil {
+		return x.Direction
+	}
+	return ""
+}
+
+func (x *RuleRef) GetTier() string {
+	if x != nil {
+		return x.Tier
+	}
+	return ""
+}
+
+func (x *RuleRef) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *RuleRef) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *RuleRef) GetIndex() int32 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+func (x *RuleRef) GetRuleId() string {
+	if x != nil {
+		return x.RuleId
+	}
+	return ""
+}
+
+func (x *RuleRef) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *RuleRef) GetSynthetic() string {
+	if x != nil {
+		return x.Synthetic
+	}
+	return ""
+}
+
+type RuleCounter struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Rule    *RuleRef               `protobuf:"bytes,1,opt,name=rule,proto3" json:"rule,omitempty"`
+	Packets uint64                 `protobuf:"varint,2,opt,name=packets,proto3" json:"packets,omitempty"`
+	Bytes   uint64                 `protobuf:"varint,3,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	// The endpoints whose programs contain the rule (GetCounters).
+	Endpoints     []string `protobuf:"bytes,4,rep,name=endpoints,proto3" json:"endpoints,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RuleCounter) Reset() {
+	*x = RuleCounter{}
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RuleCounter) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RuleCounter) ProtoMessage() {}
+
+func (x *RuleCounter) ProtoReflect() protoreflect.Message {
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RuleCounter.ProtoReflect.Descriptor instead.
+func (*RuleCounter) Descriptor() ([]byte, []int) {
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *RuleCounter) GetRule() *RuleRef {
+	if x != nil {
+		return x.Rule
+	}
+	return nil
+}
+
+func (x *RuleCounter) GetPackets() uint64 {
+	if x != nil {
+		return x.Packets
+	}
+	return 0
+}
+
+func (x *RuleCounter) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *RuleCounter) GetEndpoints() []string {
+	if x != nil {
+		return x.Endpoints
+	}
+	return nil
+}
+
+type GetCountersRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only this endpoint's programs ("" for all).
+	Endpoint string `protobuf:"bytes,1,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	// Leave out counters that are still zero.
+	Nonzero       bool `protobuf:"varint,2,opt,name=nonzero,proto3" json:"nonzero,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetCountersRequest) Reset() {
+	*x = GetCountersRequest{}
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetCountersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetCountersRequest) ProtoMessage() {}
+
+func (x *GetCountersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetCountersRequest.ProtoReflect.Descriptor instead.
+func (*GetCountersRequest) Descriptor() ([]byte, []int) {
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *GetCountersRequest) GetEndpoint() string {
+	if x != nil {
+		return x.Endpoint
+	}
+	return ""
+}
+
+func (x *GetCountersRequest) GetNonzero() bool {
+	if x != nil {
+		return x.Nonzero
+	}
+	return false
+}
+
+type GetCountersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Counters      []*RuleCounter         `protobuf:"bytes,1,rep,name=counters,proto3" json:"counters,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetCountersResponse) Reset() {
+	*x = GetCountersResponse{}
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetCountersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetCountersResponse) ProtoMessage() {}
+
+func (x *GetCountersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetCountersResponse.ProtoReflect.Descriptor instead.
+func (*GetCountersResponse) Descriptor() ([]byte, []int) {
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *GetCountersResponse) GetCounters() []*RuleCounter {
+	if x != nil {
+		return x.Counters
+	}
+	return nil
+}
+
+type TraceRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The endpoint, as GetEndpoint takes it.
+	Endpoint string `protobuf:"bytes,1,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	// "ingress" (a packet to the workload) or "egress" (from it).
+	Direction string `protobuf:"bytes,2,opt,name=direction,proto3" json:"direction,omitempty"`
+	// "tcp", "udp", "icmp" or an IP protocol number (default "tcp").
+	Protocol string `protobuf:"bytes,3,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	SrcIp    string `protobuf:"bytes,4,opt,name=src_ip,json=srcIp,proto3" json:"src_ip,omitempty"`
+	DstIp    string `protobuf:"bytes,5,opt,name=dst_ip,json=dstIp,proto3" json:"dst_ip,omitempty"`
+	SrcPort  uint32 `protobuf:"varint,6,opt,name=src_port,json=srcPort,proto3" json:"src_port,omitempty"`
+	DstPort  uint32 `protobuf:"varint,7,opt,name=dst_port,json=dstPort,proto3" json:"dst_port,omitempty"`
+	// ICMP type (default 8, echo request) and code.
+	IcmpType      *uint32 `protobuf:"varint,8,opt,name=icmp_type,json=icmpType,proto3,oneof" json:"icmp_type,omitempty"`
+	IcmpCode      uint32  `protobuf:"varint,9,opt,name=icmp_code,json=icmpCode,proto3" json:"icmp_code,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TraceRequest) Reset() {
+	*x = TraceRequest{}
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TraceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TraceRequest) ProtoMessage() {}
+
+func (x *TraceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TraceRequest.ProtoReflect.Descriptor instead.
+func (*TraceRequest) Descriptor() ([]byte, []int) {
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *TraceRequest) GetEndpoint() string {
+	if x != nil {
+		return x.Endpoint
+	}
+	return ""
+}
+
+func (x *TraceRequest) GetDirection() string {
+	if x != nil {
+		return x.Direction
+	}
+	return ""
+}
+
+func (x *TraceRequest) GetProtocol() string {
+	if x != nil {
+		return x.Protocol
+	}
+	return ""
+}
+
+func (x *TraceRequest) GetSrcIp() string {
+	if x != nil {
+		return x.SrcIp
+	}
+	return ""
+}
+
+func (x *TraceRequest) GetDstIp() string {
+	if x != nil {
+		return x.DstIp
+	}
+	return ""
+}
+
+func (x *TraceRequest) GetSrcPort() uint32 {
+	if x != nil {
+		return x.SrcPort
+	}
+	return 0
+}
+
+func (x *TraceRequest) GetDstPort() uint32 {
+	if x != nil {
+		return x.DstPort
+	}
+	return 0
+}
+
+func (x *TraceRequest) GetIcmpType() uint32 {
+	if x != nil && x.IcmpType != nil {
+		return *x.IcmpType
+	}
+	return 0
+}
+
+func (x *TraceRequest) GetIcmpCode() uint32 {
+	if x != nil {
+		return x.IcmpCode
+	}
+	return 0
+}
+
+type TraceResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "allow" or "deny": what happens to this packet now.
+	Verdict string `protobuf:"bytes,1,opt,name=verdict,proto3" json:"verdict,omitempty"`
+	// Who decided: "policy", "profile", "tier-default", "no-match",
+	// "conntrack: established", "conntrack: reply", "conntrack: related",
+	// "no policy", "not ready" or "service: no backend".
+	DecidedBy string `protobuf:"bytes,2,opt,name=decided_by,json=decidedBy,proto3" json:"decided_by,omitempty"`
+	// The deciding rule (also for conntrack decisions: the rule a new flow
+	// would hit).
+	Rule *RuleRef `protobuf:"bytes,3,opt,name=rule,proto3" json:"rule,omitempty"`
+	// The policy program's verdict for the packet as a new flow.
+	PolicyVerdict string `protobuf:"bytes,4,opt,name=policy_verdict,json=policyVerdict,proto3" json:"policy_verdict,omitempty"`
+	// One line a human can read.
+	Explanation string `protobuf:"bytes,5,opt,name=explanation,proto3" json:"explanation,omitempty"`
+	Interface   string `protobuf:"bytes,6,opt,name=interface,proto3" json:"interface,omitempty"`
+	Ifindex     int32  `protobuf:"varint,7,opt,name=ifindex,proto3" json:"ifindex,omitempty"`
+	// The program's TC return code (0 OK, 2 SHOT).
+	TcReturn      int32 `protobuf:"varint,8,opt,name=tc_return,json=tcReturn,proto3" json:"tc_return,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TraceResponse) Reset() {
+	*x = TraceResponse{}
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TraceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TraceResponse) ProtoMessage() {}
+
+func (x *TraceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TraceResponse.ProtoReflect.Descriptor instead.
+func (*TraceResponse) Descriptor() ([]byte, []int) {
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *TraceResponse) GetVerdict() string {
+	if x != nil {
+		return x.Verdict
+	}
+	return ""
+}
+
+func (x *TraceResponse) GetDecidedBy() string {
+	if x != nil {
+		return x.DecidedBy
+	}
+	return ""
+}
+
+func (x *TraceResponse) GetRule() *RuleRef {
+	if x != nil {
+		return x.Rule
+	}
+	return nil
+}
+
+func (x *TraceResponse) GetPolicyVerdict() string {
+	if x != nil {
+		return x.PolicyVerdict
+	}
+	return ""
+}
+
+func (x *TraceResponse) GetExplanation() string {
+	if x != nil {
+		return x.Explanation
+	}
+	return ""
+}
+
+func (x *TraceResponse) GetInterface() string {
+	if x != nil {
+		return x.Interface
+	}
+	return ""
+}
+
+func (x *TraceResponse) GetIfindex() int32 {
+	if x != nil {
+		return x.Ifindex
+	}
+	return 0
+}
+
+func (x *TraceResponse) GetTcReturn() int32 {
+	if x != nil {
+		return x.TcReturn
+	}
+	return 0
+}
+
 var File_dpd_v1_dataplane_proto protoreflect.FileDescriptor
 
 const file_dpd_v1_dataplane_proto_rawDesc = "" +
@@ -683,7 +2102,7 @@ const file_dpd_v1_dataplane_proto_rawDesc = "" +
 	"\x15ListEndpointsResponse\x12.\n" +
 	"\tendpoints\x18\x01 \x03(\v2\x10.dpd.v1.EndpointR\tendpoints\"$\n" +
 	"\x12GetEndpointRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"\x8d\x03\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\x91\x04\n" +
 	"\bEndpoint\x12)\n" +
 	"\x02id\x18\x01 \x01(\v2\x19.felix.WorkloadEndpointIDR\x02id\x12\x1c\n" +
 	"\tinterface\x18\x02 \x01(\tR\tinterface\x12\x16\n" +
@@ -698,13 +2117,130 @@ const file_dpd_v1_dataplane_proto_rawDesc = "" +
 	"attachMode\x12'\n" +
 	"\x0fingress_program\x18\n" +
 	" \x01(\tR\x0eingressProgram\x12%\n" +
-	"\x0eegress_program\x18\v \x01(\tR\regressProgram2A\n" +
+	"\x0eegress_program\x18\v \x01(\tR\regressProgram\x12\x18\n" +
+	"\aifindex\x18\f \x01(\x05R\aifindex\x12!\n" +
+	"\fkernel_ready\x18\r \x01(\bR\vkernelReady\x12\x14\n" +
+	"\x05dirty\x18\x0e \x01(\bR\x05dirty\x12/\n" +
+	"\bcounters\x18\x0f \x03(\v2\x13.dpd.v1.RuleCounterR\bcounters\"\x15\n" +
+	"\x13ListPoliciesRequest\"B\n" +
+	"\x14ListPoliciesResponse\x12*\n" +
+	"\bpolicies\x18\x01 \x03(\v2\x0e.dpd.v1.PolicyR\bpolicies\"\xe7\x01\n" +
+	"\x06Policy\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
+	"\tnamespace\x18\x03 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05tiers\x18\x04 \x03(\tR\x05tiers\x12#\n" +
+	"\rinbound_rules\x18\x05 \x01(\rR\finboundRules\x12%\n" +
+	"\x0eoutbound_rules\x18\x06 \x01(\rR\routboundRules\x12\x1c\n" +
+	"\tendpoints\x18\a \x01(\rR\tendpoints\x12\x17\n" +
+	"\aip_sets\x18\b \x03(\tR\x06ipSets\"D\n" +
+	"\x11ListIPSetsRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
+	"\vmax_members\x18\x02 \x01(\rR\n" +
+	"maxMembers\"<\n" +
+	"\x12ListIPSetsResponse\x12&\n" +
+	"\aip_sets\x18\x01 \x03(\v2\r.dpd.v1.IPSetR\x06ipSets\"\xa4\x01\n" +
+	"\x05IPSet\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04type\x18\x02 \x01(\tR\x04type\x12!\n" +
+	"\fmember_count\x18\x03 \x01(\rR\vmemberCount\x12\x18\n" +
+	"\amembers\x18\x04 \x03(\tR\amembers\x12\x1c\n" +
+	"\ttruncated\x18\x05 \x01(\bR\ttruncated\x12\x1c\n" +
+	"\tendpoints\x18\x06 \x01(\rR\tendpoints\"\x15\n" +
+	"\x13ListServicesRequest\"C\n" +
+	"\x14ListServicesResponse\x12+\n" +
+	"\bservices\x18\x01 \x03(\v2\x0f.dpd.v1.ServiceR\bservices\"\x9b\x02\n" +
+	"\aService\x12\x1c\n" +
+	"\tnamespace\x18\x01 \x01(\tR\tnamespace\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
+	"\x04type\x18\x03 \x01(\tR\x04type\x12\x1f\n" +
+	"\vcluster_ips\x18\x04 \x03(\tR\n" +
+	"clusterIps\x12'\n" +
+	"\x0floadbalancer_ip\x18\x05 \x01(\tR\x0eloadbalancerIp\x12!\n" +
+	"\fexternal_ips\x18\x06 \x03(\tR\vexternalIps\x12)\n" +
+	"\x05ports\x18\a \x03(\v2\x13.dpd.v1.ServicePortR\x05ports\x122\n" +
+	"\bbackends\x18\b \x03(\v2\x16.dpd.v1.ServiceBackendR\bbackends\"Z\n" +
+	"\vServicePort\x12\x1a\n" +
+	"\bprotocol\x18\x01 \x01(\tR\bprotocol\x12\x12\n" +
+	"\x04port\x18\x02 \x01(\rR\x04port\x12\x1b\n" +
+	"\tnode_port\x18\x03 \x01(\rR\bnodePort\"\x83\x01\n" +
+	"\x0eServiceBackend\x12\x0e\n" +
+	"\x02ip\x18\x01 \x01(\tR\x02ip\x12\x12\n" +
+	"\x04port\x18\x02 \x01(\rR\x04port\x12\x1a\n" +
+	"\bprotocol\x18\x03 \x01(\tR\bprotocol\x12\x1b\n" +
+	"\tport_name\x18\x04 \x01(\tR\bportName\x12\x14\n" +
+	"\x05ready\x18\x05 \x01(\bR\x05ready\"\x13\n" +
+	"\x11ListRoutesRequest\";\n" +
+	"\x12ListRoutesResponse\x12%\n" +
+	"\x06routes\x18\x01 \x03(\v2\r.dpd.v1.RouteR\x06routes\"\x93\x02\n" +
+	"\x05Route\x12\x10\n" +
+	"\x03dst\x18\x01 \x01(\tR\x03dst\x12\x14\n" +
+	"\x05types\x18\x02 \x03(\tR\x05types\x12\"\n" +
+	"\rdst_node_name\x18\x03 \x01(\tR\vdstNodeName\x12\x1e\n" +
+	"\vdst_node_ip\x18\x04 \x01(\tR\tdstNodeIp\x12\x1b\n" +
+	"\tpool_type\x18\x05 \x01(\tR\bpoolType\x12!\n" +
+	"\fnat_outgoing\x18\x06 \x01(\bR\vnatOutgoing\x12%\n" +
+	"\x0elocal_workload\x18\a \x01(\bR\rlocalWorkload\x12\x1f\n" +
+	"\vsame_subnet\x18\b \x01(\bR\n" +
+	"sameSubnet\x12\x16\n" +
+	"\x06tunnel\x18\t \x01(\tR\x06tunnel\"\xeb\x01\n" +
+	"\aRuleRef\x12\x1d\n" +
+	"\n" +
+	"counter_id\x18\x01 \x01(\x04R\tcounterId\x12\x1c\n" +
+	"\tdirection\x18\x02 \x01(\tR\tdirection\x12\x12\n" +
+	"\x04tier\x18\x03 \x01(\tR\x04tier\x12\x16\n" +
+	"\x06policy\x18\x04 \x01(\tR\x06policy\x12\x12\n" +
+	"\x04kind\x18\x05 \x01(\tR\x04kind\x12\x14\n" +
+	"\x05index\x18\x06 \x01(\x05R\x05index\x12\x17\n" +
+	"\arule_id\x18\a \x01(\tR\x06ruleId\x12\x16\n" +
+	"\x06action\x18\b \x01(\tR\x06action\x12\x1c\n" +
+	"\tsynthetic\x18\t \x01(\tR\tsynthetic\"\x80\x01\n" +
+	"\vRuleCounter\x12#\n" +
+	"\x04rule\x18\x01 \x01(\v2\x0f.dpd.v1.RuleRefR\x04rule\x12\x18\n" +
+	"\apackets\x18\x02 \x01(\x04R\apackets\x12\x14\n" +
+	"\x05bytes\x18\x03 \x01(\x04R\x05bytes\x12\x1c\n" +
+	"\tendpoints\x18\x04 \x03(\tR\tendpoints\"J\n" +
+	"\x12GetCountersRequest\x12\x1a\n" +
+	"\bendpoint\x18\x01 \x01(\tR\bendpoint\x12\x18\n" +
+	"\anonzero\x18\x02 \x01(\bR\anonzero\"F\n" +
+	"\x13GetCountersResponse\x12/\n" +
+	"\bcounters\x18\x01 \x03(\v2\x13.dpd.v1.RuleCounterR\bcounters\"\x95\x02\n" +
+	"\fTraceRequest\x12\x1a\n" +
+	"\bendpoint\x18\x01 \x01(\tR\bendpoint\x12\x1c\n" +
+	"\tdirection\x18\x02 \x01(\tR\tdirection\x12\x1a\n" +
+	"\bprotocol\x18\x03 \x01(\tR\bprotocol\x12\x15\n" +
+	"\x06src_ip\x18\x04 \x01(\tR\x05srcIp\x12\x15\n" +
+	"\x06dst_ip\x18\x05 \x01(\tR\x05dstIp\x12\x19\n" +
+	"\bsrc_port\x18\x06 \x01(\rR\asrcPort\x12\x19\n" +
+	"\bdst_port\x18\a \x01(\rR\adstPort\x12 \n" +
+	"\ticmp_type\x18\b \x01(\rH\x00R\bicmpType\x88\x01\x01\x12\x1b\n" +
+	"\ticmp_code\x18\t \x01(\rR\bicmpCodeB\f\n" +
+	"\n" +
+	"_icmp_type\"\x8b\x02\n" +
+	"\rTraceResponse\x12\x18\n" +
+	"\averdict\x18\x01 \x01(\tR\averdict\x12\x1d\n" +
+	"\n" +
+	"decided_by\x18\x02 \x01(\tR\tdecidedBy\x12#\n" +
+	"\x04rule\x18\x03 \x01(\v2\x0f.dpd.v1.RuleRefR\x04rule\x12%\n" +
+	"\x0epolicy_verdict\x18\x04 \x01(\tR\rpolicyVerdict\x12 \n" +
+	"\vexplanation\x18\x05 \x01(\tR\vexplanation\x12\x1c\n" +
+	"\tinterface\x18\x06 \x01(\tR\tinterface\x12\x18\n" +
+	"\aifindex\x18\a \x01(\x05R\aifindex\x12\x1b\n" +
+	"\ttc_return\x18\b \x01(\x05R\btcReturn2A\n" +
 	"\tDataplane\x124\n" +
-	"\x04Sync\x12\x12.felix.ToDataplane\x1a\x14.felix.FromDataplane(\x010\x012\xd6\x01\n" +
+	"\x04Sync\x12\x12.felix.ToDataplane\x1a\x14.felix.FromDataplane(\x010\x012\xf4\x04\n" +
 	"\aInspect\x12@\n" +
 	"\tGetStatus\x12\x18.dpd.v1.GetStatusRequest\x1a\x19.dpd.v1.GetStatusResponse\x12L\n" +
 	"\rListEndpoints\x12\x1c.dpd.v1.ListEndpointsRequest\x1a\x1d.dpd.v1.ListEndpointsResponse\x12;\n" +
-	"\vGetEndpoint\x12\x1a.dpd.v1.GetEndpointRequest\x1a\x10.dpd.v1.EndpointB+Z)github.com/dpd-dev/dpd/proto/dpd/v1;dpdv1b\x06proto3"
+	"\vGetEndpoint\x12\x1a.dpd.v1.GetEndpointRequest\x1a\x10.dpd.v1.Endpoint\x12I\n" +
+	"\fListPolicies\x12\x1b.dpd.v1.ListPoliciesRequest\x1a\x1c.dpd.v1.ListPoliciesResponse\x12C\n" +
+	"\n" +
+	"ListIPSets\x12\x19.dpd.v1.ListIPSetsRequest\x1a\x1a.dpd.v1.ListIPSetsResponse\x12I\n" +
+	"\fListServices\x12\x1b.dpd.v1.ListServicesRequest\x1a\x1c.dpd.v1.ListServicesResponse\x12C\n" +
+	"\n" +
+	"ListRoutes\x12\x19.dpd.v1.ListRoutesRequest\x1a\x1a.dpd.v1.ListRoutesResponse\x12F\n" +
+	"\vGetCounters\x12\x1a.dpd.v1.GetCountersRequest\x1a\x1b.dpd.v1.GetCountersResponse\x124\n" +
+	"\x05Trace\x12\x14.dpd.v1.TraceRequest\x1a\x15.dpd.v1.TraceResponseB+Z)github.com/dpd-dev/dpd/proto/dpd/v1;dpdv1b\x06proto3"
 
 var (
 	file_dpd_v1_dataplane_proto_rawDescOnce sync.Once
@@ -718,7 +2254,7 @@ func file_dpd_v1_dataplane_proto_rawDescGZIP() []byte {
 	return file_dpd_v1_dataplane_proto_rawDescData
 }
 
-var file_dpd_v1_dataplane_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_dpd_v1_dataplane_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_dpd_v1_dataplane_proto_goTypes = []any{
 	(*GetStatusRequest)(nil),         // 0: dpd.v1.GetStatusRequest
 	(*GetStatusResponse)(nil),        // 1: dpd.v1.GetStatusResponse
@@ -728,33 +2264,75 @@ var file_dpd_v1_dataplane_proto_goTypes = []any{
 	(*ListEndpointsResponse)(nil),    // 5: dpd.v1.ListEndpointsResponse
 	(*GetEndpointRequest)(nil),       // 6: dpd.v1.GetEndpointRequest
 	(*Endpoint)(nil),                 // 7: dpd.v1.Endpoint
-	(*timestamppb.Timestamp)(nil),    // 8: google.protobuf.Timestamp
-	(*felix.WorkloadEndpointID)(nil), // 9: felix.WorkloadEndpointID
-	(*felix.ToDataplane)(nil),        // 10: felix.ToDataplane
-	(*felix.FromDataplane)(nil),      // 11: felix.FromDataplane
+	(*ListPoliciesRequest)(nil),      // 8: dpd.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),     // 9: dpd.v1.ListPoliciesResponse
+	(*Policy)(nil),                   // 10: dpd.v1.Policy
+	(*ListIPSetsRequest)(nil),        // 11: dpd.v1.ListIPSetsRequest
+	(*ListIPSetsResponse)(nil),       // 12: dpd.v1.ListIPSetsResponse
+	(*IPSet)(nil),                    // 13: dpd.v1.IPSet
+	(*ListServicesRequest)(nil),      // 14: dpd.v1.ListServicesRequest
+	(*ListServicesResponse)(nil),     // 15: dpd.v1.ListServicesResponse
+	(*Service)(nil),                  // 16: dpd.v1.Service
+	(*ServicePort)(nil),              // 17: dpd.v1.ServicePort
+	(*ServiceBackend)(nil),           // 18: dpd.v1.ServiceBackend
+	(*ListRoutesRequest)(nil),        // 19: dpd.v1.ListRoutesRequest
+	(*ListRoutesResponse)(nil),       // 20: dpd.v1.ListRoutesResponse
+	(*Route)(nil),                    // 21: dpd.v1.Route
+	(*RuleRef)(nil),                  // 22: dpd.v1.RuleRef
+	(*RuleCounter)(nil),              // 23: dpd.v1.RuleCounter
+	(*GetCountersRequest)(nil),       // 24: dpd.v1.GetCountersRequest
+	(*GetCountersResponse)(nil),      // 25: dpd.v1.GetCountersResponse
+	(*TraceRequest)(nil),             // 26: dpd.v1.TraceRequest
+	(*TraceResponse)(nil),            // 27: dpd.v1.TraceResponse
+	(*timestamppb.Timestamp)(nil),    // 28: google.protobuf.Timestamp
+	(*felix.WorkloadEndpointID)(nil), // 29: felix.WorkloadEndpointID
+	(*felix.ToDataplane)(nil),        // 30: felix.ToDataplane
+	(*felix.FromDataplane)(nil),      // 31: felix.FromDataplane
 }
 var file_dpd_v1_dataplane_proto_depIdxs = []int32{
-	8,  // 0: dpd.v1.GetStatusResponse.started:type_name -> google.protobuf.Timestamp
+	28, // 0: dpd.v1.GetStatusResponse.started:type_name -> google.protobuf.Timestamp
 	2,  // 1: dpd.v1.GetStatusResponse.session:type_name -> dpd.v1.ControllerSession
 	3,  // 2: dpd.v1.GetStatusResponse.counts:type_name -> dpd.v1.Counts
-	8,  // 3: dpd.v1.GetStatusResponse.last_apply:type_name -> google.protobuf.Timestamp
-	8,  // 4: dpd.v1.ControllerSession.since:type_name -> google.protobuf.Timestamp
+	28, // 3: dpd.v1.GetStatusResponse.last_apply:type_name -> google.protobuf.Timestamp
+	28, // 4: dpd.v1.ControllerSession.since:type_name -> google.protobuf.Timestamp
 	7,  // 5: dpd.v1.ListEndpointsResponse.endpoints:type_name -> dpd.v1.Endpoint
-	9,  // 6: dpd.v1.Endpoint.id:type_name -> felix.WorkloadEndpointID
-	8,  // 7: dpd.v1.Endpoint.last_programmed:type_name -> google.protobuf.Timestamp
-	10, // 8: dpd.v1.Dataplane.Sync:input_type -> felix.ToDataplane
-	0,  // 9: dpd.v1.Inspect.GetStatus:input_type -> dpd.v1.GetStatusRequest
-	4,  // 10: dpd.v1.Inspect.ListEndpoints:input_type -> dpd.v1.ListEndpointsRequest
-	6,  // 11: dpd.v1.Inspect.GetEndpoint:input_type -> dpd.v1.GetEndpointRequest
-	11, // 12: dpd.v1.Dataplane.Sync:output_type -> felix.FromDataplane
-	1,  // 13: dpd.v1.Inspect.GetStatus:output_type -> dpd.v1.GetStatusResponse
-	5,  // 14: dpd.v1.Inspect.ListEndpoints:output_type -> dpd.v1.ListEndpointsResponse
-	7,  // 15: dpd.v1.Inspect.GetEndpoint:output_type -> dpd.v1.Endpoint
-	12, // [12:16] is the sub-list for method output_type
-	8,  // [8:12] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	29, // 6: dpd.v1.Endpoint.id:type_name -> felix.WorkloadEndpointID
+	28, // 7: dpd.v1.Endpoint.last_programmed:type_name -> google.protobuf.Timestamp
+	23, // 8: dpd.v1.Endpoint.counters:type_name -> dpd.v1.RuleCounter
+	10, // 9: dpd.v1.ListPoliciesResponse.policies:type_name -> dpd.v1.Policy
+	13, // 10: dpd.v1.ListIPSetsResponse.ip_sets:type_name -> dpd.v1.IPSet
+	16, // 11: dpd.v1.ListServicesResponse.services:type_name -> dpd.v1.Service
+	17, // 12: dpd.v1.Service.ports:type_name -> dpd.v1.ServicePort
+	18, // 13: dpd.v1.Service.backends:type_name -> dpd.v1.ServiceBackend
+	21, // 14: dpd.v1.ListRoutesResponse.routes:type_name -> dpd.v1.Route
+	22, // 15: dpd.v1.RuleCounter.rule:type_name -> dpd.v1.RuleRef
+	23, // 16: dpd.v1.GetCountersResponse.counters:type_name -> dpd.v1.RuleCounter
+	22, // 17: dpd.v1.TraceResponse.rule:type_name -> dpd.v1.RuleRef
+	30, // 18: dpd.v1.Dataplane.Sync:input_type -> felix.ToDataplane
+	0,  // 19: dpd.v1.Inspect.GetStatus:input_type -> dpd.v1.GetStatusRequest
+	4,  // 20: dpd.v1.Inspect.ListEndpoints:input_type -> dpd.v1.ListEndpointsRequest
+	6,  // 21: dpd.v1.Inspect.GetEndpoint:input_type -> dpd.v1.GetEndpointRequest
+	8,  // 22: dpd.v1.Inspect.ListPolicies:input_type -> dpd.v1.ListPoliciesRequest
+	11, // 23: dpd.v1.Inspect.ListIPSets:input_type -> dpd.v1.ListIPSetsRequest
+	14, // 24: dpd.v1.Inspect.ListServices:input_type -> dpd.v1.ListServicesRequest
+	19, // 25: dpd.v1.Inspect.ListRoutes:input_type -> dpd.v1.ListRoutesRequest
+	24, // 26: dpd.v1.Inspect.GetCounters:input_type -> dpd.v1.GetCountersRequest
+	26, // 27: dpd.v1.Inspect.Trace:input_type -> dpd.v1.TraceRequest
+	31, // 28: dpd.v1.Dataplane.Sync:output_type -> felix.FromDataplane
+	1,  // 29: dpd.v1.Inspect.GetStatus:output_type -> dpd.v1.GetStatusResponse
+	5,  // 30: dpd.v1.Inspect.ListEndpoints:output_type -> dpd.v1.ListEndpointsResponse
+	7,  // 31: dpd.v1.Inspect.GetEndpoint:output_type -> dpd.v1.Endpoint
+	9,  // 32: dpd.v1.Inspect.ListPolicies:output_type -> dpd.v1.ListPoliciesResponse
+	12, // 33: dpd.v1.Inspect.ListIPSets:output_type -> dpd.v1.ListIPSetsResponse
+	15, // 34: dpd.v1.Inspect.ListServices:output_type -> dpd.v1.ListServicesResponse
+	20, // 35: dpd.v1.Inspect.ListRoutes:output_type -> dpd.v1.ListRoutesResponse
+	25, // 36: dpd.v1.Inspect.GetCounters:output_type -> dpd.v1.GetCountersResponse
+	27, // 37: dpd.v1.Inspect.Trace:output_type -> dpd.v1.TraceResponse
+	28, // [28:38] is the sub-list for method output_type
+	18, // [18:28] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_dpd_v1_dataplane_proto_init() }
@@ -762,13 +2340,14 @@ func file_dpd_v1_dataplane_proto_init() {
 	if File_dpd_v1_dataplane_proto != nil {
 		return
 	}
+	file_dpd_v1_dataplane_proto_msgTypes[26].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dpd_v1_dataplane_proto_rawDesc), len(file_dpd_v1_dataplane_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -133,6 +133,12 @@ const (
 	Inspect_GetStatus_FullMethodName     = "/dpd.v1.Inspect/GetStatus"
 	Inspect_ListEndpoints_FullMethodName = "/dpd.v1.Inspect/ListEndpoints"
 	Inspect_GetEndpoint_FullMethodName   = "/dpd.v1.Inspect/GetEndpoint"
+	Inspect_ListPolicies_FullMethodName  = "/dpd.v1.Inspect/ListPolicies"
+	Inspect_ListIPSets_FullMethodName    = "/dpd.v1.Inspect/ListIPSets"
+	Inspect_ListServices_FullMethodName  = "/dpd.v1.Inspect/ListServices"
+	Inspect_ListRoutes_FullMethodName    = "/dpd.v1.Inspect/ListRoutes"
+	Inspect_GetCounters_FullMethodName   = "/dpd.v1.Inspect/GetCounters"
+	Inspect_Trace_FullMethodName         = "/dpd.v1.Inspect/Trace"
 )
 
 // InspectClient is the client API for Inspect service.
@@ -145,6 +151,19 @@ type InspectClient interface {
 	GetStatus(ctx context.Context, in *GetStatusRequest, opts ...grpc.CallOption) (*GetStatusResponse, error)
 	ListEndpoints(ctx context.Context, in *ListEndpointsRequest, opts ...grpc.CallOption) (*ListEndpointsResponse, error)
 	GetEndpoint(ctx context.Context, in *GetEndpointRequest, opts ...grpc.CallOption) (*Endpoint, error)
+	// ListPolicies lists the active policies and profiles.
+	ListPolicies(ctx context.Context, in *ListPoliciesRequest, opts ...grpc.CallOption) (*ListPoliciesResponse, error)
+	// ListIPSets lists IP sets with member counts; members are truncated.
+	ListIPSets(ctx context.Context, in *ListIPSetsRequest, opts ...grpc.CallOption) (*ListIPSetsResponse, error)
+	ListServices(ctx context.Context, in *ListServicesRequest, opts ...grpc.CallOption) (*ListServicesResponse, error)
+	ListRoutes(ctx context.Context, in *ListRoutesRequest, opts ...grpc.CallOption) (*ListRoutesResponse, error)
+	// GetCounters reads the per-rule packet and byte counters of the
+	// installed policy programs (--dataplane=linux).
+	GetCounters(ctx context.Context, in *GetCountersRequest, opts ...grpc.CallOption) (*GetCountersResponse, error)
+	// Trace runs the policy program attached to an endpoint on a crafted
+	// packet (BPF_PROG_TEST_RUN) and says which rule decided. Conntrack and
+	// counters are left untouched (--dataplane=linux).
+	Trace(ctx context.Context, in *TraceRequest, opts ...grpc.CallOption) (*TraceResponse, error)
 }
 
 type inspectClient struct {
@@ -185,6 +204,66 @@ func (c *inspectClient) GetEndpoint(ctx context.Context, in *GetEndpointRequest,
 	return out, nil
 }
 
+func (c *inspectClient) ListPolicies(ctx context.Context, in *ListPoliciesRequest, opts ...grpc.CallOption) (*ListPoliciesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListPoliciesResponse)
+	err := c.cc.Invoke(ctx, Inspect_ListPolicies_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *inspectClient) ListIPSets(ctx context.Context, in *ListIPSetsRequest, opts ...grpc.CallOption) (*ListIPSetsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListIPSetsResponse)
+	err := c.cc.Invoke(ctx, Inspect_ListIPSets_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *inspectClient) ListServices(ctx context.Context, in *ListServicesRequest, opts ...grpc.CallOption) (*ListServicesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListServicesResponse)
+	err := c.cc.Invoke(ctx, Inspect_ListServices_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *inspectClient) ListRoutes(ctx context.Context, in *ListRoutesRequest, opts ...grpc.CallOption) (*ListRoutesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListRoutesResponse)
+	err := c.cc.Invoke(ctx, Inspect_ListRoutes_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *inspectClient) GetCounters(ctx context.Context, in *GetCountersRequest, opts ...grpc.CallOption) (*GetCountersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetCountersResponse)
+	err := c.cc.Invoke(ctx, Inspect_GetCounters_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *inspectClient) Trace(ctx context.Context, in *TraceRequest, opts ...grpc.CallOption) (*TraceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(TraceResponse)
+	err := c.cc.Invoke(ctx, Inspect_Trace_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // InspectServer is the server API for Inspect service.
 // All implementations must embed UnimplementedInspectServer
 // for forward compatibility.
@@ -195,6 +274,19 @@ type InspectServer interface {
 	GetStatus(context.Context, *GetStatusRequest) (*GetStatusResponse, error)
 	ListEndpoints(context.Context, *ListEndpointsRequest) (*ListEndpointsResponse, error)
 	GetEndpoint(context.Context, *GetEndpointRequest) (*Endpoint, error)
+	// ListPolicies lists the active policies and profiles.
+	ListPolicies(context.Context, *ListPoliciesRequest) (*ListPoliciesResponse, error)
+	// ListIPSets lists IP sets with member counts; members are truncated.
+	ListIPSets(context.Context, *ListIPSetsRequest) (*ListIPSetsResponse, error)
+	ListServices(context.Context, *ListServicesRequest) (*ListServicesResponse, error)
+	ListRoutes(context.Context, *ListRoutesRequest) (*ListRoutesResponse, error)
+	// GetCounters reads the per-rule packet and byte counters of the
+	// installed policy programs (--dataplane=linux).
+	GetCounters(context.Context, *GetCountersRequest) (*GetCountersResponse, error)
+	// Trace runs the policy program attached to an endpoint on a crafted
+	// packet (BPF_PROG_TEST_RUN) and says which rule decided. Conntrack and
+	// counters are left untouched (--dataplane=linux).
+	Trace(context.Context, *TraceRequest) (*TraceResponse, error)
 	mustEmbedUnimplementedInspectServer()
 }
 
@@ -213,6 +305,24 @@ func (UnimplementedInspectServer) ListEndpoints(context.Context, *ListEndpointsR
 }
 func (UnimplementedInspectServer) GetEndpoint(context.Context, *GetEndpointRequest) (*Endpoint, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetEndpoint not implemented")
+}
+func (UnimplementedInspectServer) ListPolicies(context.Context, *ListPoliciesRequest) (*ListPoliciesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListPolicies not implemented")
+}
+func (UnimplementedInspectServer) ListIPSets(context.Context, *ListIPSetsRequest) (*ListIPSetsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListIPSets not implemented")
+}
+func (UnimplementedInspectServer) ListServices(context.Context, *ListServicesRequest) (*ListServicesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListServices not implemented")
+}
+func (UnimplementedInspectServer) ListRoutes(context.Context, *ListRoutesRequest) (*ListRoutesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListRoutes not implemented")
+}
+func (UnimplementedInspectServer) GetCounters(context.Context, *GetCountersRequest) (*GetCountersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetCounters not implemented")
+}
+func (UnimplementedInspectServer) Trace(context.Context, *TraceRequest) (*TraceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Trace not implemented")
 }
 func (UnimplementedInspectServer) mustEmbedUnimplementedInspectServer() {}
 func (UnimplementedInspectServer) testEmbeddedByValue()                 {}
@@ -289,6 +399,114 @@ func _Inspect_GetEndpoint_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Inspect_ListPolicies_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListPoliciesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InspectServer).ListPolicies(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Inspect_ListPolicies_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InspectServer).ListPolicies(ctx, req.(*ListPoliciesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Inspect_ListIPSets_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListIPSetsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InspectServer).ListIPSets(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Inspect_ListIPSets_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InspectServer).ListIPSets(ctx, req.(*ListIPSetsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Inspect_ListServices_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListServicesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InspectServer).ListServices(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Inspect_ListServices_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InspectServer).ListServices(ctx, req.(*ListServicesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Inspect_ListRoutes_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRoutesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InspectServer).ListRoutes(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Inspect_ListRoutes_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InspectServer).ListRoutes(ctx, req.(*ListRoutesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Inspect_GetCounters_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetCountersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InspectServer).GetCounters(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Inspect_GetCounters_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InspectServer).GetCounters(ctx, req.(*GetCountersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Inspect_Trace_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TraceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InspectServer).Trace(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Inspect_Trace_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InspectServer).Trace(ctx, req.(*TraceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Inspect_ServiceDesc is the grpc.ServiceDesc for Inspect service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -307,6 +525,30 @@ var Inspect_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetEndpoint",
 			Handler:    _Inspect_GetEndpoint_Handler,
+		},
+		{
+			MethodName: "ListPolicies",
+			Handler:    _Inspect_ListPolicies_Handler,
+		},
+		{
+			MethodName: "ListIPSets",
+			Handler:    _Inspect_ListIPSets_Handler,
+		},
+		{
+			MethodName: "ListServices",
+			Handler:    _Inspect_ListServices_Handler,
+		},
+		{
+			MethodName: "ListRoutes",
+			Handler:    _Inspect_ListRoutes_Handler,
+		},
+		{
+			MethodName: "GetCounters",
+			Handler:    _Inspect_GetCounters_Handler,
+		},
+		{
+			MethodName: "Trace",
+			Handler:    _Inspect_Trace_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

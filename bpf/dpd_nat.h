@@ -1,0 +1,308 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * dpd_nat.h: service DNAT at the client's hooks, and the route map. The
+ * scheme is described with DPD_DIR_NAT in dpd_abi.h:
+ *
+ *   client dpd_from_wep  frontend hit: pick (new) or reuse (dpd_ct entry with
+ *                        dir DPD_DIR_NAT) a backend, rewrite daddr/dport;
+ *                        conntrack and policy then see the backend.
+ *   client dpd_to_wep    a reply hitting a DPD_CT_F_NAT_FWD entry gets the
+ *                        frontend back as its source.
+ *
+ * Hairpin (the client is the chosen backend): the source also becomes
+ * DPD_HAIRPIN_ADDR and the request is redirected back out of the interface
+ * it came in on; dpd_to_wep recognises it (source DPD_HAIRPIN_ADDR, received
+ * on this very interface) and polices it as coming from the workload. The
+ * workload's reply to DPD_HAIRPIN_ADDR gets its own address as destination
+ * at dpd_from_wep and is routed back in, where the reverse NAT applies.
+ */
+#ifndef DPD_NAT_H
+#define DPD_NAT_H
+
+#include <stddef.h>
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/tcp.h>
+#include <linux/udp.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "dpd_abi.h"
+#include "dpd_maps.h"
+#include "dpd_parse.h"
+#include "dpd_ct.h"
+
+/* Frontends; written by userspace (dataplane/bpf/nat.go). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct dpd_nat_fe_key);
+	__type(value, struct dpd_nat_fe_val);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dpd_nat_fe SEC(".maps");
+
+/* Filter of frontend addresses; written by userspace. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct dpd_nat_fe_bits);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dpd_nat_fe_bits SEC(".maps");
+
+/* Backends by (service port id, ordinal); written by userspace. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 262144);
+	__type(key, struct dpd_nat_be_key);
+	__type(value, struct dpd_nat_be_val);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dpd_nat_be SEC(".maps");
+
+/* RouteUpdate destinations; written by userspace (dataplane/bpf/routes.go). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 262144);
+	__type(key, struct dpd_route_key);
+	__type(value, struct dpd_route_val);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dpd_routes SEC(".maps");
+
+#define DPD_IP_CSUM_OFF  (ETH_HLEN + offsetof(struct iphdr, check))
+#define DPD_IP_SADDR_OFF (ETH_HLEN + offsetof(struct iphdr, saddr))
+#define DPD_IP_DADDR_OFF (ETH_HLEN + offsetof(struct iphdr, daddr))
+
+/* The translation applied to this packet at dpd_from_wep. */
+struct dpd_nat {
+	__u32 fe_addr;  /* network order */
+	__u16 fe_port;  /* host order */
+	__u16 hairpin;
+	__u32 svc;
+};
+
+/* dpd_l4_off is the offset of the L4 header; the IP header is linear
+ * (dpd_parse_ipv4 made it so). Negative: unreadable. */
+static __always_inline int dpd_l4_off(struct __sk_buff *skb)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct iphdr *ip = data + ETH_HLEN;
+
+	if ((void *)(ip + 1) > data_end)
+		return -1;
+	return ETH_HLEN + ip->ihl * 4;
+}
+
+/* dpd_nat_rewrite changes the source (src != 0) or destination address and
+ * port of a TCP/UDP packet, fixing the IP checksum and the L4 checksum
+ * (pseudo-header included). Addresses and ports in network order. A UDP
+ * checksum of 0 (none) stays 0. Non-zero: the packet could not be changed. */
+static __always_inline int dpd_nat_rewrite(struct __sk_buff *skb, __u8 proto, int src,
+					   __be32 old_addr, __be32 new_addr,
+					   __be16 old_port, __be16 new_port)
+{
+	__u32 addr_off = src ? DPD_IP_SADDR_OFF : DPD_IP_DADDR_OFF;
+	__u64 mangled = 0;
+	__u32 csum_off;
+	int l4 = dpd_l4_off(skb);
+
+	if (l4 < 0)
+		return -1;
+	if (proto == IPPROTO_TCP) {
+		csum_off = l4 + offsetof(struct tcphdr, check);
+	} else if (proto == IPPROTO_UDP) {
+		csum_off = l4 + offsetof(struct udphdr, check);
+		mangled = BPF_F_MARK_MANGLED_0;
+	} else {
+		return -1;
+	}
+	if (old_addr != new_addr) {
+		if (bpf_l4_csum_replace(skb, csum_off, old_addr, new_addr, BPF_F_PSEUDO_HDR | mangled | 4))
+			return -1;
+		if (bpf_l3_csum_replace(skb, DPD_IP_CSUM_OFF, old_addr, new_addr, 4))
+			return -1;
+		if (bpf_skb_store_bytes(skb, addr_off, &new_addr, 4, 0))
+			return -1;
+	}
+	if (old_port != new_port) {
+		if (bpf_l4_csum_replace(skb, csum_off, old_port, new_port, mangled | 2))
+			return -1;
+		if (bpf_skb_store_bytes(skb, l4 + (src ? 0 : 2), &new_port, 2, 0))
+			return -1;
+	}
+	return 0;
+}
+
+/* dpd_nat_addr_only rewrites just an address (hairpin reply destination);
+ * ports are untouched, so ICMP is fine too (its checksum has no pseudo
+ * header). */
+static __always_inline int dpd_nat_addr_only(struct __sk_buff *skb, __u8 proto, int src,
+					     __be32 old_addr, __be32 new_addr)
+{
+	__u32 addr_off = src ? DPD_IP_SADDR_OFF : DPD_IP_DADDR_OFF;
+
+	if (proto == IPPROTO_TCP || proto == IPPROTO_UDP)
+		return dpd_nat_rewrite(skb, proto, src, old_addr, new_addr, 0, 0);
+	if (bpf_l3_csum_replace(skb, DPD_IP_CSUM_OFF, old_addr, new_addr, 4))
+		return -1;
+	return bpf_skb_store_bytes(skb, addr_off, &new_addr, 4, 0) ? -1 : 0;
+}
+
+/* dpd_hairpin_redirect sends the packet back out of the interface it came
+ * in on, towards the workload: the Ethernet addresses swap. */
+static __always_inline int dpd_hairpin_redirect(struct __sk_buff *skb, __u32 ifindex)
+{
+	__u8 macs[12], swapped[12];
+
+	if (bpf_skb_load_bytes(skb, 0, macs, sizeof(macs)))
+		return TC_ACT_SHOT;
+	__builtin_memcpy(swapped, macs + 6, 6);
+	__builtin_memcpy(swapped + 6, macs, 6);
+	if (bpf_skb_store_bytes(skb, 0, swapped, sizeof(swapped), 0))
+		return TC_ACT_SHOT;
+	return bpf_redirect(ifindex, 0);
+}
+
+/* dpd_maybe_frontend: false when addr is certainly no frontend. */
+static __always_inline int dpd_maybe_frontend(__be32 addr)
+{
+	struct dpd_nat_fe_bits *b;
+	__u32 zero = 0, h;
+
+	b = bpf_map_lookup_elem(&dpd_nat_fe_bits, &zero);
+	if (!b)
+		return 1;
+	h = ((__u32)addr * (__u32)DPD_NAT_FE_HASH_MUL) >> DPD_NAT_FE_HASH_SHIFT;
+	return (b->bits[(h >> 6) & 63] >> (h & 63)) & 1;
+}
+
+/* dpd_nat_flow_key is the NAT flow entry of the packet's original tuple. */
+static __always_inline void dpd_nat_flow_key(struct dpd_ct_key *k, const struct dpd_pkt *p, __u32 ifindex)
+{
+	__builtin_memset(k, 0, sizeof(*k));
+	__builtin_memcpy(k->saddr, &p->saddr, 4);
+	__builtin_memcpy(k->daddr, &p->daddr, 4);
+	k->sport = p->sport;
+	k->dport = p->dport;
+	k->proto = p->proto;
+	k->dir = DPD_DIR_NAT;
+	k->ifindex = ifindex;
+}
+
+/* dpd_nat_from_wep translates a packet leaving a workload: a reply to the
+ * hairpin address goes back to the workload, a packet to a frontend goes to
+ * its connection's backend. p is updated to what the packet now carries,
+ * except that a hairpinned request keeps the workload as its source (for
+ * conntrack and policy). Non-zero: drop (no ready backend, rewrite failed). */
+static __always_inline int dpd_nat_from_wep(struct __sk_buff *skb, struct dpd_pkt *p, __u32 ifindex,
+					    __u64 now, __u64 trace, struct dpd_nat *nat)
+{
+	struct dpd_nat_fe_key fk = {};
+	struct dpd_nat_fe_val *fe;
+	struct dpd_nat_be_key bk;
+	struct dpd_nat_be_val *be;
+	struct dpd_ct_key k;
+	struct dpd_ct_val *fl;
+	__be32 baddr;
+	__u16 bport;
+
+	if (p->daddr == bpf_htonl(DPD_HAIRPIN_ADDR)) {
+		if (dpd_nat_addr_only(skb, p->proto, 0, p->daddr, p->saddr))
+			return -1;
+		p->daddr = p->saddr;
+		return 0;
+	}
+	if ((p->proto != IPPROTO_TCP && p->proto != IPPROTO_UDP) || (p->flags & DPD_ST_FRAGMENT) ||
+	    !dpd_maybe_frontend(p->daddr))
+		return 0;
+	__builtin_memcpy(fk.addr, &p->daddr, 4);
+	fk.port = p->dport;
+	fk.proto = p->proto;
+	fe = bpf_map_lookup_elem(&dpd_nat_fe, &fk);
+	if (!fe)
+		return 0;
+
+	dpd_nat_flow_key(&k, p, ifindex);
+	fl = bpf_map_lookup_elem(&dpd_ct, &k);
+	if (fl && fl->nat_svc == fe->svc_id && dpd_ct_live(fl, p->proto, now)) {
+		__builtin_memcpy(&baddr, fl->nat_addr, 4);
+		bport = fl->nat_port;
+		/* The client's ACK without SYN proves the handshake completed. */
+		if (!trace)
+			dpd_ct_refresh(fl, p, !(p->flags & DPD_ST_TCP_SYN), now);
+	} else {
+		__u32 count = fe->count;
+
+		if (count == 0) {
+			p->flags |= DPD_ST_NO_BACKEND;
+			return -1;
+		}
+		bk.svc_id = fe->svc_id;
+		bk.ordinal = bpf_get_prandom_u32() % count;
+		be = bpf_map_lookup_elem(&dpd_nat_be, &bk);
+		if (!be) {
+			p->flags |= DPD_ST_NO_BACKEND;
+			return -1;
+		}
+		__builtin_memcpy(&baddr, be->addr, 4);
+		bport = be->port;
+		if (!trace) {
+			struct dpd_ct_val v = {};
+
+			v.created = now;
+			v.last_seen = now;
+			if (p->proto == IPPROTO_TCP && (p->flags & (DPD_ST_TCP_FIN | DPD_ST_TCP_RST)))
+				v.flags = DPD_CT_F_CLOSING;
+			__builtin_memcpy(v.nat_addr, &baddr, 4);
+			v.nat_port = bport;
+			v.nat_svc = bk.svc_id;
+			bpf_map_update_elem(&dpd_ct, &k, &v, BPF_ANY);
+		}
+	}
+
+	nat->fe_addr = p->daddr;
+	nat->fe_port = p->dport;
+	nat->svc = fe->svc_id;
+	nat->hairpin = baddr == p->saddr;
+	if (dpd_nat_rewrite(skb, p->proto, 0, p->daddr, baddr, bpf_htons(p->dport), bpf_htons(bport)))
+		return -1;
+	if (nat->hairpin &&
+	    dpd_nat_rewrite(skb, p->proto, 1, p->saddr, bpf_htonl(DPD_HAIRPIN_ADDR), 0, 0))
+		return -1;
+	p->daddr = baddr;
+	p->dport = bport;
+	p->flags |= DPD_ST_NAT;
+	if (nat->hairpin)
+		p->flags |= DPD_ST_HAIRPIN;
+	return 0;
+}
+
+/* dpd_nat_reverse gives a reply of a DNAT'd flow the frontend as source. */
+static __always_inline int dpd_nat_reverse(struct __sk_buff *skb, const struct dpd_pkt *p,
+					   const struct dpd_ct_val *ct)
+{
+	__be32 fe;
+
+	__builtin_memcpy(&fe, ct->nat_addr, 4);
+	return dpd_nat_rewrite(skb, p->proto, 1, p->saddr, fe, bpf_htons(p->sport), bpf_htons(ct->nat_port));
+}
+
+/* dpd_route_flags classifies an IPv4 address by its longest dpd_routes
+ * match (DPD_RT_*; 0 when no route covers it). */
+static __always_inline __u32 dpd_route_flags(__be32 addr)
+{
+	struct dpd_route_key k = {};
+	struct dpd_route_val *v;
+
+	k.prefixlen = DPD_ROUTE_KEY_FIXED_BITS + 32;
+	k.family = 4;
+	__builtin_memcpy(k.addr, &addr, 4);
+	v = bpf_map_lookup_elem(&dpd_routes, &k);
+	return v ? v->flags : 0;
+}
+
+#endif

@@ -1,0 +1,98 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/dpd-dev/dpd/dataplane/bpf/abi"
+	"github.com/dpd-dev/dpd/dataplane/linux"
+	"github.com/dpd-dev/dpd/server"
+)
+
+// parseFlags reads the command line; every flag has an environment
+// equivalent (DPD_ + upper snake of its name) and the flag wins.
+// Usage and flag errors go to out.
+func parseFlags(args []string, getenv func(string) string, out io.Writer) (config, error) {
+	var c config
+	var err error
+	c.Config, c.Level, err = parseInto(&c.Linux, args, getenv, out)
+	return c, err
+}
+
+// config is everything the command line sets.
+type config struct {
+	server.Config
+	Level slog.Level
+	// Linux configures --dataplane=linux.
+	Linux linux.Options
+}
+
+func parseInto(lo *linux.Options, args []string, getenv func(string) string, out io.Writer) (server.Config, slog.Level, error) {
+	cfg := server.Config{
+		Socket:         server.DefaultSocket,
+		MetricsAddr:    server.DefaultMetricsAddr,
+		MaxRecvMsgSize: server.DefaultMaxRecvMsgSize,
+		Dataplane:      "linux",
+	}
+	level := slog.LevelInfo
+	fs := flag.NewFlagSet("dpd", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.Usage = func() {
+		_, _ = fmt.Fprintf(out, "usage: dpd [flags]\n")
+		fs.PrintDefaults()
+		_, _ = fmt.Fprintf(out, "\nEvery flag can also be set by its environment variable, e.g. --tls-client-ca\nas DPD_TLS_CLIENT_CA; the flag wins.\n")
+	}
+	fs.StringVar(&cfg.Socket, "socket", cfg.Socket, "Unix socket for the gRPC API (mode 0600)")
+	fs.StringVar(&cfg.ListenTCP, "listen-tcp", "", "also serve gRPC on host:port (needs --tls-* or --insecure-tcp)")
+	fs.StringVar(&cfg.TLSCert, "tls-cert", "", "server certificate for --listen-tcp")
+	fs.StringVar(&cfg.TLSKey, "tls-key", "", "server key for --listen-tcp")
+	fs.StringVar(&cfg.TLSClientCA, "tls-client-ca", "", "CA that signs client certificates (mTLS)")
+	fs.BoolVar(&cfg.InsecureTCP, "insecure-tcp", false, "serve --listen-tcp without TLS (labs only)")
+	fs.StringVar(&cfg.MetricsAddr, "metrics-addr", cfg.MetricsAddr, "address for /metrics, /livez, /readyz (empty disables)")
+	fs.StringVar(&cfg.Dataplane, "dataplane", cfg.Dataplane, "kernel dataplane: linux or memory (dry run)")
+	fs.TextVar(&level, "log-level", level, "log level: debug, info, warn or error")
+	fs.IntVar(&cfg.MaxRecvMsgSize, "max-msg-size", cfg.MaxRecvMsgSize, "largest gRPC message accepted, in bytes")
+	fs.StringVar(&lo.PinDir, "bpf-pin-dir", abi.PinDir, "bpffs directory for dpd's pinned maps and links (kept across restarts)")
+	fs.BoolVar(&lo.ForceLegacyTC, "force-legacy-tc", false, "attach with clsact + cls_bpf filters even where TCX works")
+	fs.BoolVar(&cfg.FelixPipe, "felix-pipe", false, "be Felix's dataplane driver: ToDataplane on fd 3, FromDataplane on fd 4; the end of fd 3 stops dpd (exit 0)")
+	fs.StringVar(&cfg.PolicySyncDir, "policysync-dir", "", "serve Calico's policy-sync API per workload under this directory (Felix's PolicySyncPathPrefix)")
+	fs.BoolVar(&cfg.RuleMetrics, "rule-metrics", false, "export per-rule packet and byte counters (dpd_rule_*) of the busiest rules")
+	fs.IntVar(&cfg.RuleMetricsLimit, "rule-metrics-limit", server.DefaultRuleMetricsLimit, "how many rules --rule-metrics exports, busiest first")
+
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := envName(f.Name)
+		if v := getenv(name); v != "" && envErr == nil {
+			if err := f.Value.Set(v); err != nil {
+				envErr = fmt.Errorf("%s=%q: %w", name, v, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return cfg, level, envErr
+	}
+	if err := fs.Parse(args); err != nil {
+		return cfg, level, err // already reported on out
+	}
+	if fs.NArg() > 0 {
+		return cfg, level, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	switch {
+	case cfg.Dataplane != "memory" && cfg.Dataplane != "linux":
+		return cfg, level, fmt.Errorf("--dataplane must be linux or memory, not %q", cfg.Dataplane)
+	case cfg.MaxRecvMsgSize <= 0:
+		return cfg, level, fmt.Errorf("--max-msg-size must be positive")
+	case cfg.RuleMetricsLimit <= 0:
+		return cfg, level, fmt.Errorf("--rule-metrics-limit must be positive")
+	}
+	return cfg, level, cfg.Validate()
+}
+
+// envName maps a flag to its environment variable: tls-client-ca ->
+// DPD_TLS_CLIENT_CA.
+func envName(flagName string) string {
+	return "DPD_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}

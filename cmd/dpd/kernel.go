@@ -1,0 +1,39 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/dpd-dev/dpd/dataplane"
+	"github.com/dpd-dev/dpd/dataplane/linux"
+	"github.com/dpd-dev/dpd/dataplane/memkernel"
+	"github.com/dpd-dev/dpd/server"
+)
+
+// newDaemon picks the kernel named by cfg.Dataplane and builds the daemon
+// over it. This is the one place dataplane implementations are wired.
+func newDaemon(c config) (*server.Daemon, func(), error) {
+	cfg := c.Config
+	var k dataplane.Kernel
+	closeKernel := func() {}
+	switch cfg.Dataplane {
+	case "memory":
+		k = memkernel.New()
+	case "linux":
+		lo := c.Linux
+		lo.Log = cfg.Log
+		lk, err := linux.New(lo)
+		if err != nil {
+			return nil, nil, err
+		}
+		k = lk
+		closeKernel = func() { _ = lk.Close() }
+	default:
+		return nil, nil, fmt.Errorf("unknown dataplane %q (want memory or linux)", cfg.Dataplane)
+	}
+	d, err := server.NewDaemon(cfg, k)
+	if err != nil {
+		closeKernel()
+		return nil, nil, err
+	}
+	return d, closeKernel, nil
+}

@@ -1,0 +1,85 @@
+package polprog
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// specIndex is what Load writes into the per-program maps of the indexed
+// strategy.
+type specIndex struct {
+	words   int
+	classes [][]uint64
+	entries []clsEntry
+}
+
+// progMaps are maps a Program owns: created by Load, closed by Close.
+type progMaps struct {
+	cls, bits *ebpf.Map
+}
+
+// newProgMaps creates and fills the per-program maps of s (none for a
+// linear program). They are frozen: nothing changes them after Load.
+func (s *Spec) newProgMaps() (_ *progMaps, err error) {
+	ix := s.index
+	if ix == nil {
+		return nil, nil
+	}
+	pm := &progMaps{}
+	defer func() {
+		if err != nil {
+			pm.close()
+		}
+	}()
+	pm.cls, err = ebpf.NewMap(&ebpf.MapSpec{
+		Name: mapCls, Type: ebpf.LPMTrie, KeySize: clsKeySize, ValueSize: 4,
+		MaxEntries: uint32(max(1, len(ix.entries))), Flags: unix.BPF_F_NO_PREALLOC,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create %s: %w", mapCls, err)
+	}
+	for _, e := range ix.entries {
+		if err := pm.cls.Update(e.key[:], e.class, ebpf.UpdateNoExist); err != nil {
+			return nil, fmt.Errorf("fill %s: %w", mapCls, err)
+		}
+	}
+	pm.bits, err = ebpf.NewMap(&ebpf.MapSpec{
+		Name: mapBits, Type: ebpf.Array, KeySize: 4, ValueSize: uint32(8 * ix.words),
+		MaxEntries: uint32(len(ix.classes)),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create %s: %w", mapBits, err)
+	}
+	for id, bm := range ix.classes {
+		if err := pm.bits.Update(uint32(id), bm, ebpf.UpdateAny); err != nil {
+			return nil, fmt.Errorf("fill %s: %w", mapBits, err)
+		}
+	}
+	for _, m := range []*ebpf.Map{pm.cls, pm.bits} {
+		if err := m.Freeze(); err != nil && !errors.Is(err, ebpf.ErrNotSupported) {
+			return nil, fmt.Errorf("freeze %s: %w", m, err)
+		}
+	}
+	return pm, nil
+}
+
+// byName adds the maps to a reference table.
+func (pm *progMaps) byName(m map[string]*ebpf.Map) {
+	if pm != nil {
+		m[mapCls], m[mapBits] = pm.cls, pm.bits
+	}
+}
+
+func (pm *progMaps) close() {
+	if pm == nil {
+		return
+	}
+	for _, m := range []*ebpf.Map{pm.cls, pm.bits} {
+		if m != nil {
+			_ = m.Close()
+		}
+	}
+}

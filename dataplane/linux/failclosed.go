@@ -1,0 +1,108 @@
+package linux
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/dpd-dev/dpd/dataplane/bpf/abi"
+	"github.com/dpd-dev/dpd/dataplane/model"
+)
+
+// Fail closed: a workload interface (one matching InterfacePrefix) that
+// nothing has programmed must not pass traffic unpoliced. When the monitor
+// reports such an interface, before the engine hears of it, the entry
+// programs are attached with a dpd_ifstate entry lacking READY, so they
+// drop everything until ApplyEndpoint installs the policy and sets READY.
+// That covers an interface that appears before its WorkloadEndpointUpdate,
+// one whose endpoint could not be programmed yet, and one that appears
+// while dpd waits for the controller after a restart.
+
+// WatchLinks runs the interface monitor until ctx ends, failing closed
+// every workload interface nothing has programmed before passing the
+// change on, and runs the periodic garbage collection meanwhile.
+func (k *Kernel) WatchLinks(ctx context.Context, report func(model.LinkUpdate)) error {
+	gctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		k.gcLoop(gctx)
+	}()
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	return k.mon.Run(ctx, func(u model.LinkUpdate) {
+		k.onLink(u)
+		report(u)
+	})
+}
+
+// onLink keeps a reported workload interface fail-closed unless it is
+// programmed (or adopted as programmed), and forgets the fail-closed state
+// of one that went away.
+func (k *Kernel) onLink(u model.LinkUpdate) {
+	if !k.mon.Matches(u.Name) {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	st := k.eps[u.Name]
+	if u.State == model.LinkAbsent {
+		if st != nil && st.ep == nil && !st.ready {
+			if err := k.dropStateLocked(u.Name, st, nil); err != nil {
+				k.log.Warn("forget fail-closed interface", "iface", u.Name, "err", err)
+				return
+			}
+			delete(k.eps, u.Name)
+		}
+		return
+	}
+	ifindex, ok := k.mon.Ifindex(u.Name)
+	if !ok {
+		return
+	}
+	if st != nil && st.ifindex == ifindex && (st.ready || st.closed) {
+		return // programmed, adopted, or closed already
+	}
+	fresh := st == nil
+	if fresh {
+		st = &endpointState{}
+	}
+	if err := k.failCloseLocked(u.Name, st, ifindex); err != nil {
+		k.log.Warn("cannot fail closed; the interface may pass unpoliced traffic", "iface", u.Name, "err", err)
+		if fresh && st.ifindex == 0 {
+			return // nothing of ours is on it
+		}
+	}
+	if fresh {
+		k.eps[u.Name] = st
+	}
+}
+
+var errForeign = errors.New("another dpd's entry programs are attached")
+
+// failCloseLocked attaches the entry programs to ifindex with a dpd_ifstate
+// entry that is not READY: every packet drops.
+func (k *Kernel) failCloseLocked(name string, st *endpointState, ifindex int) error {
+	if st.ifindex != 0 && st.ifindex != ifindex {
+		k.forgetIfindexLocked(st)
+	}
+	if ours, foreign := k.bpf.EntryOwners(ifindex); foreign && !ours && st.ep == nil {
+		// Another dpd (other pins) polices it: taking its attachment over
+		// for an interface we know nothing about would break it.
+		return errForeign
+	}
+	st.ifindex = ifindex
+	if err := k.attachLocked(st, name); err != nil {
+		return err
+	}
+	if err := k.setIfStateLocked(st, abi.IfWorkload); err != nil {
+		return fmt.Errorf("ifstate %s: %w", name, err)
+	}
+	k.ops.FailClosed++
+	k.log.Debug("workload interface fails closed until programmed", "iface", name, "ifindex", ifindex)
+	return nil
+}

@@ -1,0 +1,337 @@
+package linux
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	bpfdp "github.com/dpd-dev/dpd/dataplane/bpf"
+	"github.com/dpd-dev/dpd/dataplane/model"
+)
+
+// Service NAT: every (service, protocol, port) is a "service port" with an
+// id; its frontends (cluster IPs, load balancer IP, external IPs, load
+// balancer ingress IPs, all on that port) point at the id in dpd_nat_fe,
+// and its ready backends sit at ordinals 0..n-1 of the id in dpd_nat_be.
+// The programs pick a backend per connection and keep it (bpf/dpd_nat.h).
+//
+// Backends are matched to a port by protocol. model.ServicePort carries no
+// port name (Felix's ServiceUpdate has none), so when a service has several
+// ports of one protocol a backend belongs to the port equal to its own port
+// (targetPort == port, the common case); other backends of such a service
+// are ambiguous and skipped. SCTP is not translated (its CRC32c would have
+// to be recomputed), and neither are NodePorts (they arrive on host
+// interfaces, where dpd attaches nothing yet).
+//
+// When a backend leaves, the connections pinned to it are flushed at the
+// end of the apply pass (one conntrack walk for all services), so their
+// next packet picks a current backend; ids of removed ports are reused only
+// after that flush.
+
+const (
+	protoTCP = 6
+	protoUDP = 17
+)
+
+type svcPortKey struct {
+	proto uint8
+	port  uint16
+}
+
+// natPort is one programmed service port.
+type natPort struct {
+	id  uint32
+	fes []bpfdp.NATFrontend
+	bes []bpfdp.NATBackend
+}
+
+// natTable is the userspace side of the NAT maps. Guarded by Kernel.mu.
+type natTable struct {
+	services map[model.ServiceKey]map[svcPortKey]*natPort
+	owners   map[bpfdp.NATFrontend]*natPort // the port each programmed frontend points at
+	inUse    map[uint32]bool                // ids programmed, adopted or awaiting the flush
+	next     uint32
+	// adopted are frontends found in the maps at start: a service that
+	// claims one keeps its id, so live connections keep their backends.
+	adopted map[bpfdp.NATFrontend]bpfdp.NATFrontendEntry
+	claimed map[uint32]bool // adopted ids a service took over
+	flush   bpfdp.NATFlowFilter
+	release []uint32 // ids freed once flush has run
+}
+
+func newNATTable() natTable {
+	return natTable{
+		services: map[model.ServiceKey]map[svcPortKey]*natPort{},
+		owners:   map[bpfdp.NATFrontend]*natPort{},
+		inUse:    map[uint32]bool{},
+		next:     1,
+		adopted:  map[bpfdp.NATFrontend]bpfdp.NATFrontendEntry{},
+		claimed:  map[uint32]bool{},
+		flush:    bpfdp.NATFlowFilter{Services: map[uint32]bool{}, Backends: map[bpfdp.NATFlowBackend]bool{}},
+	}
+}
+
+// adoptNATLocked records the frontends a previous dpd programmed.
+func (k *Kernel) adoptNATLocked() error {
+	k.nat = newNATTable()
+	fes, err := k.bpf.NATFrontends()
+	if err != nil {
+		return err
+	}
+	for _, e := range fes {
+		k.nat.adopted[e.Frontend] = e
+		k.nat.inUse[e.ID] = true
+	}
+	return nil
+}
+
+func (t *natTable) allocID() uint32 {
+	for t.inUse[t.next] || t.next == 0 {
+		t.next++
+	}
+	id := t.next
+	t.next++
+	t.inUse[id] = true
+	return id
+}
+
+// ApplyService implements dataplane.ServiceKernel.
+func (k *Kernel) ApplyService(s *model.Service) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	want := desiredPorts(s)
+	have := k.nat.services[s.Key]
+	if have == nil {
+		have = map[svcPortKey]*natPort{}
+		k.nat.services[s.Key] = have
+	}
+	var errs []error
+	for pk, d := range want {
+		np := have[pk]
+		if np == nil {
+			np = k.newPortLocked(d.fes)
+			have[pk] = np
+		}
+		if err := k.programPortLocked(np, d.fes, d.bes); err != nil {
+			errs = append(errs, fmt.Errorf("service %s/%s port %d/%d: %w", s.Key.Namespace, s.Key.Name, pk.proto, pk.port, err))
+		}
+	}
+	for pk, np := range have {
+		if _, ok := want[pk]; ok {
+			continue
+		}
+		if err := k.deletePortLocked(np); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		delete(have, pk)
+	}
+	return errors.Join(errs...)
+}
+
+// RemoveService implements dataplane.ServiceKernel.
+func (k *Kernel) RemoveService(s *model.Service) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	have := k.nat.services[s.Key]
+	var errs []error
+	for pk, np := range have {
+		if err := k.deletePortLocked(np); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		delete(have, pk)
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	delete(k.nat.services, s.Key)
+	return nil
+}
+
+// newPortLocked takes the id a previous dpd gave one of fes, else a new one.
+func (k *Kernel) newPortLocked(fes []bpfdp.NATFrontend) *natPort {
+	np := &natPort{}
+	for _, f := range fes {
+		if e, ok := k.nat.adopted[f]; ok && !k.nat.claimed[e.ID] {
+			k.nat.claimed[e.ID] = true
+			np.id = e.ID
+			// What the maps hold, so programming rewrites and trims it and
+			// flushes the connections of backends that are gone.
+			bes, err := k.bpf.NATBackendsOf(e.ID)
+			if err != nil {
+				k.log.Warn("read adopted service backends", "id", e.ID, "err", err)
+			}
+			for len(bes) < e.Count {
+				bes = append(bes, bpfdp.NATBackend{})
+			}
+			np.bes = bes
+			return np
+		}
+	}
+	np.id = k.nat.allocID()
+	return np
+}
+
+// programPortLocked makes np's maps entries fes -> bes, scheduling the
+// flush of connections pinned to backends that left.
+func (k *Kernel) programPortLocked(np *natPort, fes []bpfdp.NATFrontend, bes []bpfdp.NATBackend) error {
+	for _, f := range fes {
+		if o := k.nat.owners[f]; o != nil && o != np {
+			k.log.Warn("service frontend claimed by two services; the last one wins", "frontend", f)
+			o.fes = slices.DeleteFunc(o.fes, func(x bpfdp.NATFrontend) bool { return x == f })
+		}
+		delete(k.nat.adopted, f)
+	}
+	if err := k.bpf.ProgramNATPort(np.id, fes, bes, len(np.bes)); err != nil {
+		return err
+	}
+	for _, f := range np.fes {
+		if !slices.Contains(fes, f) && k.nat.owners[f] == np {
+			if err := k.bpf.DeleteNATFrontend(f); err != nil {
+				return err
+			}
+			delete(k.nat.owners, f)
+		}
+	}
+	for _, b := range np.bes {
+		if b.Addr.IsValid() && !slices.Contains(bes, b) {
+			k.nat.flush.Backends[bpfdp.NATFlowBackend{ID: np.id, Backend: b}] = true
+		}
+	}
+	for _, f := range fes {
+		k.nat.owners[f] = np
+	}
+	np.fes, np.bes = fes, bes
+	return nil
+}
+
+// deletePortLocked removes np's frontends and backends; its connections
+// are flushed and its id freed at the end of the pass.
+func (k *Kernel) deletePortLocked(np *natPort) error {
+	for _, f := range np.fes {
+		if k.nat.owners[f] != np {
+			continue
+		}
+		if err := k.bpf.DeleteNATFrontend(f); err != nil {
+			return err
+		}
+		delete(k.nat.owners, f)
+	}
+	np.fes = nil
+	if err := k.bpf.DeleteNATPort(np.id, len(np.bes)); err != nil {
+		return err
+	}
+	np.bes = nil
+	k.nat.flush.Services[np.id] = true
+	k.nat.release = append(k.nat.release, np.id)
+	return nil
+}
+
+// flushNATLocked runs the pending flush (EndApply) and frees the ids of
+// removed ports.
+func (k *Kernel) flushNATLocked() error {
+	if k.nat.flush.Empty() {
+		return nil
+	}
+	n, err := k.bpf.FlushNATFlows(k.nat.flush)
+	if err != nil {
+		return fmt.Errorf("flush nat flows: %w", err)
+	}
+	if n > 0 {
+		k.log.Debug("flushed connections of removed service backends", "count", n)
+	}
+	for _, id := range k.nat.release {
+		delete(k.nat.inUse, id)
+	}
+	k.nat.release = nil
+	clear(k.nat.flush.Services)
+	clear(k.nat.flush.Backends)
+	return nil
+}
+
+// gcNATLocked removes what a previous dpd programmed for services that
+// were not re-sent: adopted frontends nobody claimed, backends of ids no
+// port uses, and their connections.
+func (k *Kernel) gcNATLocked() error {
+	var errs []error
+	for f, e := range k.nat.adopted {
+		if err := k.bpf.DeleteNATFrontend(f); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		delete(k.nat.adopted, f)
+		if !k.nat.claimed[e.ID] {
+			k.nat.flush.Services[e.ID] = true
+			k.nat.release = append(k.nat.release, e.ID)
+		}
+	}
+	keep := map[uint32]bool{}
+	for _, ports := range k.nat.services {
+		for _, np := range ports {
+			keep[np.id] = true
+		}
+	}
+	if _, err := k.bpf.DeleteNATBackendsExcept(keep); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// portWant is the desired frontends and backends of one service port.
+type portWant struct {
+	fes []bpfdp.NATFrontend
+	bes []bpfdp.NATBackend
+}
+
+// desiredPorts derives each translated port's frontends and ready
+// backends, sorted so equal input programs equal maps.
+func desiredPorts(s *model.Service) map[svcPortKey]portWant {
+	var addrs []netip.Addr
+	addrs = append(addrs, s.ClusterIPs...)
+	addrs = append(addrs, s.LoadBalancerIP)
+	addrs = append(addrs, s.ExternalIPs...)
+	addrs = append(addrs, s.LoadBalancerIngressIP...)
+	perProto := map[uint8]int{}
+	for _, sp := range s.Ports {
+		perProto[sp.Protocol]++
+	}
+	out := map[svcPortKey]portWant{}
+	for _, sp := range s.Ports {
+		if sp.Protocol != protoTCP && sp.Protocol != protoUDP {
+			continue
+		}
+		pk := svcPortKey{proto: sp.Protocol, port: sp.Port}
+		var w portWant
+		for _, a := range addrs {
+			if a.Is4() {
+				f := bpfdp.NATFrontend{Addr: a, Port: sp.Port, Proto: sp.Protocol}
+				if !slices.Contains(w.fes, f) {
+					w.fes = append(w.fes, f)
+				}
+			}
+		}
+		for _, b := range s.Backends {
+			if !b.Ready || b.Protocol != sp.Protocol || !b.Addr.Unmap().Is4() || b.Port == 0 {
+				continue
+			}
+			if perProto[sp.Protocol] > 1 && b.Port != sp.Port {
+				continue // ambiguous without port names
+			}
+			nb := bpfdp.NATBackend{Addr: b.Addr.Unmap(), Port: b.Port}
+			if !slices.Contains(w.bes, nb) {
+				w.bes = append(w.bes, nb)
+			}
+		}
+		slices.SortFunc(w.fes, func(a, b bpfdp.NATFrontend) int { return a.Addr.Compare(b.Addr) })
+		slices.SortFunc(w.bes, func(a, b bpfdp.NATBackend) int {
+			return cmp.Or(a.Addr.Compare(b.Addr), cmp.Compare(a.Port, b.Port))
+		})
+		if len(w.fes) > 0 {
+			out[pk] = w
+		}
+	}
+	return out
+}

@@ -1,0 +1,182 @@
+package linux
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/dpd-dev/dpd/dataplane/bpf/abi"
+	"github.com/dpd-dev/dpd/dataplane/model"
+	"github.com/dpd-dev/dpd/internal/testutil"
+)
+
+// testPrefix is this test binary's workload interface prefix. It is not
+// "cali", so a kernel that watches links (and fails closed what it does
+// not know) never touches the interfaces of other packages' tests that run
+// at the same time.
+var testPrefix = fmt.Sprintf("dk%d", os.Getpid()%100000)
+
+var pinSeq atomic.Uint32
+
+// newPinDir is a fresh pin directory, removed with everything pinned in it
+// when the test ends.
+func newPinDir(t *testing.T) string {
+	t.Helper()
+	pin := filepath.Join("/sys/fs/bpf", fmt.Sprintf("dpd-linux-test-%d-%d", os.Getpid(), pinSeq.Add(1)))
+	t.Cleanup(func() { _ = os.RemoveAll(pin) })
+	return pin
+}
+
+func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// openKernel opens a Kernel on pin with the test prefix configured; Close
+// runs at cleanup (and may run earlier: it is idempotent).
+func openKernel(t *testing.T, pin string) *Kernel {
+	t.Helper()
+	testutil.RequirePrivileged(t)
+	k, err := New(Options{PinDir: pin, Log: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = k.Close() })
+	if err := k.Configure(map[string]string{"InterfacePrefix": testPrefix}); err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// watch runs k.WatchLinks until the test ends.
+func watch(t *testing.T, k *Kernel) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = k.WatchLinks(ctx, func(model.LinkUpdate) {})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+}
+
+func newWorkload(t *testing.T, ip string) *testutil.Workload {
+	t.Helper()
+	return testutil.NewWorkload(t, testPrefix, ip)
+}
+
+// wireLikeCNI gives w's host side the route and proxy ARP a CNI plugin
+// sets up, for interfaces dpd has no endpoint for: a denial is then dpd's.
+func wireLikeCNI(t *testing.T, w *testutil.Workload) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join("/proc/sys/net/ipv4/conf", w.HostIface, "proxy_arp"), []byte("1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	testutil.Run(t, "ip", "route", "replace", w.IP+"/32", "dev", w.HostIface)
+	t.Cleanup(func() { _ = exec.Command("ip", "route", "del", w.IP+"/32", "dev", w.HostIface).Run() })
+}
+
+func ifindexOf(t *testing.T, name string) int {
+	t.Helper()
+	out := testutil.Run(t, "cat", filepath.Join("/sys/class/net", name, "ifindex"))
+	n, err := strconv.Atoi(string(regexp.MustCompile(`\d+`).Find([]byte(out))))
+	if err != nil {
+		t.Fatalf("ifindex of %s: %q", name, out)
+	}
+	return n
+}
+
+// ifState reads w's dpd_ifstate entry.
+func ifState(t *testing.T, k *Kernel, ifindex int) (ok, ready bool) {
+	t.Helper()
+	_, flags, ok, err := k.BPF().IfState(ifindex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok, flags&abi.IfReady != 0
+}
+
+// pingLoss sends count pings 10 ms apart (100 pps) from w to ip and
+// returns how many got no reply, read from ping's summary.
+type pingRun struct {
+	done chan struct{}
+	out  []byte
+	err  error
+}
+
+var pingSummary = regexp.MustCompile(`(\d+) packets transmitted, (\d+) (?:packets )?received`)
+
+func startPing(w *testutil.Workload, ip string, count int) *pingRun {
+	r := &pingRun{done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		cmd := exec.Command("ip", "netns", "exec", w.NS, "ping", "-n", "-q", "-i", "0.01", "-W", "1",
+			"-c", strconv.Itoa(count), ip)
+		r.out, r.err = cmd.CombinedOutput()
+	}()
+	return r
+}
+
+// wait returns sent and received.
+func (r *pingRun) wait(t *testing.T) (sent, received int) {
+	t.Helper()
+	select {
+	case <-r.done:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("ping did not finish")
+	}
+	m := pingSummary.FindSubmatch(r.out)
+	if m == nil {
+		t.Fatalf("no ping summary (err %v): %s", r.err, r.out)
+	}
+	sent, _ = strconv.Atoi(string(m[1]))
+	received, _ = strconv.Atoi(string(m[2]))
+	return sent, received
+}
+
+// waitFlowing waits until a new flow shows in k's conntrack table: the
+// ping just started is on the wire.
+func waitFlowing(t *testing.T, k *Kernel) {
+	t.Helper()
+	n0, err := k.BPF().ConntrackEntries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.WaitFor(t, 5*time.Second, "the ping flow in conntrack", func() bool {
+		n, err := k.BPF().ConntrackEntries()
+		return err == nil && n > n0
+	})
+}
+
+func pingsQuick(w *testutil.Workload, ip string) bool {
+	_, err := w.Exec("ping", "-n", "-c1", "-W1", ip)
+	return err == nil
+}
+
+// allowAllEndpoint describes w with allow-all profiles.
+func allowAllEndpoint(w *testutil.Workload, n int) *model.Endpoint {
+	return endpointFor(w, n, allowAll(), allowAll())
+}
+
+// bigPolicy is a policy large enough to be split into chained chunks; it
+// allows ICMP and TCP to ports 20000-22999, one rule per port.
+func bigPolicy() model.DirectionPolicy {
+	tcp, icmp := uint8(6), uint8(1)
+	var rules []model.Rule
+	for i := range 3000 {
+		p := uint16(20000 + i)
+		rules = append(rules, model.Rule{Action: model.ActionAllow, Protocol: &tcp, DstPorts: []model.PortRange{{First: p, Last: p}}})
+	}
+	rules = append(rules, model.Rule{Action: model.ActionAllow, Protocol: &icmp})
+	return model.DirectionPolicy{Tiers: []model.Tier{{Name: "big", DefaultAction: model.ActionDeny,
+		Policies: []model.PolicyRules{{Name: "big/p", Kind: "policy", Rules: rules}}}}}
+}

@@ -1,0 +1,87 @@
+package server
+
+import (
+	"sort"
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// kernelCollector reads the linux dataplane at scrape time: BPF map fill
+// levels, conntrack entries and, opt-in, the busiest rules' counters.
+type kernelCollector struct {
+	kv        kernelView
+	engine    Engine
+	ruleLimit int // 0: no per-rule series
+
+	mapEntries, mapCapacity, conntrack, errors *prometheus.Desc
+	rulePackets, ruleBytes                     *prometheus.Desc
+}
+
+func newKernelCollector(kv kernelView, eng Engine, ruleLimit int) *kernelCollector {
+	ruleLabels := []string{"direction", "tier", "policy", "rule", "rule_id", "action"}
+	return &kernelCollector{
+		kv: kv, engine: eng, ruleLimit: ruleLimit,
+		mapEntries: prometheus.NewDesc("dpd_bpf_map_entries",
+			"Entries in a BPF map, counted at scrape time (occupied slots for program arrays).", []string{"map"}, nil),
+		mapCapacity: prometheus.NewDesc("dpd_bpf_map_capacity",
+			"max_entries of a BPF map.", []string{"map"}, nil),
+		conntrack: prometheus.NewDesc("dpd_conntrack_entries",
+			"Entries in the BPF conntrack table (live or awaiting expiry).", nil, nil),
+		errors: prometheus.NewDesc("dpd_kernel_scrape_errors",
+			"Maps that could not be read during this scrape.", nil, nil),
+		rulePackets: prometheus.NewDesc("dpd_rule_packets_total",
+			"Packets decided by a policy rule (only the busiest rules, --rule-metrics-limit).", ruleLabels, nil),
+		ruleBytes: prometheus.NewDesc("dpd_rule_bytes_total",
+			"Bytes of the packets decided by a policy rule (same rules as dpd_rule_packets_total).", ruleLabels, nil),
+	}
+}
+
+func (c *kernelCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.mapEntries, c.mapCapacity, c.conntrack, c.errors} {
+		ch <- d
+	}
+	if c.ruleLimit > 0 {
+		ch <- c.rulePackets
+		ch <- c.ruleBytes
+	}
+}
+
+func (c *kernelCollector) Collect(ch chan<- prometheus.Metric) {
+	usage, err := c.kv.mapUsage()
+	failed := 0
+	if err != nil {
+		failed++ // the maps that could be read are still reported
+	}
+	for _, u := range usage {
+		ch <- prometheus.MustNewConstMetric(c.mapEntries, prometheus.GaugeValue, float64(u.entries), u.name)
+		ch <- prometheus.MustNewConstMetric(c.mapCapacity, prometheus.GaugeValue, float64(u.capacity), u.name)
+		if u.name == "dpd_ct" {
+			ch <- prometheus.MustNewConstMetric(c.conntrack, prometheus.GaugeValue, float64(u.entries))
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(c.errors, prometheus.GaugeValue, float64(failed))
+	if c.ruleLimit > 0 {
+		c.collectRules(ch)
+	}
+}
+
+// collectRules emits the ruleLimit rules with the most packets: cardinality
+// stays bounded however many policies there are.
+func (c *kernelCollector) collectRules(ch chan<- prometheus.Metric) {
+	counters := readCounters(c.kv, ruleTable(c.kv, c.engine.Endpoints()), false, true)
+	sort.SliceStable(counters, func(i, j int) bool { return counters[i].GetPackets() > counters[j].GetPackets() })
+	if len(counters) > c.ruleLimit {
+		counters = counters[:c.ruleLimit]
+	}
+	for _, rc := range counters {
+		r := rc.GetRule()
+		rule := strconv.Itoa(int(r.GetIndex()))
+		if r.GetSynthetic() != "" {
+			rule = r.GetSynthetic()
+		}
+		labels := []string{r.GetDirection(), r.GetTier(), r.GetPolicy(), rule, r.GetRuleId(), r.GetAction()}
+		ch <- prometheus.MustNewConstMetric(c.rulePackets, prometheus.CounterValue, float64(rc.GetPackets()), labels...)
+		ch <- prometheus.MustNewConstMetric(c.ruleBytes, prometheus.CounterValue, float64(rc.GetBytes()), labels...)
+	}
+}

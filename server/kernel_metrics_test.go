@@ -1,0 +1,52 @@
+package server
+
+import (
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dpd-dev/dpd/dataplane"
+	"github.com/dpd-dev/dpd/dataplane/bpf/polprog"
+	"github.com/dpd-dev/dpd/dataplane/model"
+)
+
+func TestKernelCollector(t *testing.T) {
+	eng := fakeEngine{eps: map[string]dataplane.EndpointInfo{"a": {ID: model.WorkloadID{Workload: "a"}, Iface: "calia"}}}
+	var rules []polprog.RuleInfo
+	counters := map[uint64][2]uint64{}
+	for i := range 5 {
+		id := uint64(i + 1)
+		rules = append(rules, polprog.RuleInfo{CounterID: id, Tier: "t", Policy: "t/p", Kind: "policy", Index: i, RuleID: "r", Action: model.ActionAllow})
+		counters[id] = [2]uint64{id * 10, id * 1000} // rule 5 is the busiest
+	}
+	k := &fakeKernel{rulesFor: map[model.Direction][]polprog.RuleInfo{model.Ingress: rules}, counters: counters}
+
+	for _, tt := range []struct {
+		limit, wantRules int
+	}{{0, 0}, {2, 2}, {10, 5}} {
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(newKernelCollector(k, eng, tt.limit))
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string][]float64{}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				got[mf.GetName()] = append(got[mf.GetName()], m.GetGauge().GetValue()+m.GetCounter().GetValue())
+			}
+		}
+		if len(got["dpd_rule_packets_total"]) != tt.wantRules {
+			t.Errorf("limit %d: %d rule series, want %d", tt.limit, len(got["dpd_rule_packets_total"]), tt.wantRules)
+		}
+		if tt.limit == 2 && (got["dpd_rule_packets_total"][0]+got["dpd_rule_packets_total"][1] != 90) {
+			t.Errorf("limit 2 exported %v packets, want the two busiest (50 + 40)", got["dpd_rule_packets_total"])
+		}
+		if v := got["dpd_conntrack_entries"]; len(v) != 1 || v[0] != 3 {
+			t.Errorf("conntrack entries = %v", v)
+		}
+		if len(got["dpd_bpf_map_entries"]) != 2 || len(got["dpd_bpf_map_capacity"]) != 2 {
+			t.Errorf("map series: %v", got)
+		}
+	}
+}

@@ -1,0 +1,38 @@
+package server
+
+import (
+	"context"
+
+	"github.com/dpd-dev/dpd/dataplane"
+	"github.com/dpd-dev/dpd/proto/felix"
+	"github.com/dpd-dev/dpd/server/policysync"
+)
+
+// tapEngine also hands every message the engine accepts to the policy-sync
+// processor, in the same order, and starts the processor's mark-and-sweep
+// epoch with each controller session, so both see one history.
+type tapEngine struct {
+	Engine
+	proc *policysync.Processor
+}
+
+func (t tapEngine) NewSession(peer string) dataplane.Session {
+	s := t.Engine.NewSession(peer)
+	t.proc.StartEpoch()
+	return &tapSession{Session: s, proc: t.proc}
+}
+
+type tapSession struct {
+	dataplane.Session
+	proc *policysync.Processor
+}
+
+// Submit mirrors msg once the engine has it. Submits of one session are
+// serialised by its stream, so the mirror keeps the engine's order.
+func (s *tapSession) Submit(ctx context.Context, msg *felix.ToDataplane) error {
+	if err := s.Session.Submit(ctx, msg); err != nil {
+		return err
+	}
+	s.proc.OnUpdate(msg)
+	return nil
+}

@@ -1,0 +1,220 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/dpd-dev/dpd/dataplane"
+	bpfdp "github.com/dpd-dev/dpd/dataplane/bpf"
+	"github.com/dpd-dev/dpd/dataplane/bpf/abi"
+	"github.com/dpd-dev/dpd/dataplane/bpf/polprog"
+	"github.com/dpd-dev/dpd/dataplane/model"
+	dpdv1 "github.com/dpd-dev/dpd/proto/dpd/v1"
+)
+
+// needsLinux is the answer to a kernel question on the memory dataplane.
+func needsLinux(what string) error {
+	return status.Errorf(codes.FailedPrecondition, "%s needs --dataplane=linux", what)
+}
+
+// Trace runs the endpoint's attached entry program on a crafted packet
+// with the trace mark (no conntrack or counter writes) and explains the
+// outcome.
+func (s *inspectService) Trace(_ context.Context, req *dpdv1.TraceRequest) (*dpdv1.TraceResponse, error) {
+	if s.kernel == nil {
+		return nil, needsLinux("trace")
+	}
+	ep, dir, pkt, err := s.traceInput(req)
+	if err != nil {
+		return nil, err
+	}
+	det, ok := s.kernel.endpoint(ep.Iface)
+	if !ok || det.Ifindex == 0 {
+		return nil, status.Errorf(codes.FailedPrecondition, "endpoint %s is not programmed: interface %s is absent or not yet attached", ep.ID, ep.Iface)
+	}
+	res, err := s.kernel.trace(det.Ifindex, dir, pkt.frame())
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "trace: %v", err)
+	}
+	rules, _ := s.kernel.rules(ep.Iface, dir)
+	resp := explainTrace(res, rules, dir)
+	resp.Interface, resp.Ifindex = ep.Iface, int32(det.Ifindex)
+	return resp, nil
+}
+
+// traceInput checks the request. A missing address on the endpoint's side
+// defaults to the endpoint's first IPv4 address.
+func (s *inspectService) traceInput(req *dpdv1.TraceRequest) (dataplane.EndpointInfo, model.Direction, tracePacket, error) {
+	var pkt tracePacket
+	bad := func(f string, a ...any) error { return status.Errorf(codes.InvalidArgument, f, a...) }
+	if req.GetEndpoint() == "" {
+		return dataplane.EndpointInfo{}, 0, pkt, bad("endpoint is required")
+	}
+	ep, ok := s.engine.Endpoint(req.GetEndpoint())
+	if !ok {
+		return ep, 0, pkt, status.Errorf(codes.NotFound, "endpoint %q not found", req.GetEndpoint())
+	}
+	dir, err := parseDirection(req.GetDirection())
+	if err != nil {
+		return ep, 0, pkt, bad("%v", err)
+	}
+	if pkt.proto, err = parseProto(req.GetProtocol()); err != nil {
+		return ep, 0, pkt, bad("%v", err)
+	}
+	own := ""
+	if len(ep.IPv4Nets) > 0 {
+		if p, err := netip.ParsePrefix(ep.IPv4Nets[0]); err == nil {
+			own = p.Addr().String()
+		}
+	}
+	src, dst := req.GetSrcIp(), req.GetDstIp()
+	if src == "" && dir == model.Egress {
+		src = own
+	}
+	if dst == "" && dir == model.Ingress {
+		dst = own
+	}
+	for _, a := range []struct {
+		name string
+		s    string
+		to   *netip.Addr
+	}{{"src_ip", src, &pkt.src}, {"dst_ip", dst, &pkt.dst}} {
+		addr, err := netip.ParseAddr(a.s)
+		if err != nil || !addr.Is4() {
+			return ep, 0, pkt, bad("%s %q: want an IPv4 address", a.name, a.s)
+		}
+		*a.to = addr
+	}
+	if req.GetSrcPort() > 65535 || req.GetDstPort() > 65535 {
+		return ep, 0, pkt, bad("ports must be at most 65535")
+	}
+	if req.GetIcmpType() > 255 || req.GetIcmpCode() > 255 {
+		return ep, 0, pkt, bad("icmp type and code must be at most 255")
+	}
+	pkt.sport, pkt.dport = uint16(req.GetSrcPort()), uint16(req.GetDstPort())
+	pkt.icmpType, pkt.icmpCode = uint8(req.GetIcmpType()), uint8(req.GetIcmpCode())
+	if req.IcmpType == nil {
+		pkt.icmpType = 8 // a ping unless told otherwise
+	}
+	return ep, dir, pkt, nil
+}
+
+// parseDirection reads "ingress" (to the workload) or "egress" (from it).
+func parseDirection(s string) (model.Direction, error) {
+	switch strings.ToLower(s) {
+	case "ingress", "in", "to":
+		return model.Ingress, nil
+	case "egress", "out", "from":
+		return model.Egress, nil
+	}
+	return 0, fmt.Errorf("direction %q: want ingress (to the workload) or egress (from it)", s)
+}
+
+// explainTrace turns the final dpd_state of a trace run into a verdict and
+// the deciding rule.
+func explainTrace(res bpfdp.TraceResult, rules []polprog.RuleInfo, dir model.Direction) *dpdv1.TraceResponse {
+	st := res.State
+	resp := &dpdv1.TraceResponse{TcReturn: int32(res.Ret), Verdict: "deny"}
+	if !res.Reached {
+		if st.Flags&abi.StNoBackend != 0 {
+			resp.DecidedBy = "service: no backend"
+			resp.Explanation = "deny: the destination is a service frontend without a ready backend"
+		} else {
+			resp.DecidedBy = "not ready"
+			resp.Explanation = "deny: the interface is not ready (attached but not yet policed), so every packet is dropped"
+		}
+		return resp
+	}
+	ct := ""
+	switch {
+	case st.Flags&abi.StCTFwd != 0:
+		ct = "conntrack: established"
+	case st.Flags&abi.StCTRev != 0:
+		ct = "conntrack: reply"
+	case st.Flags&abi.StCTRelated != 0:
+		ct = "conntrack: related"
+	}
+	switch {
+	case st.Flags&abi.StNoPolicy != 0:
+		resp.DecidedBy = "no policy"
+		resp.PolicyVerdict = "deny"
+		resp.Explanation = "deny: no policy program is installed for " + dir.String()
+	case st.Flags&abi.StEpilogue == 0:
+		resp.DecidedBy = "policy"
+		resp.PolicyVerdict = "deny"
+		resp.Explanation = "deny: the policy program dropped the packet before deciding (a missing program chunk)"
+	default:
+		resp.PolicyVerdict = "deny"
+		if st.Verdict == abi.VerdictAllow {
+			resp.PolicyVerdict = "allow"
+		}
+		resp.Verdict = resp.PolicyVerdict
+		resp.DecidedBy = "policy"
+		ri, found := findRule(rules, st.RuleId)
+		switch {
+		case found:
+			resp.Rule = ruleRef(ri, dir)
+			resp.DecidedBy = ri.Kind
+			if ri.Synthetic != "" {
+				resp.DecidedBy = ri.Synthetic
+			}
+			resp.Explanation = resp.PolicyVerdict + ": " + describeRule(ri)
+		case st.RuleId != 0:
+			resp.Rule = &dpdv1.RuleRef{CounterId: st.RuleId, Direction: dir.String()}
+			resp.Explanation = fmt.Sprintf("%s: rule with counter id %x (not in the installed program's table; the policy changed meanwhile?)", resp.PolicyVerdict, st.RuleId)
+		default:
+			resp.Explanation = resp.PolicyVerdict + " by the policy program"
+		}
+	}
+	if ct != "" {
+		newFlow := resp.Explanation
+		resp.Verdict, resp.DecidedBy = "allow", ct
+		resp.Explanation = fmt.Sprintf("allow: %s flow in conntrack; as a new flow: %s", strings.TrimPrefix(ct, "conntrack: "), newFlow)
+	}
+	return resp
+}
+
+func findRule(rules []polprog.RuleInfo, id uint64) (polprog.RuleInfo, bool) {
+	if id == 0 {
+		return polprog.RuleInfo{}, false
+	}
+	for _, r := range rules {
+		if r.CounterID == id {
+			return r, true
+		}
+	}
+	return polprog.RuleInfo{}, false
+}
+
+func describeRule(r polprog.RuleInfo) string {
+	switch r.Synthetic {
+	case polprog.SyntheticTierDefault:
+		return fmt.Sprintf("no policy in tier %q matched; the tier's default action (%s) decided", r.Tier, r.Action)
+	case polprog.SyntheticNoMatch:
+		return "no policy or profile matched; what nothing allows is dropped"
+	}
+	where := fmt.Sprintf("%s %q", r.Kind, r.Policy)
+	if r.Tier != "" {
+		where += fmt.Sprintf(" in tier %q", r.Tier)
+	}
+	return fmt.Sprintf("rule %d (id %s, %s) of %s", r.Index, r.RuleID, r.Action, where)
+}
+
+func ruleRef(r polprog.RuleInfo, dir model.Direction) *dpdv1.RuleRef {
+	return &dpdv1.RuleRef{
+		CounterId: r.CounterID,
+		Direction: dir.String(),
+		Tier:      r.Tier,
+		Policy:    r.Policy,
+		Kind:      r.Kind,
+		Index:     int32(r.Index),
+		RuleId:    r.RuleID,
+		Action:    r.Action.String(),
+		Synthetic: r.Synthetic,
+	}
+}

@@ -1,0 +1,200 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/dpd-dev/dpd/internal/testutil"
+	"github.com/dpd-dev/dpd/proto/felix"
+)
+
+// Ports served by the server workload B.
+const (
+	tcpPort      = 8080 // the "named" HTTP port
+	tcpOther     = 8081
+	tcpRangePort = 9090 // inside 9000-9100
+	udpPort      = 7007
+)
+
+// Profiles every matrix scenario may reference.
+const (
+	profAllowAll   = "allow-all"
+	profDenyAll    = "deny-all"    // no rules: whatever reaches it is dropped
+	profEgressOnly = "egress-only" // outbound allowed, inbound dropped
+)
+
+// env is one daemon and its workloads, shared by the cases of one matrix
+// run: A and C are clients, B serves TCP and UDP. Every case applies a full
+// desired state, so a failed case does not poison the next.
+type env struct {
+	d        *Daemon
+	c        *Controller
+	a, b, cl *Workload
+	legacy   bool
+	last     Scenario
+}
+
+// TestPacketMatrix runs the whole matrix once per attach path.
+func TestPacketMatrix(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	modes := []struct {
+		name   string
+		legacy bool
+		args   []string
+	}{
+		{"tcx", false, nil},
+		{"legacy-tc", true, []string{"--force-legacy-tc"}},
+	}
+	// Sequential on purpose: both runs use the same addresses and routes.
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) { runMatrix(t, m.legacy, m.args) })
+	}
+}
+
+func runMatrix(t *testing.T, legacy bool, args []string) {
+	testutil.RequirePrivileged(t)
+	e := &env{legacy: legacy}
+	e.d = StartDaemon(t, args...)
+	e.a, e.b, e.cl = NewWorkload(t, 1), NewWorkload(t, 2), NewWorkload(t, 3)
+	e.b.Serve(t, []int{tcpPort, tcpOther, tcpRangePort}, []int{udpPort})
+
+	// Snapshot, InSync, then every endpoint must come up before any probe.
+	snap := e.base([]string{profAllowAll}, nil)
+	msgs, err := snap.Messages(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.c = e.d.Connect(t, msgs)
+	e.last = snap
+	e.c.WaitInSync(t)
+	e.c.WaitStatus(t, "up", e.a.ID(), e.b.ID(), e.cl.ID())
+
+	t.Run("attach-mode", e.attachMode)
+	t.Run("inspect-attach-mode", e.inspectAttachMode)
+	for _, tc := range policyCases() {
+		t.Run(tc.name, func(t *testing.T) { tc.run(t, e) })
+	}
+	t.Run("conntrack-return", e.conntrackReturn)
+	t.Run("unknown-interface-fails-closed", e.unknownInterface)
+	t.Run("endpoint-removal", e.endpointRemoval)
+}
+
+// base is the usual scenario: A and C allow everything, B gets bProfiles
+// and bTiers, and extra adds the policies and IP sets they reference.
+func (e *env) base(bProfiles []string, bTiers []*felix.TierInfo, extra ...*felix.ToDataplane) Scenario {
+	s := Scenario{
+		Profile(profAllowAll, Rules(Allow()), Rules(Allow())),
+		Endpoint(e.a, []string{profAllowAll}),
+		Endpoint(e.cl, []string{profAllowAll}),
+		Endpoint(e.b, bProfiles, bTiers...),
+	}
+	for _, p := range bProfiles {
+		switch p {
+		case profDenyAll:
+			s = append(s, Profile(profDenyAll, nil, nil))
+		case profEgressOnly:
+			s = append(s, Profile(profEgressOnly, nil, Rules(Allow())))
+		}
+	}
+	return append(s, extra...)
+}
+
+// apply moves dpd to s and waits until it has been applied.
+func (e *env) apply(t *testing.T, s Scenario) {
+	t.Helper()
+	msgs, err := s.Messages(e.last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.c.Send(t, msgs...)
+	e.last = s
+	e.c.Barrier(t)
+	// A policy dpd could not install shows as a status, not as packets.
+	e.c.WaitStatus(t, "up", s.EndpointIDs()...)
+}
+
+// send sends raw messages (deltas) and waits until they have been applied.
+func (e *env) send(t *testing.T, msgs ...*felix.ToDataplane) {
+	t.Helper()
+	e.c.Send(t, msgs...)
+	e.c.Barrier(t)
+}
+
+// attachMode checks that the requested attach path is the one in use.
+func (e *env) attachMode(t *testing.T) {
+	a := Observe(e.d.PinDir, e.b)
+	if len(a.Errs) > 0 {
+		t.Errorf("cannot observe %s: %s", e.b.HostIface, a)
+	}
+	var kinds []string
+	for _, p := range a.Progs {
+		if !strings.HasPrefix(p.Name, "dpd_") {
+			t.Errorf("unexpected program %q (%s) on %s", p.Name, p.Kind, e.b.HostIface)
+		}
+		kinds = append(kinds, p.Kind)
+	}
+	joined := strings.Join(kinds, ",")
+	if e.legacy {
+		if a.TCIngress == "" || a.TCEgress == "" {
+			t.Errorf("--force-legacy-tc: want tc filters on both hooks of %s: %s", e.b.HostIface, a)
+		}
+		if strings.Contains(joined, "tcx") || len(a.LinkPins) != 0 {
+			t.Errorf("--force-legacy-tc: found TCX attachments on %s: %s", e.b.HostIface, a)
+		}
+	} else {
+		if !strings.Contains(joined, "tcx/ingress") || !strings.Contains(joined, "tcx/egress") {
+			t.Errorf("want TCX programs on both hooks of %s: %s", e.b.HostIface, a)
+		}
+		if len(a.LinkPins) != 2 {
+			t.Errorf("want 2 TCX link pins for %s under %s/links: %s", e.b.HostIface, e.d.PinDir, a)
+		}
+	}
+	if !a.IfState {
+		t.Errorf("no dpd_ifstate entry for %s (ifindex %d)", e.b.HostIface, e.b.Ifindex)
+	}
+	if a.Route == "" {
+		t.Errorf("dpd added no route to %s", e.b.IP)
+	}
+	t.Logf("%s: %s", e.b.HostIface, a)
+}
+
+// inspectAttachMode checks that Inspect reports the attach path in use.
+func (e *env) inspectAttachMode(t *testing.T) {
+	eps, err := e.d.Endpoints(t)
+	if err != nil {
+		t.Fatalf("Inspect/ListEndpoints: %v", err)
+	}
+	want := map[bool]string{false: "tcx", true: "tc"}[e.legacy]
+	for _, ep := range eps {
+		if ep.GetInterface() != e.b.HostIface {
+			continue
+		}
+		if ep.GetStatus() != "up" || ep.GetAttachMode() != want {
+			t.Errorf("Inspect says %s is %q (reason %q) attached by %q; want up by %q",
+				ep.GetInterface(), ep.GetStatus(), ep.GetReason(), ep.GetAttachMode(), want)
+		}
+		return
+	}
+	t.Errorf("Inspect/ListEndpoints does not list %s: %v", e.b.HostIface, eps)
+}
+
+// conntrackReturn: A may send anything but accept nothing; replies to A's
+// own flows must still arrive through connection tracking.
+func (e *env) conntrackReturn(t *testing.T) {
+	s := Scenario{
+		Profile(profAllowAll, Rules(Allow()), Rules(Allow())),
+		Profile(profEgressOnly, nil, Rules(Allow())),
+		Policy("t1", "t1.deny-in", Rules(Deny()), nil),
+		Endpoint(e.a, []string{profEgressOnly}, Tier("t1", "", []string{"t1.deny-in"}, nil)),
+		Endpoint(e.b, []string{profAllowAll}),
+		Endpoint(e.cl, []string{profAllowAll}),
+	}
+	e.apply(t, s)
+	Expect(t,
+		Allowed(Ping(e.a, e.b.IP)),
+		Allowed(TCP(e.a, e.b.IP, tcpPort)),
+		Allowed(UDP(e.a, e.b.IP, udpPort)),
+		Denied(Ping(e.b, e.a.IP)),
+		Denied(Ping(e.cl, e.a.IP)),
+	)
+}

@@ -1,0 +1,474 @@
+package e2e
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
+
+	"github.com/dpd-dev/dpd/client"
+	"github.com/dpd-dev/dpd/proto/felix"
+)
+
+// This file holds what the survival tests add to the harness: a node whose
+// successive dpd processes share one socket and one pin directory (as a
+// real node's restarts do), a controller that outlives them, and traffic
+// that measures its own losses: a 100 pps ping and a TCP connection
+// exchanging data every 10 ms.
+
+var nodeSeq atomic.Uint32
+
+// node is a socket, a pin directory and a log directory shared by the dpd
+// processes started on it one after the other.
+type node struct {
+	t      *testing.T
+	dir    string
+	socket string
+	pin    string
+	cur    *Daemon
+	starts int
+}
+
+func newNode(t *testing.T) *node {
+	t.Helper()
+	dir := t.TempDir()
+	n := &node{
+		t:      t,
+		dir:    dir,
+		socket: filepath.Join(dir, "dpd.sock"),
+		pin:    fmt.Sprintf("/sys/fs/bpf/dpd-e2e-surv-%d-%d", os.Getpid(), nodeSeq.Add(1)),
+	}
+	t.Cleanup(func() {
+		if n.cur != nil {
+			n.cur.Stop(t)
+		}
+		if err := os.RemoveAll(n.pin); err != nil {
+			t.Errorf("remove pin dir %s: %v", n.pin, err)
+		}
+	})
+	return n
+}
+
+// start runs a new dpd on the node with env added to the environment and
+// waits until it serves gRPC. The previous one must have exited.
+func (n *node) start(env ...string) *Daemon {
+	t := n.t
+	t.Helper()
+	if dpdBinary == "" {
+		t.Fatalf("cannot start dpd: %v", errBuild)
+	}
+	n.starts++
+	d := &Daemon{
+		Socket:  n.socket,
+		PinDir:  n.pin,
+		LogPath: filepath.Join(n.dir, fmt.Sprintf("dpd-%d.log", n.starts)),
+		done:    make(chan struct{}),
+	}
+	d.Args = []string{"--dataplane=linux", "--socket", d.Socket, "--metrics-addr", "127.0.0.1:0",
+		"--bpf-pin-dir", d.PinDir, "--log-level", "debug"}
+	logFile, err := os.Create(d.LogPath)
+	if err != nil {
+		t.Fatalf("create daemon log: %v", err)
+	}
+	d.logFile = logFile
+	d.cmd = exec.Command(dpdBinary, d.Args...)
+	d.cmd.Env = append(os.Environ(), env...)
+	d.cmd.Stdout, d.cmd.Stderr = logFile, logFile
+	t.Cleanup(func() {
+		if d.client != nil {
+			_ = d.client.Close()
+		}
+		if t.Failed() {
+			d.reportLog(t)
+		}
+		_ = logFile.Close()
+	})
+	if err := d.cmd.Start(); err != nil {
+		t.Fatalf("start dpd: %v", err)
+	}
+	go func() {
+		d.waitErr = d.cmd.Wait()
+		close(d.done)
+	}()
+	n.cur = d
+	d.waitReady(t)
+	return d
+}
+
+// kill9 kills the running dpd with SIGKILL: no cleanup of any kind.
+func (n *node) kill9() {
+	n.t.Helper()
+	d := n.cur
+	d.stopped = true
+	_ = d.cmd.Process.Signal(syscall.SIGKILL)
+	<-d.done
+	n.cur = nil
+}
+
+// stop stops the running dpd with SIGTERM, as an upgrade would.
+func (n *node) stop() {
+	n.t.Helper()
+	n.cur.Stop(n.t)
+	n.cur = nil
+}
+
+// waitExit waits for the running dpd to exit on its own with code.
+func (n *node) waitExit(code int, timeout time.Duration) {
+	t := n.t
+	t.Helper()
+	d := n.cur
+	select {
+	case <-d.done:
+	case <-time.After(timeout):
+		t.Fatalf("dpd did not exit within %s", timeout)
+	}
+	d.stopped = true
+	n.cur = nil
+	var ee *exec.ExitError
+	if !errors.As(d.waitErr, &ee) || ee.ExitCode() != code {
+		t.Fatalf("dpd exited with %v, want exit code %d", d.waitErr, code)
+	}
+}
+
+// firstApply returns the key=value fields of the kernel's "first apply
+// after InSync done" log line of the running (or last) dpd.
+func (n *node) firstApply(d *Daemon) (map[string]string, bool) {
+	for _, line := range strings.Split(d.Log(), "\n") {
+		if !strings.Contains(line, `msg="first apply after InSync done"`) {
+			continue
+		}
+		fields := map[string]string{}
+		for _, m := range regexp.MustCompile(`(\w+)=("[^"]*"|\S+)`).FindAllStringSubmatch(line, -1) {
+			fields[m[1]] = strings.Trim(m[2], `"`)
+		}
+		return fields, true
+	}
+	return nil, false
+}
+
+// controller is a controller session that outlives dpd restarts: its client
+// dials the node's socket, and the client library's session reconnects and
+// replays the snapshot to whichever dpd listens there.
+type controller struct {
+	*Controller
+	client *client.Client
+}
+
+func (n *node) connect(snapshot []*felix.ToDataplane) *controller {
+	t := n.t
+	t.Helper()
+	cl, err := client.Dial(context.Background(), "unix://"+n.socket, client.WithLazy())
+	if err != nil {
+		t.Fatalf("dial dpd: %v", err)
+	}
+	c := &Controller{status: map[string]endpointStatus{}, changed: make(chan struct{})}
+	c.sess = client.NewSession(cl, func() []*felix.ToDataplane { return snapshot },
+		client.WithBackoff(20*time.Millisecond, 200*time.Millisecond))
+	done := make(chan struct{})
+	go c.recvLoop(done)
+	ctl := &controller{Controller: c, client: cl}
+	t.Cleanup(func() {
+		_ = c.sess.Close()
+		<-done
+		_ = cl.Close()
+	})
+	return ctl
+}
+
+// close ends the controller: it goes away for good.
+func (c *controller) close() {
+	_ = c.sess.Close()
+}
+
+// waitStreams waits until n streams have reached DataplaneInSync (one per
+// dpd process or per reconnect).
+func (c *controller) waitStreams(t *testing.T, n int) {
+	t.Helper()
+	c.mustAwait(t, fmt.Sprintf("DataplaneInSync on stream %d", n), func() bool { return c.inSyncCount >= n })
+}
+
+// pingRun is a 100 pps ping whose losses are read from ping's summary.
+type pingRun struct {
+	name string
+	done chan struct{}
+	out  []byte
+	err  error
+}
+
+var pingSummary = regexp.MustCompile(`(\d+) packets transmitted, (\d+) (?:packets )?received`)
+
+// startPing sends count pings 10 ms apart from src to dst.
+func startPing(src *Workload, dst string, count int) *pingRun {
+	r := &pingRun{name: fmt.Sprintf("ping -i 0.01 %s -> %s", src.Pod, dst), done: make(chan struct{})}
+	go func() {
+		defer close(r.done)
+		cmd := exec.Command("ip", "netns", "exec", src.NS, "ping", "-n", "-q", "-i", "0.01", "-W", "1",
+			"-c", strconv.Itoa(count), dst)
+		r.out, r.err = cmd.CombinedOutput()
+	}()
+	return r
+}
+
+// result waits for the ping and returns sent and received.
+func (r *pingRun) result(t *testing.T) (sent, received int) {
+	t.Helper()
+	select {
+	case <-r.done:
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("%s did not finish", r.name)
+	}
+	m := pingSummary.FindSubmatch(r.out)
+	if m == nil {
+		t.Fatalf("%s: no summary (err %v): %s", r.name, r.err, r.out)
+	}
+	sent, _ = strconv.Atoi(string(m[1]))
+	received, _ = strconv.Atoi(string(m[2]))
+	return sent, received
+}
+
+// inNetns runs fn on a thread inside the named namespace; sockets fn creates
+// belong to that namespace. The thread is never returned to the pool.
+func inNetns(ns string, fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		h, err := netns.GetFromName(ns)
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer func() { _ = h.Close() }()
+		if err := netns.Set(h); err != nil {
+			errc <- err
+			return
+		}
+		errc <- fn()
+	}()
+	return <-errc
+}
+
+// tcpStream is an open TCP connection from a client workload to a server
+// workload that exchanges 8 bytes each way every 10 ms.
+type tcpStream struct {
+	ln       net.Listener
+	cli, srv net.Conn
+	stopc    chan struct{}
+	done     chan struct{}
+	// completed counts rounds; failed is set when the exchange broke.
+	completed atomic.Int64
+	failed    atomic.Bool
+	// Written by loop only, read after done is closed.
+	rounds int
+	maxRTT time.Duration
+	err    error
+}
+
+// startTCP opens the connection and starts the exchange.
+func startTCP(t *testing.T, cli, srv *Workload, port int) *tcpStream {
+	t.Helper()
+	s := &tcpStream{stopc: make(chan struct{}), done: make(chan struct{})}
+	if err := inNetns(srv.NS, func() error {
+		var err error
+		s.ln, err = net.Listen("tcp4", net.JoinHostPort("0.0.0.0", strconv.Itoa(port)))
+		return err
+	}); err != nil {
+		t.Fatalf("listen in %s: %v", srv.NS, err)
+	}
+	t.Cleanup(func() { _ = s.ln.Close() })
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := s.ln.Accept()
+		if err != nil {
+			close(accepted)
+			return
+		}
+		accepted <- c
+		_, _ = io.Copy(c, c) // echo until the client closes
+		_ = c.Close()
+	}()
+	if err := inNetns(cli.NS, func() error {
+		var err error
+		s.cli, err = net.DialTimeout("tcp4", net.JoinHostPort(srv.IP, strconv.Itoa(port)), 2*time.Second)
+		return err
+	}); err != nil {
+		t.Fatalf("connect %s -> %s:%d: %v", cli.Pod, srv.IP, port, err)
+	}
+	t.Cleanup(func() { _ = s.cli.Close() })
+	select {
+	case s.srv = <-accepted:
+	case <-time.After(5 * time.Second):
+		t.Fatal("server did not accept")
+	}
+	go s.loop()
+	return s
+}
+
+func (s *tcpStream) loop() {
+	defer close(s.done)
+	defer func() {
+		if s.err != nil {
+			s.failed.Store(true)
+		}
+	}()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	var out, in [8]byte
+	for seq := uint64(1); ; seq++ {
+		select {
+		case <-s.stopc:
+			return
+		case <-tick.C:
+		}
+		binary.BigEndian.PutUint64(out[:], seq)
+		start := time.Now()
+		_ = s.cli.SetDeadline(start.Add(5 * time.Second))
+		if _, err := s.cli.Write(out[:]); err != nil {
+			s.err = fmt.Errorf("round %d: write: %w", seq, err)
+			return
+		}
+		if _, err := io.ReadFull(s.cli, in[:]); err != nil {
+			s.err = fmt.Errorf("round %d: read: %w", seq, err)
+			return
+		}
+		if in != out {
+			s.err = fmt.Errorf("round %d: echo %x, sent %x", seq, in, out)
+			return
+		}
+		s.rounds++
+		s.completed.Add(1)
+		s.maxRTT = max(s.maxRTT, time.Since(start))
+	}
+}
+
+// tcpResult is what the exchange saw: retransmits are TCP's own count of
+// lost segments (TCP_INFO total_retrans) on each side.
+type tcpResult struct {
+	Rounds                    int
+	MaxRTT                    time.Duration
+	ClientRetrans, SrvRetrans uint32
+	Err                       error
+}
+
+// stop ends the exchange and reports it.
+func (s *tcpStream) stop() tcpResult {
+	close(s.stopc)
+	<-s.done
+	r := tcpResult{Rounds: s.rounds, MaxRTT: s.maxRTT, Err: s.err,
+		ClientRetrans: retransmits(s.cli), SrvRetrans: retransmits(s.srv)}
+	_ = s.cli.Close()
+	return r
+}
+
+// retransmits reads the connection's TCP_INFO total_retrans.
+func retransmits(c net.Conn) uint32 {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return 0
+	}
+	raw, err := tc.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	var n uint32
+	_ = raw.Control(func(fd uintptr) {
+		if info, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO); err == nil {
+			n = info.Total_retrans
+		}
+	})
+	return n
+}
+
+// fingerprint describes what is installed for the workloads: the programs
+// on their TCX hooks, the policy programs in dpd_jump and the dpd_ifstate
+// values, by key. Equal fingerprints before and after an event mean
+// nothing was reattached, reloaded, swapped or rewritten.
+func fingerprint(t *testing.T, pin string, ws ...*Workload) map[string]string {
+	t.Helper()
+	fp := map[string]string{}
+	for _, w := range ws {
+		progs, err := TCXProgs(w.Ifindex)
+		if err != nil {
+			t.Fatalf("tcx programs of %s: %v", w.HostIface, err)
+		}
+		fp["tcx "+w.Pod] = fmt.Sprint(progs)
+	}
+	for _, name := range []string{"dpd_jump", "dpd_ifstate"} {
+		m, err := mapKeys(pin, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, v := range m {
+			fp[name+" "+k] = v
+		}
+	}
+	return fp
+}
+
+// diffFingerprints lists keys of after whose value differs from before;
+// with all, also keys of before that after lacks.
+func diffFingerprints(before, after map[string]string, all bool) []string {
+	var out []string
+	for k, v := range after {
+		if before[k] != v {
+			out = append(out, fmt.Sprintf("%s: %q -> %q", k, before[k], v))
+		}
+	}
+	if all {
+		for k, v := range before {
+			if _, ok := after[k]; !ok {
+				out = append(out, fmt.Sprintf("%s: %q -> gone", k, v))
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// mapKeys returns a pinned map's keys and values as hex, sorted by key.
+func mapKeys(pin, name string) (map[string]string, error) {
+	m, err := ebpf.LoadPinnedMap(filepath.Join(pin, name), &ebpf.LoadPinOptions{ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", name, err)
+	}
+	defer func() { _ = m.Close() }()
+	out := map[string]string{}
+	k := make([]byte, m.KeySize())
+	next := make([]byte, m.KeySize())
+	var cur any
+	for {
+		if err := m.NextKey(cur, next); errors.Is(err, ebpf.ErrKeyNotExist) {
+			return out, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("iterate %s: %w", name, err)
+		}
+		copy(k, next)
+		cur = k
+		switch m.Type() {
+		case ebpf.PerCPUHash, ebpf.PerCPUArray:
+			out[fmt.Sprintf("%x", k)] = "" // counters: only the keys matter
+		default:
+			v := make([]byte, m.ValueSize())
+			if err := m.Lookup(k, v); err == nil {
+				out[fmt.Sprintf("%x", k)] = fmt.Sprintf("%x", v)
+			}
+		}
+	}
+}
