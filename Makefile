@@ -10,7 +10,7 @@ BUF_VERSION           := v1.75.0
 PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GRPC_VERSION := v1.6.1
 GOLANGCI_VERSION      := v2.15.0
-GRPCURL_VERSION       := v1.9.3
+GRPCURL_VERSION       := v1.9.4
 APT_PACKAGES := clang-19 llvm-19 bpftool libbpf-dev linux-libc-dev protobuf-compiler \
 	iproute2 iputils-ping netcat-openbsd ca-certificates make
 

@@ -40,15 +40,15 @@ func grpcurlPath(t *testing.T) string {
 
 // TestGrpcurl drives the real grpcurl binary against a running dpd:
 // reflection lists the services, describes Inspect, and an Inspect call
-// answers. grpcurl 1.9 dials a Unix socket as unix:///path (its -unix
-// flag does not work with a path argument).
+// answers, using the form the README and DESIGN.md give:
+// grpcurl -plaintext -unix <socket> ... (broken in grpcurl 1.9.2–1.9.3,
+// fixed in the pinned 1.9.4).
 func TestGrpcurl(t *testing.T) {
 	bin := grpcurlPath(t)
 	d := servertest.Start(t, "")
-	target := "unix://" + d.Socket
 	run := func(args ...string) string {
 		t.Helper()
-		out, err := exec.Command(bin, append([]string{"-plaintext", target}, args...)...).CombinedOutput()
+		out, err := exec.Command(bin, append([]string{"-plaintext", "-unix", d.Socket}, args...)...).CombinedOutput()
 		if err != nil {
 			t.Fatalf("grpcurl %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
