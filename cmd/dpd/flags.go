@@ -57,6 +57,7 @@ func parseInto(lo *linux.Options, args []string, getenv func(string) string, out
 	fs.IntVar(&cfg.MaxRecvMsgSize, "max-msg-size", cfg.MaxRecvMsgSize, "largest gRPC message accepted, in bytes")
 	fs.StringVar(&lo.PinDir, "bpf-pin-dir", abi.PinDir, "bpffs directory for dpd's pinned maps and links (kept across restarts)")
 	fs.BoolVar(&lo.ForceLegacyTC, "force-legacy-tc", false, "attach with clsact + cls_bpf filters even where TCX works")
+	fs.StringVar(&lo.Hostname, "hostname", "", "this node's name for VXLAN tunnel endpoints when ConfigUpdate has no FelixHostname (default: the OS hostname)")
 	fs.BoolVar(&cfg.FelixPipe, "felix-pipe", false, "be Felix's dataplane driver: ToDataplane on fd 3, FromDataplane on fd 4; the end of fd 3 stops dpd (exit 0)")
 	fs.StringVar(&cfg.PolicySyncDir, "policysync-dir", "", "serve Calico's policy-sync API per workload under this directory (Felix's PolicySyncPathPrefix)")
 	fs.BoolVar(&cfg.RuleMetrics, "rule-metrics", false, "export per-rule packet and byte counters (dpd_rule_*) of the busiest rules")
