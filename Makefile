@@ -61,11 +61,14 @@ vet:
 lint: deps vet
 	golangci-lint run ./...
 
+# -p 1: privileged tests in different packages create cali* interfaces and
+# start dataplanes that fail-closed every cali* interface they see, so
+# packages must not run at the same time.
 unit: deps
-	go test $(GO_TEST_FLAGS) $$(go list ./... | grep -v /test/e2e)
+	go test $(GO_TEST_FLAGS) -p 1 -timeout 30m $$(go list ./... | grep -v /test/e2e)
 
 e2e: build
-	go test $(GO_TEST_FLAGS) -timeout $(E2E_TIMEOUT) ./test/e2e/...
+	go test $(GO_TEST_FLAGS) -p 1 -timeout $(E2E_TIMEOUT) ./test/e2e/...
 
 # test is the README's test command and what CI runs (.ci/run).
 test: deps check-generated lint build unit e2e
