@@ -260,9 +260,11 @@ struct dpd_route_val {
  * prefixes are folded into more specific entries, so the longest match alone
  * is the answer: the compiled policy does one lookup per address instead of
  * one per set. Created and pinned by userspace (dataplane/bpf); the entry
- * programs do not use it. The key has the layout of struct dpd_route_key. */
+ * programs do not use it. The key has the layout of struct dpd_route_key with
+ * family always 0: like dpd_ipsets, whose answers the index reproduces
+ * exactly, it does not tell the families apart. */
 #define DPD_IPSET_IDX_WORDS 8
-#define DPD_IPSET_IDX_SLOTS (64 * DPD_IPSET_IDX_WORDS)
+#define DPD_IPSET_IDX_SLOTS 512 /* 64 * DPD_IPSET_IDX_WORDS */
 struct dpd_ipset_idx_val {
 	__u64 slots[DPD_IPSET_IDX_WORDS];
 };

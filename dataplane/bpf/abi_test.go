@@ -113,6 +113,7 @@ func TestHeaderDefines(t *testing.T) {
 		"DPD_RT_SAME_SUBNET": abi.RTSameSubnet, "DPD_RT_TUNNEL_VXLAN": abi.RTTunnelVXLAN,
 		"DPD_NAT_FE_BITS": abi.NATFEBits, "DPD_NAT_FE_HASH_MUL": abi.NATFEHashMul,
 		"DPD_NAT_FE_HASH_SHIFT": abi.NATFEHashShift,
+		"DPD_IPSET_IDX_WORDS":   abi.IPSetIdxWords, "DPD_IPSET_IDX_SLOTS": abi.IPSetIdxSlots,
 	}
 	f, err := os.Open("../../bpf/include/dpd_abi.h")
 	if err != nil {

@@ -70,6 +70,8 @@ type Dataplane struct {
 	mu   sync.Mutex
 	sets map[string]*ipset   // by encoded name key; guarded by mu
 	ids  map[uint32]struct{} // set ids in use; guarded by mu
+	// setIdx mirrors dpd_ipset_idx (ipset_index.go); guarded by mu.
+	setIdx *ipsetIndex
 }
 
 // Open loads the entry object with its maps pinned under opts.PinDir
@@ -113,7 +115,8 @@ func Open(opts Options) (*Dataplane, error) {
 	if err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
-			return nil, fmt.Errorf("load entry programs: %+v", verr)
+			// %+v prints the whole verifier log, which says why.
+			return nil, fmt.Errorf("load entry programs: %+v: %w", verr, err)
 		}
 		return nil, fmt.Errorf("load entry programs: %w", err)
 	}
@@ -170,7 +173,7 @@ func applySizes(spec *ebpf.CollectionSpec, s MapSizes) {
 // Close releases the Dataplane's file descriptors. Pins, links and attached
 // programs stay, so a restarted dpd adopts them.
 func (d *Dataplane) Close() error {
-	return d.objs.Close()
+	return errors.Join(d.setIdx.close(), d.objs.Close())
 }
 
 // PinDir is the directory the maps and links are pinned in.

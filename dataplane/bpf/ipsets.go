@@ -109,7 +109,7 @@ func (d *Dataplane) loadIPSetsLocked() error {
 	if _, err := d.deleteKeys(orphans); err != nil {
 		return fmt.Errorf("delete orphan ip set members: %w", err)
 	}
-	return nil
+	return d.openIPSetIndexLocked()
 }
 
 // SetID returns the id allocated to the named set.
@@ -283,19 +283,32 @@ func (d *Dataplane) ensureSetLocked(name string) (*ipset, error) {
 }
 
 // applyLocked writes add then del and records what the kernel accepted.
+// The IP set index follows what the kernel accepted.
 func (d *Dataplane) applyLocked(s *ipset, add, del []ipsetKey) error {
 	n, err := d.addKeys(add)
 	for _, k := range add[:n] {
 		s.members[k] = struct{}{}
+		d.setIdx.change(s.id, k, true)
 	}
 	if err != nil {
+		return errors.Join(err, d.setIdx.flush())
+	}
+	// The index drops members before dpd_ipsets does: a set test answered
+	// by either map sees the member leave once, never leave and return.
+	for _, k := range del {
+		d.setIdx.change(s.id, k, false)
+	}
+	if err := d.setIdx.flush(); err != nil {
 		return err
 	}
 	n, err = d.deleteKeys(del)
 	for _, k := range del[:n] {
 		delete(s.members, k)
 	}
-	return err
+	for _, k := range del[n:] {
+		d.setIdx.change(s.id, k, true) // still a member after all
+	}
+	return errors.Join(err, d.setIdx.flush())
 }
 
 // addKeys writes keys, in one batch where the kernel supports it for LPM

@@ -52,7 +52,8 @@ func (k *Kernel) acquireLocked(pol *model.DirectionPolicy, dir model.Direction) 
 		return nil, err
 	}
 	m := k.bpf.Maps()
-	maps := polprog.Maps{State: m.State, Jump: m.Jump, IPSets: m.IPSets, RuleCtrs: m.RuleCtrs, Chain: m.Chain}
+	maps := polprog.Maps{State: m.State, Jump: m.Jump, IPSets: m.IPSets, RuleCtrs: m.RuleCtrs, Chain: m.Chain,
+		IPSetIdx: k.bpf.IPSetIndex()}
 	if ap, ok := k.pinned[key]; ok {
 		prog, err := spec.Adopt(maps, ap.pinned)
 		if err == nil {

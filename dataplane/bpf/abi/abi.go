@@ -248,7 +248,9 @@ const (
 // set slots (set id n has slot n-1; sets with larger ids are only in
 // dpd_ipsets). Only members without protocol and port are indexed. Covering
 // prefixes are folded into more specific entries, so the longest match
-// alone is the answer: one lookup per address instead of one per set.
+// alone is the answer: one lookup per address instead of one per set. The
+// family byte of the key is always 0: like dpd_ipsets, whose answers the
+// index reproduces exactly, it does not tell the families apart.
 const (
 	MapIPSetIdx          = "dpd_ipset_idx"
 	IPSetIdxKeyPrefixLen = 0

@@ -12,13 +12,15 @@ import (
 )
 
 // ipSetRules is n rules "source in set s<i>" (set i holds 10.2.x.y/32 of
-// cidrAddr-like numbering); all deny but the last, which allows.
+// cidrAddr-like numbering); all deny but the last, which allows. Ids are
+// small, as dataplane/bpf allocates them (lowest free first), so the sets
+// have slots in dpd_ipset_idx.
 func ipSetRules(h *harness, n int) ([]model.Rule, resolver) {
 	res := resolver{}
 	rules := make([]model.Rule, n)
 	for i := range rules {
 		name := fmt.Sprintf("s%d", i)
-		res[name] = uint32(1000 + i)
+		res[name] = uint32(20 + i)
 		h.addMember(res[name], netip.PrefixFrom(setAddr(i), 32), 0, 0)
 		rules[i] = model.Rule{Action: model.ActionDeny, SrcIPSets: []string{name}}
 	}

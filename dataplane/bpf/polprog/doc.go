@@ -14,4 +14,12 @@
 // more than one rule references: the answer is cached in
 // dpd_state.pol_scratch, which survives tail calls. Compile is pure (no
 // kernel); Spec.Load loads the chunks and wires the chain.
+//
+// Per-packet cost must not grow like a linear scan. Policies with many
+// rules use the indexed strategy (index.go, walk.go): the packet is
+// classified once per dimension (ports, addresses) in a trie the program
+// owns, the class bitmaps of candidate rules are ANDed per 64-rule word, and
+// only candidates run their remaining matches, in rule order. Address set
+// tests read one dpd_ipset_idx lookup per address (setidx.go) instead of one
+// dpd_ipsets lookup per set.
 package polprog

@@ -203,10 +203,6 @@ func (h *harness) rebuildIndex() {
 			}
 			key := make([]byte, abi.IPSetIdxKeySize)
 			binary.NativeEndian.PutUint32(key[abi.IPSetIdxKeyPrefixLen:], uint32(abi.IPSetIdxKeyFixedBits+e.Bits()))
-			key[abi.IPSetIdxKeyFamily] = 6
-			if e.Addr().Is4() {
-				key[abi.IPSetIdxKeyFamily] = 4
-			}
 			copy(key[abi.IPSetIdxKeyAddr:], e.Addr().AsSlice())
 			if err := h.maps.IPSetIdx.Update(key, val, ebpf.UpdateAny); err != nil {
 				h.t.Fatalf("index %v: %v", e, err)

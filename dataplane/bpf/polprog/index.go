@@ -49,16 +49,6 @@ type vpfx struct {
 	bits   int
 }
 
-func (v vpfx) width() int {
-	switch v.family {
-	case 0:
-		return 16
-	case 4:
-		return 32
-	}
-	return 128
-}
-
 // contains reports whether q covers e (q is e or shorter and agrees on
 // q's bits).
 func (q vpfx) contains(e vpfx) bool {
@@ -184,9 +174,9 @@ type clsEntry struct {
 
 // index is the indexed strategy's per-program data.
 type index struct {
-	bitOf   []int // by block: its bit, -1 for blocks without one
-	blockOf []int // by bit: its block
-	words   int   // u64 words per bitmap
+	bitOf   []int  // by block: its bit, -1 for blocks without one
+	blockOf []int  // by bit: its block
+	words   int    // u64 words per bitmap
 	reload  []bool // by block: loads the word registers on entry
 	dims    []idxDim
 	classes [][]uint64 // by class id

@@ -167,7 +167,7 @@ func checkAction(a model.Action) error {
 // emitsCode says whether block b's rule is evaluated at all: a Pass rule in
 // a profile is "no match" and compiles to nothing.
 func (b *block) emitsCode() bool {
-	return !(b.kind == blockRule && b.profile && b.action == model.ActionPass)
+	return b.kind != blockRule || !b.profile || b.action != model.ActionPass
 }
 
 // setRefs lists the facts a rule needs, resolving set names.

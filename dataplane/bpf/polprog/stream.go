@@ -30,11 +30,6 @@ func (s *stream) emit(ins ...asm.Instruction) {
 
 func (s *stream) label(l string) { s.items = append(s.items, item{label: l}) }
 
-func (s *stream) append(o *stream) {
-	s.items = append(s.items, o.items...)
-	s.slots += o.slots
-}
-
 // isJa reports an unconditional 16-bit jump.
 func isJa(ins *asm.Instruction) bool {
 	return ins.OpCode == asm.OpCode(asm.JumpClass).SetJumpOp(asm.Ja)

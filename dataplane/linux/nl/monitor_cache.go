@@ -13,7 +13,7 @@ import (
 // applyUpdate folds one subscription message into the cache and returns the
 // reports it causes. Run's goroutine only.
 func (m *Monitor) applyUpdate(u netlink.LinkUpdate) []model.LinkUpdate {
-	attrs := u.Link.Attrs()
+	attrs := u.Attrs()
 	name, index := attrs.Name, int(u.Index)
 	m.mu.Lock()
 	defer m.mu.Unlock()
