@@ -60,7 +60,7 @@ func (k *Kernel) adoptLocked() (adoption, error) {
 			a.stale++
 			continue
 		}
-		st := &endpointState{ifindex: ifindex, adopted: true}
+		st := &endpointState{ifindex: ifindex, adopted: true, ifsSlot: e.Slot}
 		st.ready = e.Flags&abi.IfReady != 0
 		st.closed = !st.ready
 		if st.ready && k.slots.reserve(e.Slot) {

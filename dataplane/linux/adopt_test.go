@@ -1,6 +1,7 @@
 package linux
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -29,9 +30,17 @@ func mustApply(t *testing.T, k *Kernel, eps ...*model.Endpoint) {
 // the whole restart loses nothing. A changed endpoint afterwards costs
 // exactly one program load and one jump write.
 func TestRestartAdoptsWithoutWrites(t *testing.T) {
+	for i, legacy := range []bool{false, true} {
+		name := map[bool]string{false: "tcx", true: "legacy-tc"}[legacy]
+		t.Run(name, func(t *testing.T) { testRestartAdopts(t, legacy, i) })
+	}
+}
+
+func testRestartAdopts(t *testing.T, legacy bool, n int) {
 	pin := newPinDir(t)
-	k1 := openKernel(t, pin)
-	a, b := newWorkload(t, "10.77.0.1"), newWorkload(t, "10.77.0.2")
+	opts := Options{PinDir: pin, ForceLegacyTC: legacy}
+	k1 := openKernelWith(t, opts)
+	a, b := newWorkload(t, fmt.Sprintf("10.77.%d.1", 10+n)), newWorkload(t, fmt.Sprintf("10.77.%d.2", 10+n))
 	epA := allowAllEndpoint(a, 1)
 	epB := endpointFor(b, 2, bigPolicy(), allowAll())
 	mustApply(t, k1, epA, epB)
@@ -46,7 +55,7 @@ func TestRestartAdoptsWithoutWrites(t *testing.T) {
 	if err := k1.Close(); err != nil {
 		t.Fatal(err)
 	}
-	k2 := openKernel(t, pin)
+	k2 := openKernelWith(t, opts)
 	before := k2.Ops()
 	if before.Writes() != 0 {
 		t.Fatalf("starting on adopted pins wrote: %+v", before)

@@ -33,6 +33,7 @@ type endpointState struct {
 	mode      bpfdp.AttachMode
 	inst      [2]*sharedProg // installed program per direction; nil: none known
 	ready     bool           // ifstate says READY
+	ifsSlot   uint32         // the slot the ifstate entry names
 	closed    bool           // ifstate without READY: the interface drops everything
 	adopted   bool           // found in the pinned state at start, not yet claimed
 	lastApply time.Time
@@ -124,7 +125,9 @@ func (k *Kernel) ApplyEndpoint(ep *model.Endpoint) error {
 			return err
 		}
 	}
-	if !st.ready {
+	if !st.ready || st.ifsSlot != st.slot {
+		// Ready, or moved to another slot (an adopted entry whose slot
+		// another interface held): the entry switches atomically.
 		if err := k.setIfStateLocked(st, abi.IfWorkload|abi.IfReady); err != nil {
 			return fmt.Errorf("ifstate %s: %w", ep.Iface, err)
 		}
@@ -166,6 +169,7 @@ func (k *Kernel) setIfStateLocked(st *endpointState, flags uint32) error {
 		return err
 	}
 	k.ops.IfStateWrites++
+	st.ifsSlot = slot
 	st.ready = flags&abi.IfReady != 0
 	st.closed = !st.ready
 	return nil
@@ -245,7 +249,7 @@ func (k *Kernel) dropStateLocked(iface string, st *endpointState, nets []netip.P
 	} else if err := k.bpf.RemoveLinkPins(iface); err != nil {
 		errs = append(errs, err)
 	}
-	if st.ifindex != 0 {
+	if st.ifindex != 0 && !k.ifindexTakenLocked(st.ifindex, st) {
 		if err := k.bpf.DeleteIfState(st.ifindex); err != nil {
 			errs = append(errs, fmt.Errorf("ifstate %s: %w", iface, err))
 		} else {
@@ -274,4 +278,15 @@ func (k *Kernel) dropStateLocked(iface string, st *endpointState, nets []netip.P
 		st.hasSlot = false
 	}
 	return nil
+}
+
+// ifindexTakenLocked reports whether a state other than st holds ifindex
+// (a renamed interface is known under its new name).
+func (k *Kernel) ifindexTakenLocked(ifindex int, st *endpointState) bool {
+	for _, o := range k.eps {
+		if o != st && o.ifindex == ifindex {
+			return true
+		}
+	}
+	return false
 }

@@ -188,6 +188,23 @@ func TestNoCollectionBeforeFirstApply(t *testing.T) {
 	testutil.WaitFor(t, 5*time.Second, "a pings b on adopted state", func() bool { return pingsQuick(a, b.IP) })
 }
 
+// TestPeriodicCollection: once the first apply is done, collection keeps
+// running on its own and removes what turns up later.
+func TestPeriodicCollection(t *testing.T) {
+	k := openKernelWith(t, Options{PinDir: newPinDir(t), GCInterval: 20 * time.Millisecond})
+	watch(t, k)
+	a := newWorkload(t, "10.77.6.1")
+	mustApply(t, k, allowAllEndpoint(a, 1))
+	mustNil(t, k.BPF().SetIfState(999998, 7, abi.IfReady))
+	testutil.WaitFor(t, 5*time.Second, "the stray ifstate entry collected", func() bool {
+		ok, _ := ifState(t, k, 999998)
+		return !ok
+	})
+	if ok, ready := ifState(t, k, ifindexOf(t, a.HostIface)); !ok || !ready {
+		t.Error("the live endpoint's ifstate entry was touched")
+	}
+}
+
 func mustNil(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {

@@ -42,8 +42,14 @@ func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, n
 // runs at cleanup (and may run earlier: it is idempotent).
 func openKernel(t *testing.T, pin string) *Kernel {
 	t.Helper()
+	return openKernelWith(t, Options{PinDir: pin})
+}
+
+func openKernelWith(t *testing.T, opts Options) *Kernel {
+	t.Helper()
 	testutil.RequirePrivileged(t)
-	k, err := New(Options{PinDir: pin, Log: quietLog()})
+	opts.Log = quietLog()
+	k, err := New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}
