@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/cilium/ebpf"
@@ -115,8 +116,8 @@ func Open(opts Options) (*Dataplane, error) {
 	if err != nil {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
-			// %+v prints the whole verifier log, which says why.
-			return nil, fmt.Errorf("load entry programs: %+v: %w", verr, err)
+			// The whole verifier log says why; the error alone does not.
+			return nil, fmt.Errorf("load entry programs: %w\n%s", err, strings.Join(verr.Log, "\n"))
 		}
 		return nil, fmt.Errorf("load entry programs: %w", err)
 	}
