@@ -44,7 +44,7 @@ func ktime(now time.Time) (uint64, error) {
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC_COARSE, &ts); err != nil {
 		return 0, fmt.Errorf("read monotonic clock: %w", err)
 	}
-	return uint64(ts.Nano() + int64(-time.Until(now))), nil
+	return uint64(ts.Nano() + int64(time.Until(now))), nil
 }
 
 func ctExpired(v *ctVal, proto uint8, kt uint64) bool {
