@@ -38,18 +38,28 @@ static __always_inline int dpd_ct_live(const struct dpd_ct_val *v, __u8 proto, _
 	return (__s64)(now - v->last_seen) < (__s64)dpd_ct_timeout_ns(proto, v->flags);
 }
 
+/* dpd_ct_key_set fills k with the tuple saddr:sport -> daddr:dport as
+ * approved by hook dir of ifindex (addresses in network order, ports in
+ * host order), zeroing the rest: keys are hashed whole. */
+static __always_inline void dpd_ct_key_set(struct dpd_ct_key *k, __u32 saddr, __u32 daddr,
+					   __u16 sport, __u16 dport, __u8 proto,
+					   __u32 dir, __u32 ifindex)
+{
+	__builtin_memset(k, 0, sizeof(*k));
+	__builtin_memcpy(k->saddr, &saddr, 4);
+	__builtin_memcpy(k->daddr, &daddr, 4);
+	k->sport = sport;
+	k->dport = dport;
+	k->proto = proto;
+	k->dir = dir;
+	k->ifindex = ifindex;
+}
+
 /* dpd_ct_key_fwd: the key this hook would have created for this packet. */
 static __always_inline void dpd_ct_key_fwd(struct dpd_ct_key *k, const struct dpd_pkt *p,
 					   __u32 dir, __u32 ifindex)
 {
-	__builtin_memset(k, 0, sizeof(*k));
-	__builtin_memcpy(k->saddr, &p->saddr, 4);
-	__builtin_memcpy(k->daddr, &p->daddr, 4);
-	k->sport = p->sport;
-	k->dport = p->dport;
-	k->proto = p->proto;
-	k->dir = dir;
-	k->ifindex = ifindex;
+	dpd_ct_key_set(k, p->saddr, p->daddr, p->sport, p->dport, p->proto, dir, ifindex);
 }
 
 /* dpd_ct_key_rev: the key the opposite hook of this interface created if
@@ -58,19 +68,10 @@ static __always_inline void dpd_ct_key_fwd(struct dpd_ct_key *k, const struct dp
 static __always_inline void dpd_ct_key_rev(struct dpd_ct_key *k, const struct dpd_pkt *p,
 					   __u32 dir, __u32 ifindex)
 {
-	__builtin_memset(k, 0, sizeof(*k));
-	__builtin_memcpy(k->saddr, &p->daddr, 4);
-	__builtin_memcpy(k->daddr, &p->saddr, 4);
-	if (p->proto == IPPROTO_ICMP) {
-		k->sport = p->sport;
-		k->dport = p->dport;
-	} else {
-		k->sport = p->dport;
-		k->dport = p->sport;
-	}
-	k->proto = p->proto;
-	k->dir = dir ^ 1;
-	k->ifindex = ifindex;
+	if (p->proto == IPPROTO_ICMP)
+		dpd_ct_key_set(k, p->daddr, p->saddr, p->sport, p->dport, p->proto, dir ^ 1, ifindex);
+	else
+		dpd_ct_key_set(k, p->daddr, p->saddr, p->dport, p->sport, p->proto, dir ^ 1, ifindex);
 }
 
 /* dpd_ct_related: is this ICMP error about a flow this interface passed?
@@ -83,26 +84,14 @@ static __always_inline int dpd_ct_related(const struct dpd_pkt *p, __u32 dir, __
 	struct dpd_ct_key k;
 	struct dpd_ct_val *v;
 
-	__builtin_memset(&k, 0, sizeof(k));
-	__builtin_memcpy(k.saddr, &p->inner_saddr, 4);
-	__builtin_memcpy(k.daddr, &p->inner_daddr, 4);
-	k.sport = p->inner_sport;
-	k.dport = p->inner_dport;
-	k.proto = p->inner_proto;
-	k.dir = dir ^ 1;
-	k.ifindex = ifindex;
+	dpd_ct_key_set(&k, p->inner_saddr, p->inner_daddr, p->inner_sport, p->inner_dport,
+		       p->inner_proto, dir ^ 1, ifindex);
 	v = bpf_map_lookup_elem(&dpd_ct, &k);
 	if (v && dpd_ct_live(v, k.proto, now))
 		return 1;
 
-	__builtin_memset(&k, 0, sizeof(k));
-	__builtin_memcpy(k.saddr, &p->inner_daddr, 4);
-	__builtin_memcpy(k.daddr, &p->inner_saddr, 4);
-	k.sport = p->inner_dport;
-	k.dport = p->inner_sport;
-	k.proto = p->inner_proto;
-	k.dir = dir;
-	k.ifindex = ifindex;
+	dpd_ct_key_set(&k, p->inner_daddr, p->inner_saddr, p->inner_dport, p->inner_sport,
+		       p->inner_proto, dir, ifindex);
 	v = bpf_map_lookup_elem(&dpd_ct, &k);
 	return v && dpd_ct_live(v, k.proto, now);
 }

@@ -183,14 +183,7 @@ static __always_inline int dpd_maybe_frontend(__be32 addr)
 /* dpd_nat_flow_key is the NAT flow entry of the packet's original tuple. */
 static __always_inline void dpd_nat_flow_key(struct dpd_ct_key *k, const struct dpd_pkt *p, __u32 ifindex)
 {
-	__builtin_memset(k, 0, sizeof(*k));
-	__builtin_memcpy(k->saddr, &p->saddr, 4);
-	__builtin_memcpy(k->daddr, &p->daddr, 4);
-	k->sport = p->sport;
-	k->dport = p->dport;
-	k->proto = p->proto;
-	k->dir = DPD_DIR_NAT;
-	k->ifindex = ifindex;
+	dpd_ct_key_fwd(k, p, DPD_DIR_NAT, ifindex);
 }
 
 /* dpd_nat_from_wep translates a packet leaving a workload: a reply to the

@@ -3,7 +3,6 @@ package dataplane
 import (
 	"fmt"
 	"reflect"
-	"sort"
 	"strings"
 
 	"github.com/dpd-dev/dpd/dataplane/felixconv"
@@ -41,7 +40,7 @@ func (e *Engine) resolve(ent *wepEntry) (*model.Endpoint, []string, string) {
 		ep.Ingress.Profiles = append(ep.Ingress.Profiles, model.PolicyRules{Name: name, Kind: "profile", Rules: pr.inbound})
 		ep.Egress.Profiles = append(ep.Egress.Profiles, model.PolicyRules{Name: name, Kind: "profile", Rules: pr.outbound})
 	}
-	sets := referencedSets(ep)
+	sets := ep.ReferencedSets()
 	for _, id := range sets {
 		if !e.ipsets.exists(id) {
 			missing = append(missing, "ip set "+id)
@@ -80,43 +79,6 @@ func missingReason(missing []string) string {
 		r += fmt.Sprintf(" and %d more", len(missing)-show)
 	}
 	return r
-}
-
-// referencedSets lists, sorted and unique, every IP set ep's rules use.
-func referencedSets(ep *model.Endpoint) []string {
-	seen := map[string]struct{}{}
-	addRules := func(rs []model.Rule) {
-		for i := range rs {
-			r := &rs[i]
-			for _, l := range [][]string{
-				r.SrcIPSets, r.NotSrcIPSets, r.DstIPSets, r.NotDstIPSets, r.DstIPPortSets,
-				r.SrcNamedPortSets, r.NotSrcNamedPortSets, r.DstNamedPortSets, r.NotDstNamedPortSets,
-			} {
-				for _, id := range l {
-					seen[id] = struct{}{}
-				}
-			}
-		}
-	}
-	for _, dp := range []*model.DirectionPolicy{&ep.Ingress, &ep.Egress} {
-		for _, t := range dp.Tiers {
-			for _, p := range t.Policies {
-				addRules(p.Rules)
-			}
-		}
-		for _, p := range dp.Profiles {
-			addRules(p.Rules)
-		}
-	}
-	if len(seen) == 0 {
-		return nil
-	}
-	out := make([]string, 0, len(seen))
-	for id := range seen {
-		out = append(out, id)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // sameEndpoint reports whether a and b enforce the same thing. Unchanged

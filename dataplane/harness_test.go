@@ -2,12 +2,13 @@ package dataplane
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"sync"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/dpd-dev/dpd/dataplane/felixconv"
 	"github.com/dpd-dev/dpd/dataplane/memkernel"
@@ -190,56 +191,8 @@ func (h *harness) noViolations() {
 
 // --- message builders ---
 
-func td(p any) *felix.ToDataplane {
-	m := &felix.ToDataplane{}
-	switch v := p.(type) {
-	case *felix.InSync:
-		m.Payload = &felix.ToDataplane_InSync{InSync: v}
-	case *felix.ConfigUpdate:
-		m.Payload = &felix.ToDataplane_ConfigUpdate{ConfigUpdate: v}
-	case *felix.IPSetUpdate:
-		m.Payload = &felix.ToDataplane_IpsetUpdate{IpsetUpdate: v}
-	case *felix.IPSetDeltaUpdate:
-		m.Payload = &felix.ToDataplane_IpsetDeltaUpdate{IpsetDeltaUpdate: v}
-	case *felix.IPSetRemove:
-		m.Payload = &felix.ToDataplane_IpsetRemove{IpsetRemove: v}
-	case *felix.ActivePolicyUpdate:
-		m.Payload = &felix.ToDataplane_ActivePolicyUpdate{ActivePolicyUpdate: v}
-	case *felix.ActivePolicyRemove:
-		m.Payload = &felix.ToDataplane_ActivePolicyRemove{ActivePolicyRemove: v}
-	case *felix.ActiveProfileUpdate:
-		m.Payload = &felix.ToDataplane_ActiveProfileUpdate{ActiveProfileUpdate: v}
-	case *felix.ActiveProfileRemove:
-		m.Payload = &felix.ToDataplane_ActiveProfileRemove{ActiveProfileRemove: v}
-	case *felix.WorkloadEndpointUpdate:
-		m.Payload = &felix.ToDataplane_WorkloadEndpointUpdate{WorkloadEndpointUpdate: v}
-	case *felix.WorkloadEndpointRemove:
-		m.Payload = &felix.ToDataplane_WorkloadEndpointRemove{WorkloadEndpointRemove: v}
-	case *felix.HostEndpointUpdate:
-		m.Payload = &felix.ToDataplane_HostEndpointUpdate{HostEndpointUpdate: v}
-	case *felix.HostEndpointRemove:
-		m.Payload = &felix.ToDataplane_HostEndpointRemove{HostEndpointRemove: v}
-	case *felix.RouteUpdate:
-		m.Payload = &felix.ToDataplane_RouteUpdate{RouteUpdate: v}
-	case *felix.RouteRemove:
-		m.Payload = &felix.ToDataplane_RouteRemove{RouteRemove: v}
-	case *felix.ServiceUpdate:
-		m.Payload = &felix.ToDataplane_ServiceUpdate{ServiceUpdate: v}
-	case *felix.ServiceRemove:
-		m.Payload = &felix.ToDataplane_ServiceRemove{ServiceRemove: v}
-	case *felix.ServiceBackendsUpdate:
-		m.Payload = &felix.ToDataplane_ServiceBackendsUpdate{ServiceBackendsUpdate: v}
-	case *felix.ServiceBackendsRemove:
-		m.Payload = &felix.ToDataplane_ServiceBackendsRemove{ServiceBackendsRemove: v}
-	case *felix.HostMetadataUpdate:
-		m.Payload = &felix.ToDataplane_HostMetadataUpdate{HostMetadataUpdate: v}
-	case *felix.VXLANTunnelEndpointUpdate:
-		m.Payload = &felix.ToDataplane_VtepUpdate{VtepUpdate: v}
-	default:
-		panic(fmt.Sprintf("td: unsupported %T", p))
-	}
-	return m
-}
+// td wraps a Felix payload message in a ToDataplane.
+func td(p proto.Message) *felix.ToDataplane { return testutil.ToDataplane(p) }
 
 func inSync() *felix.ToDataplane { return td(&felix.InSync{}) }
 

@@ -62,7 +62,7 @@ func (e *Engine) Policies(ctx context.Context) ([]PolicyInfo, error) {
 				Tiers:        e.policyTiers(k),
 				InboundRules: len(ent.inbound), OutboundRules: len(ent.outbound),
 				Endpoints: len(e.weps.polUsers.users(k)),
-				IPSets:    rulesSets(ent.inbound, ent.outbound),
+				IPSets:    model.ReferencedSets(ent.inbound, ent.outbound),
 			})
 		}
 		for name, ent := range e.profiles.m {
@@ -70,7 +70,7 @@ func (e *Engine) Policies(ctx context.Context) ([]PolicyInfo, error) {
 				Kind: "profile", Name: name,
 				InboundRules: len(ent.inbound), OutboundRules: len(ent.outbound),
 				Endpoints: len(e.weps.profUsers.users(name)),
-				IPSets:    rulesSets(ent.inbound, ent.outbound),
+				IPSets:    model.ReferencedSets(ent.inbound, ent.outbound),
 			})
 		}
 	})
@@ -103,15 +103,6 @@ func (e *Engine) policyTiers(k felixconv.PolicyKey) []string {
 	}
 	sort.Strings(out)
 	return out
-}
-
-// rulesSets lists the IP sets some rule of in or out references.
-func rulesSets(in, out []model.Rule) []string {
-	ep := &model.Endpoint{
-		Ingress: model.DirectionPolicy{Profiles: []model.PolicyRules{{Rules: in}}},
-		Egress:  model.DirectionPolicy{Profiles: []model.PolicyRules{{Rules: out}}},
-	}
-	return referencedSets(ep)
 }
 
 // IPSets lists the IP sets (present ones only), sorted by id, each with at
@@ -153,10 +144,10 @@ func smallestMembers(members map[model.IPSetMember]struct{}, n int) []model.IPSe
 	}
 	out := make([]model.IPSetMember, 0, min(n, len(members)))
 	for m := range members {
-		if len(out) == n && !memberLess(m, out[n-1]) {
+		if len(out) == n && !m.Less(out[n-1]) {
 			continue
 		}
-		i := sort.Search(len(out), func(i int) bool { return memberLess(m, out[i]) })
+		i := sort.Search(len(out), func(i int) bool { return m.Less(out[i]) })
 		if len(out) < n {
 			out = append(out, model.IPSetMember{})
 		}
@@ -164,19 +155,6 @@ func smallestMembers(members map[model.IPSetMember]struct{}, n int) []model.IPSe
 		out[i] = m
 	}
 	return out
-}
-
-func memberLess(a, b model.IPSetMember) bool {
-	if c := a.Prefix.Addr().Compare(b.Prefix.Addr()); c != 0 {
-		return c < 0
-	}
-	if a.Prefix.Bits() != b.Prefix.Bits() {
-		return a.Prefix.Bits() < b.Prefix.Bits()
-	}
-	if a.Proto != b.Proto {
-		return a.Proto < b.Proto
-	}
-	return a.Port < b.Port
 }
 
 // MemberString prints a member as Felix sends it: an address, a CIDR, or

@@ -289,7 +289,7 @@ func (e *Engine) applyIPSetUpserts(now time.Time, p *pass) {
 		}
 		var err error
 		if s.force || s.replace || !s.inKernel || s.kernelTyp != s.typ {
-			err = e.k.ReplaceIPSet(id, s.typ, sortedMembers(s.members))
+			err = e.k.ReplaceIPSet(id, s.typ, model.SortedMembers(s.members))
 		} else {
 			added, removed := s.pendingDelta()
 			if len(added) == 0 && len(removed) == 0 {
@@ -357,32 +357,7 @@ func (s *ipsetEntry) pendingDelta() (added, removed []model.IPSetMember) {
 			removed = append(removed, mem)
 		}
 	}
-	sortMembers(added)
-	sortMembers(removed)
+	model.SortMembers(added)
+	model.SortMembers(removed)
 	return added, removed
-}
-
-func sortedMembers(m map[model.IPSetMember]struct{}) []model.IPSetMember {
-	out := make([]model.IPSetMember, 0, len(m))
-	for mem := range m {
-		out = append(out, mem)
-	}
-	sortMembers(out)
-	return out
-}
-
-func sortMembers(ms []model.IPSetMember) {
-	sort.Slice(ms, func(i, j int) bool {
-		a, b := ms[i], ms[j]
-		if c := a.Prefix.Addr().Compare(b.Prefix.Addr()); c != 0 {
-			return c < 0
-		}
-		if a.Prefix.Bits() != b.Prefix.Bits() {
-			return a.Prefix.Bits() < b.Prefix.Bits()
-		}
-		if a.Proto != b.Proto {
-			return a.Proto < b.Proto
-		}
-		return a.Port < b.Port
-	})
 }

@@ -1,7 +1,6 @@
 package ctl
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -25,12 +24,9 @@ func runPolicies(g *globals, args []string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var resp *dpdv1.ListPoliciesResponse
-	if err := g.inspect(func(ctx context.Context, ic dpdv1.InspectClient) (err error) {
-		resp, err = ic.ListPolicies(ctx, &dpdv1.ListPoliciesRequest{})
+	resp, err := inspectRPC(g, "list policies", dpdv1.InspectClient.ListPolicies, &dpdv1.ListPoliciesRequest{})
+	if err != nil {
 		return err
-	}); err != nil {
-		return fmt.Errorf("list policies: %w", err)
 	}
 	if format == "json" {
 		return writeJSON(w, resp)
@@ -55,12 +51,9 @@ func runIPSets(g *globals, args []string, w io.Writer) error {
 	if err := checkFormat(*out); err != nil {
 		return err
 	}
-	var resp *dpdv1.ListIPSetsResponse
-	if err := g.inspect(func(ctx context.Context, ic dpdv1.InspectClient) (err error) {
-		resp, err = ic.ListIPSets(ctx, &dpdv1.ListIPSetsRequest{Id: *id, MaxMembers: uint32(*members)})
+	resp, err := inspectRPC(g, "list ip sets", dpdv1.InspectClient.ListIPSets, &dpdv1.ListIPSetsRequest{Id: *id, MaxMembers: uint32(*members)})
+	if err != nil {
 		return err
-	}); err != nil {
-		return fmt.Errorf("list ip sets: %w", err)
 	}
 	if *out == "json" {
 		return writeJSON(w, resp)
@@ -82,12 +75,9 @@ func runServices(g *globals, args []string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var resp *dpdv1.ListServicesResponse
-	if err := g.inspect(func(ctx context.Context, ic dpdv1.InspectClient) (err error) {
-		resp, err = ic.ListServices(ctx, &dpdv1.ListServicesRequest{})
+	resp, err := inspectRPC(g, "list services", dpdv1.InspectClient.ListServices, &dpdv1.ListServicesRequest{})
+	if err != nil {
 		return err
-	}); err != nil {
-		return fmt.Errorf("list services: %w", err)
 	}
 	if format == "json" {
 		return writeJSON(w, resp)
@@ -121,12 +111,9 @@ func runRoutes(g *globals, args []string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var resp *dpdv1.ListRoutesResponse
-	if err := g.inspect(func(ctx context.Context, ic dpdv1.InspectClient) (err error) {
-		resp, err = ic.ListRoutes(ctx, &dpdv1.ListRoutesRequest{})
+	resp, err := inspectRPC(g, "list routes", dpdv1.InspectClient.ListRoutes, &dpdv1.ListRoutesRequest{})
+	if err != nil {
 		return err
-	}); err != nil {
-		return fmt.Errorf("list routes: %w", err)
 	}
 	if format == "json" {
 		return writeJSON(w, resp)

@@ -10,6 +10,7 @@ import (
 
 	dpdv1 "github.com/dpd-dev/dpd/proto/dpd/v1"
 	"github.com/dpd-dev/dpd/proto/felix"
+	"google.golang.org/grpc"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -28,16 +29,23 @@ func parseOutput(name string, args []string) (string, error) {
 	return *out, nil
 }
 
-// inspect dials and runs one Inspect call within the timeout.
-func (g *globals) inspect(call func(context.Context, dpdv1.InspectClient) error) error {
+// inspectRPC dials and runs one Inspect RPC, given as a method expression
+// such as dpdv1.InspectClient.ListPolicies, within the timeout; a failure
+// is wrapped with what.
+func inspectRPC[Req, Resp any](g *globals, what string,
+	rpc func(dpdv1.InspectClient, context.Context, Req, ...grpc.CallOption) (Resp, error), req Req) (Resp, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), g.timeout)
 	defer cancel()
+	var resp Resp
 	c, err := g.dial(ctx)
-	if err != nil {
-		return err
+	if err == nil {
+		defer func() { _ = c.Close() }()
+		resp, err = rpc(c.Inspect(), ctx, req)
 	}
-	defer func() { _ = c.Close() }()
-	return call(ctx, c.Inspect())
+	if err != nil {
+		return resp, fmt.Errorf("%s: %w", what, err)
+	}
+	return resp, nil
 }
 
 func runStatus(g *globals, args []string, w io.Writer) error {
@@ -45,12 +53,9 @@ func runStatus(g *globals, args []string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var st *dpdv1.GetStatusResponse
-	if err := g.inspect(func(ctx context.Context, ic dpdv1.InspectClient) (err error) {
-		st, err = ic.GetStatus(ctx, &dpdv1.GetStatusRequest{})
+	st, err := inspectRPC(g, "get status", dpdv1.InspectClient.GetStatus, &dpdv1.GetStatusRequest{})
+	if err != nil {
 		return err
-	}); err != nil {
-		return fmt.Errorf("get status: %w", err)
 	}
 	if format == "json" {
 		return writeJSON(w, st)
@@ -86,12 +91,9 @@ func runEndpoints(g *globals, args []string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var resp *dpdv1.ListEndpointsResponse
-	if err := g.inspect(func(ctx context.Context, ic dpdv1.InspectClient) (err error) {
-		resp, err = ic.ListEndpoints(ctx, &dpdv1.ListEndpointsRequest{})
+	resp, err := inspectRPC(g, "list endpoints", dpdv1.InspectClient.ListEndpoints, &dpdv1.ListEndpointsRequest{})
+	if err != nil {
 		return err
-	}); err != nil {
-		return fmt.Errorf("list endpoints: %w", err)
 	}
 	if format == "json" {
 		return writeJSON(w, resp)

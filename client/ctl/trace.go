@@ -1,7 +1,6 @@
 package ctl
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -21,12 +20,9 @@ func runEndpoint(g *globals, args []string, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	var ep *dpdv1.Endpoint
-	if err := g.inspect(func(ctx context.Context, ic dpdv1.InspectClient) (err error) {
-		ep, err = ic.GetEndpoint(ctx, &dpdv1.GetEndpointRequest{Id: id})
+	ep, err := inspectRPC(g, "get endpoint", dpdv1.InspectClient.GetEndpoint, &dpdv1.GetEndpointRequest{Id: id})
+	if err != nil {
 		return err
-	}); err != nil {
-		return fmt.Errorf("get endpoint: %w", err)
 	}
 	if format == "json" {
 		return writeJSON(w, ep)
@@ -66,12 +62,9 @@ func runCounters(g *globals, args []string, w io.Writer) error {
 	if err := checkFormat(*out); err != nil {
 		return err
 	}
-	var resp *dpdv1.GetCountersResponse
-	if err := g.inspect(func(ctx context.Context, ic dpdv1.InspectClient) (err error) {
-		resp, err = ic.GetCounters(ctx, &dpdv1.GetCountersRequest{Endpoint: *endpoint, Nonzero: *nonzero})
+	resp, err := inspectRPC(g, "get counters", dpdv1.InspectClient.GetCounters, &dpdv1.GetCountersRequest{Endpoint: *endpoint, Nonzero: *nonzero})
+	if err != nil {
 		return err
-	}); err != nil {
-		return fmt.Errorf("get counters: %w", err)
 	}
 	if *out == "json" {
 		return writeJSON(w, resp)
@@ -135,12 +128,9 @@ func runTrace(g *globals, args []string, w io.Writer) error {
 		req.IcmpType = &t
 	}
 	req.IcmpCode = uint32(*icmpCode)
-	var resp *dpdv1.TraceResponse
-	if err := g.inspect(func(ctx context.Context, ic dpdv1.InspectClient) (err error) {
-		resp, err = ic.Trace(ctx, req)
+	resp, err := inspectRPC(g, "trace", dpdv1.InspectClient.Trace, req)
+	if err != nil {
 		return err
-	}); err != nil {
-		return fmt.Errorf("trace: %w", err)
 	}
 	if *out == "json" {
 		return writeJSON(w, resp)

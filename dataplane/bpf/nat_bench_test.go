@@ -60,29 +60,13 @@ func BenchmarkNAT(b *testing.B) {
 	reply := csumPkt(6, f2, client, tcpACK, false)
 	denied := csumPkt(6, netip.AddrPortFrom(ipB, 40000), f1, tcpACK, false)
 
-	repeated := []struct {
-		name  string
-		prog  *ebpf.Program
-		frame []byte
-		slot  uint32
-		want  uint32
-	}{
+	runRepeated(b, d, []benchCase{
 		{"trivial", trivialProg(b), est, 0, abi.TCActOK},
 		{"plain_ct_hit", d.Programs().FromWEP, plain, 0, abi.TCActOK},
 		{"nat_established", d.Programs().FromWEP, est, 0, abi.TCActOK},
 		{"nat_reply", d.Programs().ToWEP, reply, 0, abi.TCActOK},
 		{"nat_deny", d.Programs().FromWEP, denied, 1, abi.TCActShot},
-	}
-	for _, tc := range repeated {
-		b.Run(tc.name, func(b *testing.B) {
-			mustNil(b, d.SetIfState(1, tc.slot, abi.IfReady))
-			ret, per, err := tc.prog.Benchmark(tc.frame, b.N, b.ResetTimer)
-			if err != nil || ret != tc.want {
-				b.Fatalf("ret %d err %v, want %d", ret, err, tc.want)
-			}
-			b.ReportMetric(float64(per.Nanoseconds()), "ns/pkt")
-		})
-	}
+	})
 
 	mustNil(b, d.SetIfState(1, 0, abi.IfReady))
 	once := []struct {

@@ -60,51 +60,44 @@ func DefaultMapSizes() MapSizes {
 	}
 }
 
+// sizeField is one field of MapSizes: its name in errors, its config key
+// and where it is.
+type sizeField struct {
+	name, key string
+	v         *int
+}
+
+// fields lists s's fields, in declaration order.
+func (s *MapSizes) fields() []sizeField {
+	return []sizeField{
+		{"conntrack", ConfigConntrack, &s.Conntrack}, {"ipsets", ConfigIPSets, &s.IPSets},
+		{"ifstate", ConfigIfState, &s.IfState}, {"rule counters", ConfigRuleCounters, &s.RuleCounters},
+		{"jump", ConfigJump, &s.Jump}, {"chain", ConfigChain, &s.Chain},
+		{"nat frontend", ConfigNATFrontend, &s.NATFrontend}, {"nat backend", ConfigNATBackend, &s.NATBackend},
+		{"routes", ConfigRoutes, &s.Routes},
+	}
+}
+
 // withDefaults fills zero fields. A zero Jump follows IfState, so every
 // interface can have a slot.
 func (s MapSizes) withDefaults() MapSizes {
 	d := DefaultMapSizes()
-	if s.Conntrack == 0 {
-		s.Conntrack = d.Conntrack
-	}
-	if s.IPSets == 0 {
-		s.IPSets = d.IPSets
-	}
-	if s.IfState == 0 {
-		s.IfState = d.IfState
-	}
-	if s.RuleCounters == 0 {
-		s.RuleCounters = d.RuleCounters
+	defaults := d.fields()
+	for i, f := range s.fields() {
+		if *f.v == 0 && f.v != &s.Jump {
+			*f.v = *defaults[i].v
+		}
 	}
 	if s.Jump == 0 {
 		s.Jump = abi.JumpPolBase + 2*s.IfState
-	}
-	if s.Chain == 0 {
-		s.Chain = d.Chain
-	}
-	if s.NATFrontend == 0 {
-		s.NATFrontend = d.NATFrontend
-	}
-	if s.NATBackend == 0 {
-		s.NATBackend = d.NATBackend
-	}
-	if s.Routes == 0 {
-		s.Routes = d.Routes
 	}
 	return s
 }
 
 func (s MapSizes) validate() error {
-	for _, f := range []struct {
-		name string
-		v    int
-	}{
-		{"conntrack", s.Conntrack}, {"ipsets", s.IPSets}, {"ifstate", s.IfState},
-		{"rule counters", s.RuleCounters}, {"jump", s.Jump}, {"chain", s.Chain},
-		{"nat frontend", s.NATFrontend}, {"nat backend", s.NATBackend}, {"routes", s.Routes},
-	} {
-		if f.v <= 0 || f.v > 1<<28 {
-			return fmt.Errorf("map size %s %d out of range", f.name, f.v)
+	for _, f := range s.fields() {
+		if *f.v <= 0 || *f.v > 1<<28 {
+			return fmt.Errorf("map size %s %d out of range", f.name, *f.v)
 		}
 	}
 	if s.Jump < abi.JumpPolBase+2 {
@@ -124,20 +117,16 @@ func (s MapSizes) Slots() uint32 {
 func MapSizesFromConfig(cfg map[string]string) (MapSizes, error) {
 	s := DefaultMapSizes()
 	s.Jump = 0
-	for key, dst := range map[string]*int{
-		ConfigConntrack: &s.Conntrack, ConfigIPSets: &s.IPSets, ConfigIfState: &s.IfState,
-		ConfigRuleCounters: &s.RuleCounters, ConfigJump: &s.Jump, ConfigChain: &s.Chain,
-		ConfigNATFrontend: &s.NATFrontend, ConfigNATBackend: &s.NATBackend, ConfigRoutes: &s.Routes,
-	} {
-		v, ok := cfg[key]
+	for _, f := range s.fields() {
+		v, ok := cfg[f.key]
 		if !ok || v == "" {
 			continue
 		}
 		n, err := strconv.Atoi(v)
 		if err != nil || n <= 0 {
-			return MapSizes{}, fmt.Errorf("config %s=%q: want a positive integer", key, v)
+			return MapSizes{}, fmt.Errorf("config %s=%q: want a positive integer", f.key, v)
 		}
-		*dst = n
+		*f.v = n
 	}
 	s = s.withDefaults()
 	if err := s.validate(); err != nil {

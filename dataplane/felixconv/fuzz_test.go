@@ -143,7 +143,7 @@ func FuzzValidate(f *testing.F) {
 	})
 }
 
-var memberProtoNames = map[uint8]string{protoTCP: "tcp", protoUDP: "udp", protoSCTP: "sctp"}
+var memberProtoNames = map[uint8]string{model.ProtoTCP: "tcp", model.ProtoUDP: "udp", model.ProtoSCTP: "sctp"}
 
 func FuzzIPSetMember(f *testing.F) {
 	for _, s := range []string{"10.0.0.1", "10.0.0.0/8", "fd00::1", "fd00::/64", "10.0.0.1,tcp:80",

@@ -108,11 +108,11 @@ func parseIPPort(s string) (model.IPSetMember, error) {
 	var proto uint8
 	switch strings.ToLower(protoS) {
 	case "tcp":
-		proto = protoTCP
+		proto = model.ProtoTCP
 	case "udp":
-		proto = protoUDP
+		proto = model.ProtoUDP
 	case "sctp":
-		proto = protoSCTP
+		proto = model.ProtoSCTP
 	default:
 		return model.IPSetMember{}, fmt.Errorf("%q: protocol %q is not tcp, udp or sctp", s, protoS)
 	}

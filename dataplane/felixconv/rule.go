@@ -12,19 +12,9 @@ import (
 	"github.com/dpd-dev/dpd/proto/felix"
 )
 
-// IP protocol numbers for the names Calico accepts.
-const (
-	protoICMP    = 1
-	protoTCP     = 6
-	protoUDP     = 17
-	protoICMPv6  = 58
-	protoSCTP    = 132
-	protoUDPLite = 136
-)
-
 var protocolNames = map[string]uint8{
-	"tcp": protoTCP, "udp": protoUDP, "icmp": protoICMP,
-	"icmpv6": protoICMPv6, "sctp": protoSCTP, "udplite": protoUDPLite,
+	"tcp": model.ProtoTCP, "udp": model.ProtoUDP, "icmp": model.ProtoICMP,
+	"icmpv6": model.ProtoICMPv6, "sctp": model.ProtoSCTP, "udplite": model.ProtoUDPLite,
 }
 
 // Action parses a rule action: allow, deny, pass (or its older name

@@ -25,11 +25,11 @@ func ServiceKey(namespace, name string) (model.ServiceKey, error) {
 func L4Protocol(s string) (uint8, error) {
 	switch strings.ToLower(s) {
 	case "", "tcp":
-		return protoTCP, nil
+		return model.ProtoTCP, nil
 	case "udp":
-		return protoUDP, nil
+		return model.ProtoUDP, nil
 	case "sctp":
-		return protoSCTP, nil
+		return model.ProtoSCTP, nil
 	}
 	return 0, fmt.Errorf("unknown service protocol %q", s)
 }

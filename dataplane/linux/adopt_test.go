@@ -50,7 +50,7 @@ func testRestartAdopts(t *testing.T, legacy bool, n int) {
 	}
 	slotB, _ := k1.Endpoint(b.HostIface)
 
-	ping := startPing(a, b.IP, 300)
+	ping := a.StartPing(b.IP, 300)
 	waitFlowing(t, k1)
 	if err := k1.Close(); err != nil {
 		t.Fatal(err)
@@ -72,7 +72,7 @@ func testRestartAdopts(t *testing.T, legacy bool, n int) {
 	if ops.ProgramAdopts != 3 {
 		t.Errorf("adopted %d programs, want 3 (allow in, allow out, big in)", ops.ProgramAdopts)
 	}
-	if sent, recv := ping.wait(t); recv != sent {
+	if sent, recv := ping.Wait(t, pingTimeout); recv != sent {
 		t.Errorf("ping across the restart: %d sent, %d received, %d lost", sent, recv, sent-recv)
 	} else {
 		t.Logf("ping across the restart: %d sent, %d received", sent, recv)
@@ -111,7 +111,7 @@ func TestRestartResizeMigrates(t *testing.T) {
 	epA, epB := allowAllEndpoint(a, 1), allowAllEndpoint(b, 2)
 	mustApply(t, k1, epA, epB)
 	testutil.WaitFor(t, 5*time.Second, "a pings b", func() bool { return pingsQuick(a, b.IP) })
-	ping := startPing(a, b.IP, 300)
+	ping := a.StartPing(b.IP, 300)
 	waitFlowing(t, k1)
 	if err := k1.Close(); err != nil {
 		t.Fatal(err)
@@ -136,7 +136,7 @@ func TestRestartResizeMigrates(t *testing.T) {
 	if ops.Attaches != 2 || ops.Detaches != 0 || ops.IfStateWrites != 0 {
 		t.Errorf("resize: %+v; want the two entry attachments updated in place and nothing else", ops)
 	}
-	if sent, recv := ping.wait(t); recv != sent {
+	if sent, recv := ping.Wait(t, pingTimeout); recv != sent {
 		t.Errorf("ping across the resize: %d sent, %d received, %d lost", sent, recv, sent-recv)
 	} else {
 		t.Logf("ping across the resize: %d sent, %d received", sent, recv)

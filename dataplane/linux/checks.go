@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"os"
 
-	"golang.org/x/sys/unix"
+	"github.com/dpd-dev/dpd/internal/bpffs"
 )
 
 // CheckHost verifies what --dataplane=linux needs and mounts bpffs when it
@@ -15,7 +15,7 @@ func CheckHost() error {
 	if os.Geteuid() != 0 {
 		problems = append(problems, errors.New("not running as root: run dpd privileged (CAP_BPF, CAP_NET_ADMIN, CAP_SYS_ADMIN)"))
 	}
-	if err := ensureBPFFS(); err != nil {
+	if err := bpffs.Ensure(); err != nil {
 		problems = append(problems, fmt.Errorf("bpffs is not mounted at /sys/fs/bpf and mounting it failed (%w): run 'mount -t bpf bpf /sys/fs/bpf'", err))
 	}
 	if len(problems) == 0 {
@@ -23,15 +23,4 @@ func CheckHost() error {
 	}
 	problems = append(problems, errors.New("for a dry run without a kernel dataplane use --dataplane=memory"))
 	return errors.Join(problems...)
-}
-
-func ensureBPFFS() error {
-	var st unix.Statfs_t
-	if err := unix.Statfs("/sys/fs/bpf", &st); err == nil && st.Type == unix.BPF_FS_MAGIC {
-		return nil
-	}
-	if err := os.MkdirAll("/sys/fs/bpf", 0o755); err != nil {
-		return err
-	}
-	return unix.Mount("bpf", "/sys/fs/bpf", "bpf", 0, "")
 }

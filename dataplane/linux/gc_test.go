@@ -98,10 +98,10 @@ func TestRestartCollectsGarbage(t *testing.T) {
 	mustNil(t, k1.Close())
 
 	k2 := openKernel(t, pin)
-	ping := startPing(a, b.IP, 200)
+	ping := a.StartPing(b.IP, 200)
 	waitFlowing(t, k2)
 	mustApply(t, k2, epA, epB)
-	if sent, recv := ping.wait(t); recv != sent {
+	if sent, recv := ping.Wait(t, pingTimeout); recv != sent {
 		t.Errorf("a -> b during the collection: %d sent, %d received", sent, recv)
 	}
 

@@ -110,7 +110,7 @@ func TestReconnectAndRestartWriteNothing(t *testing.T) {
 		t.Fatal("c's ingress is closed, yet a reached it")
 	}
 
-	flood := startPing(a, b.IP, 600)
+	flood := a.StartPing(b.IP, 600)
 	waitFlowing(t, k1)
 	ops0 := k1.Ops()
 
@@ -139,7 +139,7 @@ func TestReconnectAndRestartWriteNothing(t *testing.T) {
 	} else {
 		t.Logf("restart: %+v", ops)
 	}
-	if sent, recv := flood.wait(t); recv != sent {
+	if sent, recv := flood.Wait(t, pingTimeout); recv != sent {
 		t.Errorf("100 pps ping across disconnect, reconnect and restart: %d sent, %d received, %d lost", sent, recv, sent-recv)
 	} else {
 		t.Logf("100 pps ping across disconnect, reconnect and restart: %d sent, %d received", sent, recv)

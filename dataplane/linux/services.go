@@ -30,11 +30,6 @@ import (
 // next packet picks a current backend; ids of removed ports are reused only
 // after that flush.
 
-const (
-	protoTCP = 6
-	protoUDP = 17
-)
-
 type svcPortKey struct {
 	proto uint8
 	port  uint16
@@ -300,7 +295,7 @@ func desiredPorts(s *model.Service) map[svcPortKey]portWant {
 	}
 	out := map[svcPortKey]portWant{}
 	for _, sp := range s.Ports {
-		if sp.Protocol != protoTCP && sp.Protocol != protoUDP {
+		if sp.Protocol != model.ProtoTCP && sp.Protocol != model.ProtoUDP {
 			continue
 		}
 		pk := svcPortKey{proto: sp.Protocol, port: sp.Port}

@@ -32,20 +32,20 @@ func TestServiceNAT(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	serveName(t, ws[1].NS, 8080, "b")
-	serveName(t, ws[2].NS, 8080, "c")
-	serveName(t, ws[0].NS, 8080, "self")
+	testutil.ServeName(t, ws[1].NS, 8080, "b")
+	testutil.ServeName(t, ws[2].NS, 8080, "c")
+	testutil.ServeName(t, ws[0].NS, 8080, "self")
 
 	backend := func(w *testutil.Workload) model.Backend {
-		return model.Backend{Addr: netip.MustParseAddr(w.IP), Port: 8080, Protocol: protoTCP, Ready: true}
+		return model.Backend{Addr: netip.MustParseAddr(w.IP), Port: 8080, Protocol: model.ProtoTCP, Ready: true}
 	}
-	udp := func(b model.Backend) model.Backend { b.Protocol = protoUDP; return b }
+	udp := func(b model.Backend) model.Backend { b.Protocol = model.ProtoUDP; return b }
 	svc := &model.Service{
 		Key:        model.ServiceKey{Namespace: "ns", Name: "web"},
 		ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.68.10")},
-		Ports:      []model.ServicePort{{Protocol: protoTCP, Port: 80}, {Protocol: protoUDP, Port: 53}},
+		Ports:      []model.ServicePort{{Protocol: model.ProtoTCP, Port: 80}, {Protocol: model.ProtoUDP, Port: 53}},
 		Backends: []model.Backend{backend(ws[1]), backend(ws[2]), udp(backend(ws[1])),
-			{Addr: netip.MustParseAddr("10.68.0.9"), Port: 8080, Protocol: protoTCP}}, // not ready
+			{Addr: netip.MustParseAddr("10.68.0.9"), Port: 8080, Protocol: model.ProtoTCP}}, // not ready
 	}
 	if err := k.ApplyService(svc); err != nil {
 		t.Fatal(err)
@@ -55,7 +55,7 @@ func TestServiceNAT(t *testing.T) {
 	}
 	seen := map[string]int{}
 	for range 40 {
-		name, err := askName(ws[0].NS, "tcp4", "10.96.68.10:80")
+		name, err := testutil.AskName(ws[0].NS, "tcp4", "10.96.68.10:80")
 		if err != nil {
 			t.Fatalf("connect to the service: %v", err)
 		}
@@ -64,7 +64,7 @@ func TestServiceNAT(t *testing.T) {
 	if seen["b"] == 0 || seen["c"] == 0 || len(seen) != 2 {
 		t.Fatalf("40 connections reached %v, want b and c", seen)
 	}
-	if name, err := askName(ws[0].NS, "udp4", "10.96.68.10:53"); err != nil || name != "b" {
+	if name, err := testutil.AskName(ws[0].NS, "udp4", "10.96.68.10:53"); err != nil || name != "b" {
 		t.Fatalf("udp service: %q %v", name, err)
 	}
 
@@ -77,7 +77,7 @@ func TestServiceNAT(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 20 {
-		if name, err := askName(ws[0].NS, "tcp4", "10.96.68.10:80"); err != nil || name != "b" {
+		if name, err := testutil.AskName(ws[0].NS, "tcp4", "10.96.68.10:80"); err != nil || name != "b" {
 			t.Fatalf("after removing c: %q %v", name, err)
 		}
 	}
@@ -88,7 +88,7 @@ func TestServiceNAT(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 5 {
-		if name, err := askName(ws[0].NS, "tcp4", "10.96.68.10:80"); err != nil || name != "self" {
+		if name, err := testutil.AskName(ws[0].NS, "tcp4", "10.96.68.10:80"); err != nil || name != "self" {
 			t.Fatalf("hairpin: %q %v", name, err)
 		}
 	}
@@ -106,7 +106,7 @@ func TestServiceNAT(t *testing.T) {
 	if flows, _ := k.BPF().NATFlows(); len(flows) != 0 {
 		t.Fatalf("NAT flows left after removal: %d", len(flows))
 	}
-	if _, err := askName(ws[0].NS, "tcp4", "10.96.68.10:80"); err == nil {
+	if _, err := testutil.AskName(ws[0].NS, "tcp4", "10.96.68.10:80"); err == nil {
 		t.Fatal("removed service still answers")
 	}
 }
@@ -121,10 +121,10 @@ func TestServiceRestartAdoptsAndCollects(t *testing.T) {
 		return &model.Service{
 			Key:        model.ServiceKey{Namespace: "ns", Name: name},
 			ClusterIPs: []netip.Addr{netip.MustParseAddr(ip)},
-			Ports:      []model.ServicePort{{Protocol: protoTCP, Port: 80}},
+			Ports:      []model.ServicePort{{Protocol: model.ProtoTCP, Port: 80}},
 			Backends: []model.Backend{
-				{Addr: netip.MustParseAddr("10.68.1.1"), Port: 8080, Protocol: protoTCP, Ready: true},
-				{Addr: netip.MustParseAddr("10.68.1.2"), Port: 8080, Protocol: protoTCP, Ready: true},
+				{Addr: netip.MustParseAddr("10.68.1.1"), Port: 8080, Protocol: model.ProtoTCP, Ready: true},
+				{Addr: netip.MustParseAddr("10.68.1.2"), Port: 8080, Protocol: model.ProtoTCP, Ready: true},
 			},
 		}
 	}

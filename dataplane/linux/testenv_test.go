@@ -111,43 +111,9 @@ func ifState(t *testing.T, k *Kernel, ifindex int) (ok, ready bool) {
 	return ok, flags&abi.IfReady != 0
 }
 
-// pingLoss sends count pings 10 ms apart (100 pps) from w to ip and
-// returns how many got no reply, read from ping's summary.
-type pingRun struct {
-	done chan struct{}
-	out  []byte
-	err  error
-}
-
-var pingSummary = regexp.MustCompile(`(\d+) packets transmitted, (\d+) (?:packets )?received`)
-
-func startPing(w *testutil.Workload, ip string, count int) *pingRun {
-	r := &pingRun{done: make(chan struct{})}
-	go func() {
-		defer close(r.done)
-		cmd := exec.Command("ip", "netns", "exec", w.NS, "ping", "-n", "-q", "-i", "0.01", "-W", "1",
-			"-c", strconv.Itoa(count), ip)
-		r.out, r.err = cmd.CombinedOutput()
-	}()
-	return r
-}
-
-// wait returns sent and received.
-func (r *pingRun) wait(t *testing.T) (sent, received int) {
-	t.Helper()
-	select {
-	case <-r.done:
-	case <-time.After(2 * time.Minute):
-		t.Fatal("ping did not finish")
-	}
-	m := pingSummary.FindSubmatch(r.out)
-	if m == nil {
-		t.Fatalf("no ping summary (err %v): %s", r.err, r.out)
-	}
-	sent, _ = strconv.Atoi(string(m[1]))
-	received, _ = strconv.Atoi(string(m[2]))
-	return sent, received
-}
+// pingTimeout bounds a ping of a few hundred packets: far more than it
+// takes, so only a hang fails on it.
+const pingTimeout = 2 * time.Minute
 
 // waitFlowing waits until a new flow shows in k's conntrack table: the
 // ping just started is on the wire.

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
-	"sort"
+	"slices"
 	"sync"
 
 	"github.com/dpd-dev/dpd/dataplane/model"
@@ -191,7 +191,7 @@ func (k *Kernel) RemoveIPSet(id string) error {
 		return err
 	}
 	for _, ep := range k.endpoints {
-		if _, ok := referencedSets(ep)[id]; ok {
+		if slices.Contains(ep.ReferencedSets(), id) {
 			k.violateLocked("RemoveIPSet %s: still referenced by endpoint %s", id, ep.ID)
 		}
 	}
@@ -218,7 +218,7 @@ func (k *Kernel) ApplyEndpoint(ep *model.Endpoint) error {
 	if err := k.callLocked(MethodApplyEndpoint, ep.ID.String()); err != nil {
 		return err
 	}
-	for id := range referencedSets(ep) {
+	for _, id := range ep.ReferencedSets() {
 		if _, ok := k.sets[id]; !ok {
 			k.violateLocked("ApplyEndpoint %s: references ip set %s that is not programmed", ep.ID, id)
 		}
@@ -281,56 +281,4 @@ func (k *Kernel) RemoveService(s *model.Service) error {
 	}
 	delete(k.services, s.Key)
 	return nil
-}
-
-// referencedSets returns the ids of every IP set ep's policy references.
-func referencedSets(ep *model.Endpoint) map[string]struct{} {
-	out := map[string]struct{}{}
-	addRules := func(rs []model.Rule) {
-		for i := range rs {
-			r := &rs[i]
-			for _, l := range [][]string{
-				r.SrcIPSets, r.NotSrcIPSets, r.DstIPSets, r.NotDstIPSets, r.DstIPPortSets,
-				r.SrcNamedPortSets, r.NotSrcNamedPortSets, r.DstNamedPortSets, r.NotDstNamedPortSets,
-			} {
-				for _, id := range l {
-					out[id] = struct{}{}
-				}
-			}
-		}
-	}
-	for _, dp := range []*model.DirectionPolicy{&ep.Ingress, &ep.Egress} {
-		for _, t := range dp.Tiers {
-			for _, p := range t.Policies {
-				addRules(p.Rules)
-			}
-		}
-		for _, p := range dp.Profiles {
-			addRules(p.Rules)
-		}
-	}
-	return out
-}
-
-func sortedMembers(m map[model.IPSetMember]struct{}) []model.IPSetMember {
-	out := make([]model.IPSetMember, 0, len(m))
-	for mem := range m {
-		out = append(out, mem)
-	}
-	sort.Slice(out, func(i, j int) bool { return memberLess(out[i], out[j]) })
-	return out
-}
-
-// memberLess orders members by prefix, then protocol, then port.
-func memberLess(a, b model.IPSetMember) bool {
-	if c := a.Prefix.Addr().Compare(b.Prefix.Addr()); c != 0 {
-		return c < 0
-	}
-	if a.Prefix.Bits() != b.Prefix.Bits() {
-		return a.Prefix.Bits() < b.Prefix.Bits()
-	}
-	if a.Proto != b.Proto {
-		return a.Proto < b.Proto
-	}
-	return a.Port < b.Port
 }

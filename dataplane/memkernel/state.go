@@ -16,7 +16,7 @@ func (k *Kernel) IPSet(id string) (IPSet, bool) {
 	if !ok {
 		return IPSet{}, false
 	}
-	return IPSet{Type: s.typ, Members: sortedMembers(s.members)}, true
+	return IPSet{Type: s.typ, Members: model.SortedMembers(s.members)}, true
 }
 
 // IPSets returns every recorded set by id.
@@ -25,7 +25,7 @@ func (k *Kernel) IPSets() map[string]IPSet {
 	defer k.mu.Unlock()
 	out := make(map[string]IPSet, len(k.sets))
 	for id, s := range k.sets {
-		out[id] = IPSet{Type: s.typ, Members: sortedMembers(s.members)}
+		out[id] = IPSet{Type: s.typ, Members: model.SortedMembers(s.members)}
 	}
 	return out
 }
@@ -42,24 +42,14 @@ func (k *Kernel) Endpoint(id model.WorkloadID) (*model.Endpoint, bool) {
 func (k *Kernel) Endpoints() []*model.Endpoint {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	out := make([]*model.Endpoint, 0, len(k.endpoints))
-	for _, ep := range k.endpoints {
-		out = append(out, ep)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].ID.String() < out[j].ID.String() })
-	return out
+	return sortedValues(k.endpoints, func(ep *model.Endpoint) string { return ep.ID.String() })
 }
 
 // Routes returns every recorded route, sorted by destination.
 func (k *Kernel) Routes() []model.Route {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	out := make([]model.Route, 0, len(k.routes))
-	for _, r := range k.routes {
-		out = append(out, r)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Dst.String() < out[j].Dst.String() })
-	return out
+	return sortedValues(k.routes, func(r model.Route) string { return r.Dst.String() })
 }
 
 // Route returns the recorded route to dst.
@@ -74,15 +64,7 @@ func (k *Kernel) Route(dst netip.Prefix) (model.Route, bool) {
 func (k *Kernel) Services() []model.Service {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	out := make([]model.Service, 0, len(k.services))
-	for _, s := range k.services {
-		out = append(out, s)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		a, b := out[i].Key, out[j].Key
-		return a.Namespace+"/"+a.Name < b.Namespace+"/"+b.Name
-	})
-	return out
+	return sortedValues(k.services, func(s model.Service) string { return s.Key.Namespace + "/" + s.Key.Name })
 }
 
 // Service returns the recorded service key.
@@ -162,5 +144,15 @@ func sortedKeys[V any](m map[string]V) []string {
 		out = append(out, key)
 	}
 	sort.Strings(out)
+	return out
+}
+
+// sortedValues returns m's values ordered by key(v); keys are unique.
+func sortedValues[K comparable, V any](m map[K]V, key func(V) string) []V {
+	out := make([]V, 0, len(m))
+	for _, v := range m {
+		out = append(out, v)
+	}
+	sort.Slice(out, func(i, j int) bool { return key(out[i]) < key(out[j]) })
 	return out
 }

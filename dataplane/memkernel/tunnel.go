@@ -2,7 +2,6 @@ package memkernel
 
 import (
 	"net"
-	"sort"
 
 	"github.com/dpd-dev/dpd/dataplane/model"
 )
@@ -65,12 +64,7 @@ func (k *Kernel) RemoveHostMetadata(hostname string) error {
 func (k *Kernel) VTEPs() []model.VTEP {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	out := make([]model.VTEP, 0, len(k.vteps))
-	for _, v := range k.vteps {
-		out = append(out, v)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Node < out[j].Node })
-	return out
+	return sortedValues(k.vteps, func(v model.VTEP) string { return v.Node })
 }
 
 // HostMetadata returns the recorded addresses of hostname.

@@ -75,3 +75,10 @@ type LinkUpdate struct {
 	Name  string
 	State LinkState
 }
+
+// ReferencedSets lists, sorted and unique, every IP set either direction
+// of e's policy uses; nil when none does. A kernel must have them all
+// programmed before it applies e.
+func (e *Endpoint) ReferencedSets() []string {
+	return ReferencedSets(append(e.Ingress.ruleLists(), e.Egress.ruleLists()...)...)
+}

@@ -1,6 +1,10 @@
 package model
 
-import "net/netip"
+import (
+	"cmp"
+	"net/netip"
+	"slices"
+)
 
 // IPSetType mirrors felix.IPSetUpdate.IPSetType.
 type IPSetType uint8
@@ -17,4 +21,36 @@ type IPSetMember struct {
 	Prefix netip.Prefix
 	Proto  uint8
 	Port   uint16
+}
+
+// Compare orders members by address, then prefix length, then protocol,
+// then port, returning -1, 0 or +1. Every listing of members (kernel
+// writes, inspection, fakes) uses this one order so they can be compared.
+func (m IPSetMember) Compare(o IPSetMember) int {
+	if c := m.Prefix.Addr().Compare(o.Prefix.Addr()); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(m.Prefix.Bits(), o.Prefix.Bits()); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(m.Proto, o.Proto); c != 0 {
+		return c
+	}
+	return cmp.Compare(m.Port, o.Port)
+}
+
+// Less reports whether m sorts before o in Compare order.
+func (m IPSetMember) Less(o IPSetMember) bool { return m.Compare(o) < 0 }
+
+// SortMembers sorts ms in Compare order.
+func SortMembers(ms []IPSetMember) { slices.SortFunc(ms, IPSetMember.Compare) }
+
+// SortedMembers returns the members of a set, in Compare order.
+func SortedMembers(set map[IPSetMember]struct{}) []IPSetMember {
+	out := make([]IPSetMember, 0, len(set))
+	for m := range set {
+		out = append(out, m)
+	}
+	SortMembers(out)
+	return out
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"slices"
 )
 
 // Action is what a matching rule does.
@@ -30,6 +31,18 @@ func (a Action) String() string {
 	}
 	return fmt.Sprintf("action(%d)", uint8(a))
 }
+
+// IP protocol numbers of the protocols Calico names: the values of
+// Rule.Protocol, ServicePort.Protocol, Backend.Protocol and
+// IPSetMember.Proto.
+const (
+	ProtoICMP    = 1
+	ProtoTCP     = 6
+	ProtoUDP     = 17
+	ProtoICMPv6  = 58
+	ProtoSCTP    = 132
+	ProtoUDPLite = 136
+)
 
 // PortRange is an inclusive port range; a single port has First == Last.
 type PortRange struct {
@@ -157,4 +170,52 @@ func ruleForHash(r *Rule) any {
 	}
 	f.R.Protocol, f.R.NotProtocol, f.R.ICMP, f.R.NotICMP = nil, nil, nil, nil
 	return f
+}
+
+// ipSetLists returns r's IP-set id lists, one per match field; an id may
+// stand in more than one.
+func (r *Rule) ipSetLists() [][]string {
+	return [][]string{
+		r.SrcIPSets, r.NotSrcIPSets, r.DstIPSets, r.NotDstIPSets, r.DstIPPortSets,
+		r.SrcNamedPortSets, r.NotSrcNamedPortSets, r.DstNamedPortSets, r.NotDstNamedPortSets,
+	}
+}
+
+// ReferencedSets lists, sorted and unique, every IP set some rule of the
+// given lists uses; nil when none does.
+func ReferencedSets(rules ...[]Rule) []string {
+	seen := map[string]struct{}{}
+	for _, rs := range rules {
+		for i := range rs {
+			for _, l := range rs[i].ipSetLists() {
+				for _, id := range l {
+					seen[id] = struct{}{}
+				}
+			}
+		}
+	}
+	if len(seen) == 0 {
+		return nil
+	}
+	out := make([]string, 0, len(seen))
+	for id := range seen {
+		out = append(out, id)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// ruleLists returns the rule lists of p: every tier's policies, then the
+// profiles.
+func (p *DirectionPolicy) ruleLists() [][]Rule {
+	var out [][]Rule
+	for _, t := range p.Tiers {
+		for _, pol := range t.Policies {
+			out = append(out, pol.Rules)
+		}
+	}
+	for _, pol := range p.Profiles {
+		out = append(out, pol.Rules)
+	}
+	return out
 }

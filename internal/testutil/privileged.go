@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/dpd-dev/dpd/internal/bpffs"
 )
 
 // RequirePrivileged skips t unless it runs as root with bpffs mounted. Under
@@ -20,7 +20,7 @@ func RequirePrivileged(t testing.TB) {
 	reason := ""
 	if os.Geteuid() != 0 {
 		reason = "needs root"
-	} else if err := ensureBPFFS(); err != nil {
+	} else if err := bpffs.Ensure(); err != nil {
 		reason = "needs bpffs at /sys/fs/bpf: " + err.Error()
 	}
 	if reason == "" {
@@ -30,17 +30,6 @@ func RequirePrivileged(t testing.TB) {
 		t.Fatalf("privileged test cannot run (%s) and CI=true forbids skipping", reason)
 	}
 	t.Skipf("privileged test skipped: %s", reason)
-}
-
-func ensureBPFFS() error {
-	var st unix.Statfs_t
-	if err := unix.Statfs("/sys/fs/bpf", &st); err == nil && st.Type == unix.BPF_FS_MAGIC {
-		return nil
-	}
-	if err := os.MkdirAll("/sys/fs/bpf", 0o755); err != nil {
-		return err
-	}
-	return unix.Mount("bpf", "/sys/fs/bpf", "bpf", 0, "")
 }
 
 // WaitFor polls cond every 10 ms until it returns true or timeout passes,

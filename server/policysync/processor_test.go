@@ -12,35 +12,12 @@ import (
 
 	"github.com/dpd-dev/dpd/dataplane/felixconv"
 	"github.com/dpd-dev/dpd/dataplane/model"
+	"github.com/dpd-dev/dpd/internal/testutil"
 	"github.com/dpd-dev/dpd/proto/felix"
 )
 
-func td(p any) *felix.ToDataplane {
-	m := &felix.ToDataplane{}
-	switch v := p.(type) {
-	case *felix.InSync:
-		m.Payload = &felix.ToDataplane_InSync{InSync: v}
-	case *felix.IPSetUpdate:
-		m.Payload = &felix.ToDataplane_IpsetUpdate{IpsetUpdate: v}
-	case *felix.IPSetDeltaUpdate:
-		m.Payload = &felix.ToDataplane_IpsetDeltaUpdate{IpsetDeltaUpdate: v}
-	case *felix.ActivePolicyUpdate:
-		m.Payload = &felix.ToDataplane_ActivePolicyUpdate{ActivePolicyUpdate: v}
-	case *felix.ActiveProfileUpdate:
-		m.Payload = &felix.ToDataplane_ActiveProfileUpdate{ActiveProfileUpdate: v}
-	case *felix.WorkloadEndpointUpdate:
-		m.Payload = &felix.ToDataplane_WorkloadEndpointUpdate{WorkloadEndpointUpdate: v}
-	case *felix.WorkloadEndpointRemove:
-		m.Payload = &felix.ToDataplane_WorkloadEndpointRemove{WorkloadEndpointRemove: v}
-	case *felix.NamespaceUpdate:
-		m.Payload = &felix.ToDataplane_NamespaceUpdate{NamespaceUpdate: v}
-	case *felix.ServiceAccountUpdate:
-		m.Payload = &felix.ToDataplane_ServiceAccountUpdate{ServiceAccountUpdate: v}
-	default:
-		panic(fmt.Sprintf("td: %T", p))
-	}
-	return m
-}
+// td wraps a Felix payload message in a ToDataplane.
+func td(p proto.Message) *felix.ToDataplane { return testutil.ToDataplane(p) }
 
 func ipset(id string, members ...string) *felix.ToDataplane {
 	return td(&felix.IPSetUpdate{Id: id, Members: members})

@@ -94,20 +94,7 @@ func (d *Daemon) Stop(t testing.TB) {
 // label sets) from the daemon's registry.
 func (d *Daemon) Metric(t testing.TB, name string) float64 {
 	t.Helper()
-	mfs, err := d.Registry().Gather()
-	if err != nil {
-		t.Fatalf("gather: %v", err)
-	}
-	var v float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			v += m.GetCounter().GetValue() + m.GetGauge().GetValue()
-		}
-	}
-	return v
+	return d.MetricWhere(t, name, nil)
 }
 
 // MetricWhere is Metric summed over only the label sets that include

@@ -106,14 +106,22 @@ type Daemon struct {
 // it, prints its log if the test failed, and removes the pin directory.
 func StartDaemon(t testing.TB, extraArgs ...string) *Daemon {
 	t.Helper()
+	pinDir := fmt.Sprintf("/sys/fs/bpf/dpd-e2e-%d-%d", os.Getpid(), daemonSeq.Add(1))
+	return launchDaemon(t, pinDir, "", extraArgs)
+}
+
+// launchDaemon is StartDaemon with the pin directory given, run inside the
+// named network namespace netns unless it is "" (by nsenter, which switches
+// only the network namespace: bpffs and the test's temp dirs stay visible).
+func launchDaemon(t testing.TB, pinDir, netns string, extraArgs []string) *Daemon {
+	t.Helper()
 	if dpdBinary == "" {
 		t.Fatalf("cannot start dpd: %v", errBuild)
 	}
 	dir := t.TempDir()
-	n := daemonSeq.Add(1)
 	d := &Daemon{
 		Socket:  filepath.Join(dir, "dpd.sock"),
-		PinDir:  fmt.Sprintf("/sys/fs/bpf/dpd-e2e-%d-%d", os.Getpid(), n),
+		PinDir:  pinDir,
 		LogPath: filepath.Join(dir, "dpd.log"),
 		done:    make(chan struct{}),
 	}
@@ -129,7 +137,13 @@ func StartDaemon(t testing.TB, extraArgs ...string) *Daemon {
 		t.Fatalf("create daemon log: %v", err)
 	}
 	d.logFile = logFile
-	d.cmd = exec.Command(dpdBinary, d.Args...)
+	where := ""
+	if netns == "" {
+		d.cmd = exec.Command(dpdBinary, d.Args...)
+	} else {
+		where = " in " + netns
+		d.cmd = exec.Command("nsenter", append([]string{"--net=/var/run/netns/" + netns, dpdBinary}, d.Args...)...)
+	}
 	d.cmd.Stdout, d.cmd.Stderr = logFile, logFile
 	// Registered before Start so a failed start still removes the pin dir.
 	t.Cleanup(func() {
@@ -148,13 +162,13 @@ func StartDaemon(t testing.TB, extraArgs ...string) *Daemon {
 	if err := d.cmd.Start(); err != nil {
 		close(d.done)
 		d.stopped = true
-		t.Fatalf("start dpd: %v", err)
+		t.Fatalf("start dpd%s: %v", where, err)
 	}
 	go func() {
 		d.waitErr = d.cmd.Wait()
 		close(d.done)
 	}()
-	t.Logf("started dpd pid %d: %s", d.cmd.Process.Pid, strings.Join(d.Args, " "))
+	t.Logf("started dpd pid %d%s: %s", d.cmd.Process.Pid, where, strings.Join(d.Args, " "))
 	d.waitReady(t)
 	return d
 }

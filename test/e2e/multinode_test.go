@@ -101,9 +101,9 @@ func TestMultiNode(t *testing.T) {
 	a.pod = a.NewPod(t, "pa", "10.70.1.10")
 	b.pod = b.NewPod(t, "pb", "10.70.2.10")
 	for _, n := range nodes {
-		serveName(t, n.pod.NS, mnPort, n.pod.Name)
+		testutil.ServeName(t, n.pod.NS, mnPort, n.pod.Name)
 	}
-	servePeer(t, inet.Name, mnPort)
+	testutil.ServePeer(t, inet.Name, mnPort)
 
 	for _, n := range nodes {
 		n.Start(t)
@@ -209,7 +209,7 @@ func TestMultiNode(t *testing.T) {
 		a.c.Send(t, mnRoutes(a, nodes, felix.IPPoolType_VXLAN, true)...)
 		eventuallyAnswers(t, pa, "tcp4", toInet, mnInetGW)
 		// Traffic between pods is not masqueraded: b still sees a's pod.
-		servePeer(t, b.pod.NS, mnPort+1)
+		testutil.ServePeer(t, b.pod.NS, mnPort+1)
 		eventuallyAnswers(t, pa, "tcp4", fmt.Sprintf("%s:%d", b.pod.IP, mnPort+1), a.pod.IP)
 		a.c.Send(t, mnRoutes(a, nodes, felix.IPPoolType_VXLAN, false)...)
 		eventuallyBlocked(t, pa, "tcp4", toInet)

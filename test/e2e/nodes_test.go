@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/dpd-dev/dpd/internal/testutil"
@@ -52,53 +50,8 @@ func Link(t *testing.T, nsA, ipA, nsB, ipB, ifname string) {
 // removes its pin directory, as StartDaemon does.
 func (n *Node) Start(t *testing.T) *Daemon {
 	t.Helper()
-	if dpdBinary == "" {
-		t.Fatalf("cannot start dpd: %v", errBuild)
-	}
-	dir := t.TempDir()
-	d := &Daemon{
-		Socket:  filepath.Join(dir, "dpd.sock"),
-		PinDir:  fmt.Sprintf("/sys/fs/bpf/dpd-e2e-%d-%s", os.Getpid(), n.Name),
-		LogPath: filepath.Join(dir, "dpd.log"),
-		done:    make(chan struct{}),
-	}
-	d.Args = []string{
-		"--dataplane=linux", "--socket", d.Socket, "--metrics-addr", "127.0.0.1:0",
-		"--bpf-pin-dir", d.PinDir, "--log-level", "debug",
-	}
-	logFile, err := os.Create(d.LogPath)
-	if err != nil {
-		t.Fatalf("create daemon log: %v", err)
-	}
-	d.logFile = logFile
-	d.cmd = exec.Command("nsenter", append([]string{"--net=/var/run/netns/" + n.Name, dpdBinary}, d.Args...)...)
-	d.cmd.Stdout, d.cmd.Stderr = logFile, logFile
-	t.Cleanup(func() {
-		d.Stop(t)
-		if d.client != nil {
-			_ = d.client.Close()
-		}
-		if t.Failed() {
-			d.reportLog(t)
-		}
-		_ = logFile.Close()
-		if err := os.RemoveAll(d.PinDir); err != nil {
-			t.Errorf("remove pin dir %s: %v", d.PinDir, err)
-		}
-	})
-	if err := d.cmd.Start(); err != nil {
-		close(d.done)
-		d.stopped = true
-		t.Fatalf("start dpd in %s: %v", n.Name, err)
-	}
-	go func() {
-		d.waitErr = d.cmd.Wait()
-		close(d.done)
-	}()
-	t.Logf("started dpd pid %d in %s: %s", d.cmd.Process.Pid, n.Name, strings.Join(d.Args, " "))
-	d.waitReady(t)
-	n.D = d
-	return d
+	n.D = launchDaemon(t, fmt.Sprintf("/sys/fs/bpf/dpd-e2e-%d-%s", os.Getpid(), n.Name), n.Name, nil)
+	return n.D
 }
 
 // Pod is a workload of a node.

@@ -59,7 +59,7 @@ func backendsOf(ws ...*Workload) []*felix.ServiceBackend {
 func eventuallyAnswers(t *testing.T, src *Workload, network, addr, want string) {
 	t.Helper()
 	svcEventually(t, fmt.Sprintf("%s %s -> %s answered by %s", network, src.Pod, addr, want), func() (bool, string) {
-		got, err := askName(src.NS, network, addr)
+		got, err := testutil.AskName(src.NS, network, addr)
 		if err != nil {
 			return false, err.Error()
 		}
@@ -71,7 +71,7 @@ func eventuallyAnswers(t *testing.T, src *Workload, network, addr, want string) 
 func eventuallyBlocked(t *testing.T, src *Workload, network, addr string) {
 	t.Helper()
 	svcEventually(t, fmt.Sprintf("%s %s -> %s blocked", network, src.Pod, addr), func() (bool, string) {
-		got, err := askName(src.NS, network, addr)
+		got, err := testutil.AskName(src.NS, network, addr)
 		return err != nil, "answered by " + got
 	})
 }
@@ -100,7 +100,7 @@ func TestServices(t *testing.T) {
 	d := StartDaemon(t)
 	client, b1, b2 := NewWorkload(t, 1), NewWorkload(t, 2), NewWorkload(t, 3)
 	for _, w := range []*Workload{client, b1, b2} {
-		serveName(t, w.NS, svcBackendPort, w.Pod)
+		testutil.ServeName(t, w.NS, svcBackendPort, w.Pod)
 	}
 	base := func() []*felix.ToDataplane {
 		return []*felix.ToDataplane{
@@ -123,7 +123,7 @@ func TestServices(t *testing.T) {
 		eventuallyAnswers(t, client, "tcp4", tcpAddr, b1.Pod)
 		seen := map[string]int{}
 		for i := range 200 {
-			name, err := askName(client.NS, "tcp4", tcpAddr)
+			name, err := testutil.AskName(client.NS, "tcp4", tcpAddr)
 			if err != nil {
 				t.Fatalf("connection %d to the service: %v", i, err)
 			}
@@ -138,7 +138,7 @@ func TestServices(t *testing.T) {
 	t.Run("udp", func(t *testing.T) {
 		seen := map[string]int{}
 		for i := range 40 {
-			name, err := askName(client.NS, "udp4", udpAddr)
+			name, err := testutil.AskName(client.NS, "udp4", udpAddr)
 			if err != nil {
 				t.Fatalf("datagram %d to the service: %v", i, err)
 			}
@@ -153,14 +153,14 @@ func TestServices(t *testing.T) {
 		c.Send(t, BackendsMsg("web", backendsOf(b1)...))
 		testutil.WaitFor(t, svcTimeout, "every new connection reaches "+b1.Pod, func() bool {
 			for range 20 {
-				if name, err := askName(client.NS, "tcp4", tcpAddr); err != nil || name != b1.Pod {
+				if name, err := testutil.AskName(client.NS, "tcp4", tcpAddr); err != nil || name != b1.Pod {
 					return false
 				}
 			}
 			return true
 		})
 		for i := range 100 {
-			if name, err := askName(client.NS, "tcp4", tcpAddr); err != nil || name != b1.Pod {
+			if name, err := testutil.AskName(client.NS, "tcp4", tcpAddr); err != nil || name != b1.Pod {
 				t.Fatalf("connection %d after %s left: %q %v", i, b2.Pod, name, err)
 			}
 		}
@@ -174,10 +174,10 @@ func TestServices(t *testing.T) {
 		deny := Policy("default", "deny-backend-port", nil, Rules(Deny(Proto("tcp"), DstPorts(Port(svcBackendPort))), Allow()))
 		c.Send(t, deny, Endpoint(client, []string{profAllowAll}, Tier("default", "", nil, []string{"deny-backend-port"})))
 		eventuallyBlocked(t, client, "tcp4", tcpAddr)
-		if _, err := askName(client.NS, "tcp4", net.JoinHostPort(b1.IP, strconv.Itoa(svcBackendPort))); err == nil {
+		if _, err := testutil.AskName(client.NS, "tcp4", net.JoinHostPort(b1.IP, strconv.Itoa(svcBackendPort))); err == nil {
 			t.Fatal("direct connection to the backend passed the denying policy")
 		}
-		if name, err := askName(client.NS, "udp4", udpAddr); err != nil || name != b1.Pod {
+		if name, err := testutil.AskName(client.NS, "udp4", udpAddr); err != nil || name != b1.Pod {
 			t.Fatalf("udp to the service under a tcp-only deny: %q %v", name, err)
 		}
 		c.Send(t, Endpoint(client, []string{profAllowAll}), PolicyRemove(PolicyID("deny-backend-port")))

@@ -186,6 +186,20 @@ func (n *node) connect(snapshot []*felix.ToDataplane) *controller {
 	return ctl
 }
 
+// connectUp connects a controller sending snapshot and waits until its
+// first stream is in sync and every workload of ws is reported up.
+func (n *node) connectUp(t *testing.T, snapshot []*felix.ToDataplane, ws ...*Workload) *controller {
+	t.Helper()
+	ctl := n.connect(snapshot)
+	ctl.waitStreams(t, 1)
+	ids := make([]*felix.WorkloadEndpointID, len(ws))
+	for i, w := range ws {
+		ids[i] = w.ID()
+	}
+	ctl.WaitStatus(t, "up", ids...)
+	return ctl
+}
+
 // close ends the controller: it goes away for good.
 func (c *controller) close() {
 	_ = c.sess.Close()

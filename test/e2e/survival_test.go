@@ -58,13 +58,13 @@ func messages(t *testing.T, s Scenario) []*felix.ToDataplane {
 
 // traffic is the ping and the TCP exchange from A to B.
 type traffic struct {
-	ping *pingRun
+	ping *testutil.PingRun
 	tcp  *tcpStream
 }
 
 func startTraffic(t *testing.T, a, b *Workload, pings, port int) *traffic {
 	t.Helper()
-	tr := &traffic{ping: startPing(a, b.IP, pings), tcp: startTCP(t, a, b, port)}
+	tr := &traffic{ping: a.StartPing(b.IP, pings), tcp: startTCP(t, a, b, port)}
 	tr.waitRounds(t, 20) // both are flowing before the event
 	return tr
 }
@@ -83,7 +83,7 @@ func (tr *traffic) waitRounds(t *testing.T, n int64) {
 // t unless nothing was lost.
 func (tr *traffic) requireNoLoss(t *testing.T, event string) {
 	t.Helper()
-	sent, recv := tr.ping.result(t)
+	sent, recv := tr.ping.Wait(t, 3*time.Minute)
 	r := tr.tcp.stop()
 	t.Logf("%s: ping %d sent, %d received, %d lost; tcp %d rounds, max rtt %s, retransmits %d/%d",
 		event, sent, recv, sent-recv, r.Rounds, r.MaxRTT.Round(time.Microsecond), r.ClientRetrans, r.SrvRetrans)
@@ -157,9 +157,7 @@ func TestSurvival(t *testing.T) {
 			tr.waitRounds(t, 50) // the controller is gone: enforcement stays
 			enforced(t)
 			start := time.Now()
-			ctl2 := n.connect(snap)
-			ctl2.waitStreams(t, 1)
-			ctl2.WaitStatus(t, "up", a.ID(), b.ID(), c.ID())
+			n.connectUp(t, snap, a, b, c)
 			t.Logf("controller reconnect: to DataplaneInSync %s", time.Since(start).Round(time.Millisecond))
 		}},
 	}
@@ -167,9 +165,7 @@ func TestSurvival(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newNode(t)
 			n.start()
-			ctl := n.connect(snap)
-			ctl.waitStreams(t, 1)
-			ctl.WaitStatus(t, "up", a.ID(), b.ID(), c.ID())
+			ctl := n.connectUp(t, snap, a, b, c)
 			enforced(t)
 			before := fingerprint(t, n.pin, a, b, c)
 
@@ -193,9 +189,7 @@ func TestSurvivalSnapshotMissingEndpoint(t *testing.T) {
 	a, b, c := NewWorkload(t, 1), NewWorkload(t, 2), NewWorkload(t, 3)
 	n := newNode(t)
 	n.start()
-	ctl := n.connect(messages(t, survivalScenario(a, b, c)))
-	ctl.waitStreams(t, 1)
-	ctl.WaitStatus(t, "up", a.ID(), b.ID(), c.ID())
+	ctl := n.connectUp(t, messages(t, survivalScenario(a, b, c)), a, b, c)
 	before := fingerprint(t, n.pin, a, b)
 	if left := leftovers(Observe(n.pin, c)); len(left) < 4 {
 		t.Fatalf("C is not fully programmed before the test: has only %v", left)
@@ -206,9 +200,7 @@ func TestSurvivalSnapshotMissingEndpoint(t *testing.T) {
 	ctl.close()
 	n.stop()
 	n.start()
-	ctl2 := n.connect(messages(t, survivalScenario(a, b)))
-	ctl2.waitStreams(t, 1)
-	ctl2.WaitStatus(t, "up", a.ID(), b.ID())
+	n.connectUp(t, messages(t, survivalScenario(a, b)), a, b)
 
 	var left []string
 	testutil.WaitFor(t, cleanupTimeout, "C's state to go", func() bool {
@@ -238,9 +230,7 @@ func TestSurvivalFailClosed(t *testing.T) {
 	a, b := NewWorkload(t, 1), NewWorkload(t, 2)
 	n := newNode(t)
 	n.start()
-	ctl := n.connect(messages(t, survivalScenario(a, b)))
-	ctl.waitStreams(t, 1)
-	ctl.WaitStatus(t, "up", a.ID(), b.ID())
+	ctl := n.connectUp(t, messages(t, survivalScenario(a, b)), a, b)
 
 	early := NewWorkload(t, 4)
 	WireLikeCNI(t, early)
@@ -261,9 +251,7 @@ func TestSurvivalFailClosed(t *testing.T) {
 
 	// The controller describes both: they pass.
 	s := append(survivalScenario(a, b), Endpoint(early, []string{profOpen}), Endpoint(late, []string{profOpen}))
-	ctl2 := n.connect(messages(t, s))
-	ctl2.waitStreams(t, 1)
-	ctl2.WaitStatus(t, "up", a.ID(), b.ID(), early.ID(), late.ID())
+	n.connectUp(t, messages(t, s), a, b, early, late)
 	Expect(t, Allowed(Ping(early, a.IP)), Allowed(Ping(late, a.IP)), Allowed(Ping(a, late.IP)))
 }
 
@@ -277,9 +265,7 @@ func TestSurvivalCrashMidApply(t *testing.T) {
 	a, b, c := NewWorkload(t, 1), NewWorkload(t, 2), NewWorkload(t, 3)
 	n := newNode(t)
 	n.start()
-	ctl := n.connect(messages(t, survivalScenario(a, b, c)))
-	ctl.waitStreams(t, 1)
-	ctl.WaitStatus(t, "up", a.ID(), b.ID(), c.ID())
+	ctl := n.connectUp(t, messages(t, survivalScenario(a, b, c)), a, b, c)
 	tr := startTraffic(t, a, b, 800, 9300)
 	ctl.close()
 	n.stop()
@@ -302,9 +288,7 @@ func TestSurvivalCrashMidApply(t *testing.T) {
 	// set are gone.
 	final := append(survivalScenario(a, b), Endpoint(e, []string{profOpen}))
 	d := n.start()
-	ctl3 := n.connect(messages(t, final))
-	ctl3.waitStreams(t, 1)
-	ctl3.WaitStatus(t, "up", a.ID(), b.ID(), e.ID())
+	n.connectUp(t, messages(t, final), a, b, e)
 	tr.requireNoLoss(t, "crash mid-apply and restart")
 	if f, ok := n.firstApply(d); ok {
 		t.Logf("first apply after the crash: %v", f)

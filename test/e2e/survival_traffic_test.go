@@ -5,82 +5,19 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os/exec"
-	"regexp"
-	"runtime"
 	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netns"
+	"github.com/dpd-dev/dpd/internal/testutil"
 	"golang.org/x/sys/unix"
 )
 
 // Traffic that measures its own losses, for the survival tests: a 100 pps
-// ping read from ping's summary, and an open TCP connection exchanging 8
+// ping read from ping's summary (testutil.PingRun), and an open TCP connection exchanging 8
 // bytes each way every 10 ms whose losses are TCP's own retransmission
 // count.
-
-// pingRun is a 100 pps ping whose losses are read from ping's summary.
-type pingRun struct {
-	name string
-	done chan struct{}
-	out  []byte
-	err  error
-}
-
-var pingSummary = regexp.MustCompile(`(\d+) packets transmitted, (\d+) (?:packets )?received`)
-
-// startPing sends count pings 10 ms apart from src to dst.
-func startPing(src *Workload, dst string, count int) *pingRun {
-	r := &pingRun{name: fmt.Sprintf("ping -i 0.01 %s -> %s", src.Pod, dst), done: make(chan struct{})}
-	go func() {
-		defer close(r.done)
-		cmd := exec.Command("ip", "netns", "exec", src.NS, "ping", "-n", "-q", "-i", "0.01", "-W", "1",
-			"-c", strconv.Itoa(count), dst)
-		r.out, r.err = cmd.CombinedOutput()
-	}()
-	return r
-}
-
-// result waits for the ping and returns sent and received.
-func (r *pingRun) result(t *testing.T) (sent, received int) {
-	t.Helper()
-	select {
-	case <-r.done:
-	case <-time.After(3 * time.Minute):
-		t.Fatalf("%s did not finish", r.name)
-	}
-	m := pingSummary.FindSubmatch(r.out)
-	if m == nil {
-		t.Fatalf("%s: no summary (err %v): %s", r.name, r.err, r.out)
-	}
-	sent, _ = strconv.Atoi(string(m[1]))
-	received, _ = strconv.Atoi(string(m[2]))
-	return sent, received
-}
-
-// inNetns runs fn on a thread inside the named namespace; sockets fn creates
-// belong to that namespace. The thread is never returned to the pool.
-func inNetns(ns string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		h, err := netns.GetFromName(ns)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer func() { _ = h.Close() }()
-		if err := netns.Set(h); err != nil {
-			errc <- err
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
-}
 
 // tcpStream is an open TCP connection from a client workload to a server
 // workload that exchanges 8 bytes each way every 10 ms.
@@ -102,7 +39,7 @@ type tcpStream struct {
 func startTCP(t *testing.T, cli, srv *Workload, port int) *tcpStream {
 	t.Helper()
 	s := &tcpStream{stopc: make(chan struct{}), done: make(chan struct{})}
-	if err := inNetns(srv.NS, func() error {
+	if err := testutil.InNetns(srv.NS, func() error {
 		var err error
 		s.ln, err = net.Listen("tcp4", net.JoinHostPort("0.0.0.0", strconv.Itoa(port)))
 		return err
@@ -121,7 +58,7 @@ func startTCP(t *testing.T, cli, srv *Workload, port int) *tcpStream {
 		_, _ = io.Copy(c, c) // echo until the client closes
 		_ = c.Close()
 	}()
-	if err := inNetns(cli.NS, func() error {
+	if err := testutil.InNetns(cli.NS, func() error {
 		var err error
 		s.cli, err = net.DialTimeout("tcp4", net.JoinHostPort(srv.IP, strconv.Itoa(port)), 2*time.Second)
 		return err

@@ -37,16 +37,23 @@ func chainKey(m *ebpf.Map) any {
 	return m // no map ids (old kernel): fall back to the handle
 }
 
+// allocLocked returns the allocator of the map keyed key, creating it, or
+// replacing an idle one of another size. chainAllocs.mu must be held.
+func allocLocked(key any, size uint32) *chainAlloc {
+	a := chainAllocs.byKey[key]
+	if a == nil || (a.size != size && a.n == 0) {
+		a = &chainAlloc{size: size, used: make([]bool, size)}
+		chainAllocs.byKey[key] = a
+	}
+	return a
+}
+
 // takeChain allocates n free indices of m.
 func takeChain(m *ebpf.Map, n int) (*chainAlloc, []uint32, error) {
 	key := chainKey(m)
 	chainAllocs.mu.Lock()
 	defer chainAllocs.mu.Unlock()
-	a := chainAllocs.byKey[key]
-	if a == nil || (a.size != m.MaxEntries() && a.n == 0) {
-		a = &chainAlloc{size: m.MaxEntries(), used: make([]bool, m.MaxEntries())}
-		chainAllocs.byKey[key] = a
-	}
+	a := allocLocked(key, m.MaxEntries())
 	out := make([]uint32, 0, n)
 	for k := uint32(0); k < a.size && len(out) < n; k++ {
 		if i := (a.next + k) % a.size; !a.used[i] {
@@ -72,11 +79,7 @@ func reserveChain(m *ebpf.Map, idx []uint32) (*chainAlloc, error) {
 	key := chainKey(m)
 	chainAllocs.mu.Lock()
 	defer chainAllocs.mu.Unlock()
-	a := chainAllocs.byKey[key]
-	if a == nil || (a.size != m.MaxEntries() && a.n == 0) {
-		a = &chainAlloc{size: m.MaxEntries(), used: make([]bool, m.MaxEntries())}
-		chainAllocs.byKey[key] = a
-	}
+	a := allocLocked(key, m.MaxEntries())
 	seen := make(map[uint32]bool, len(idx))
 	for _, i := range idx {
 		if i >= a.size {

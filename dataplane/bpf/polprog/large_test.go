@@ -102,26 +102,7 @@ func randLargeRule(rng *rand.Rand) model.Rule {
 }
 
 func randLargePolicy(rng *rand.Rand) model.DirectionPolicy {
-	var p model.DirectionPolicy
-	for t := range 1 + rng.IntN(3) {
-		tr := model.Tier{Name: fmt.Sprintf("t%d", t), DefaultAction: []model.Action{model.ActionDeny, model.ActionPass}[rng.IntN(2)]}
-		for q := range 1 + rng.IntN(3) {
-			pr := model.PolicyRules{Name: fmt.Sprintf("t%d/p%d", t, q), Kind: "policy"}
-			for range rng.IntN(150) {
-				pr.Rules = append(pr.Rules, randLargeRule(rng))
-			}
-			tr.Policies = append(tr.Policies, pr)
-		}
-		p.Tiers = append(p.Tiers, tr)
-	}
-	for q := range rng.IntN(3) {
-		pr := model.PolicyRules{Name: fmt.Sprintf("prof%d", q), Kind: "profile"}
-		for range 1 + rng.IntN(80) {
-			pr.Rules = append(pr.Rules, randLargeRule(rng))
-		}
-		p.Profiles = append(p.Profiles, pr)
-	}
-	return p
+	return randShapedPolicy(rng, policyShape{minTiers: 1, tiers: 3, policyRules: 150, profileRules: 80, rule: randLargeRule})
 }
 
 func randLargePkt(rng *rand.Rand) pkt {

@@ -208,8 +208,8 @@ func (g *gen) isICMP(yes, no string) {
 	g.s.emit(
 		ldState(asm.R1, abi.StateProto, asm.Byte),
 		ldState(asm.R2, abi.StateFamily, asm.Byte),
-		asm.JEq.Imm(asm.R1, protoICMP, v4),
-		asm.JNE.Imm(asm.R1, protoICMPv6, no),
+		asm.JEq.Imm(asm.R1, model.ProtoICMP, v4),
+		asm.JNE.Imm(asm.R1, model.ProtoICMPv6, no),
 		asm.JEq.Imm(asm.R2, 6, yes),
 		asm.Ja.Label(no),
 	)

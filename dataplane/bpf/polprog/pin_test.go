@@ -16,6 +16,20 @@ func pinDirFor(t *testing.T) string {
 	return dir
 }
 
+// loadPinned loads spec into h's maps and pins it in a fresh directory.
+func loadPinned(t *testing.T, h *harness, spec *Spec) (*Program, string) {
+	t.Helper()
+	prog, err := spec.Load(h.maps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := pinDirFor(t)
+	if err := prog.Pin(dir); err != nil {
+		t.Fatal(err)
+	}
+	return prog, dir
+}
+
 // TestPinAdopt: a program pinned by one "process" is adopted by the next
 // one without loading anything, enforces the same verdicts, keeps its
 // chain indices reserved, and is refused when it is not what the policy
@@ -44,14 +58,7 @@ func testPinAdopt(t *testing.T, strategy Strategy) {
 	if (spec.index != nil) != (strategy == StrategyIndexed) {
 		t.Fatalf("strategy %d: index %v", strategy, spec.index != nil)
 	}
-	prog, err := spec.Load(h.maps)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := pinDirFor(t)
-	if err := prog.Pin(dir); err != nil {
-		t.Fatal(err)
-	}
+	prog, dir := loadPinned(t, h, spec)
 	allowed := tcp("1.1.1.1", "2.2.2.2", 1, 10000+399)
 	denied := tcp("1.1.1.1", "2.2.2.2", 1, 9999)
 	if ret, _ := h.run(prog, allowed); ret != retAllow {
@@ -145,14 +152,7 @@ func TestPinnedRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prog, err := spec.Load(h.maps)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := pinDirFor(t)
-	if err := prog.Pin(dir); err != nil {
-		t.Fatal(err)
-	}
+	prog, dir := loadPinned(t, h, spec)
 	idx := prog.ChainIndices()
 	prog.Abandon()
 

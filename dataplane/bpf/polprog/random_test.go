@@ -219,13 +219,26 @@ func randRule(rng *rand.Rand) model.Rule {
 }
 
 func randPolicy(rng *rand.Rand) model.DirectionPolicy {
+	return randShapedPolicy(rng, policyShape{tiers: 4, policyRules: 7, profileRules: 5, rule: randRule})
+}
+
+// policyShape bounds a random policy: minTiers plus up to tiers-1 more
+// tiers of 1 to 3 policies with fewer than policyRules rules each, then up
+// to 2 profiles of 1 to profileRules rules; rule draws each rule.
+type policyShape struct {
+	minTiers, tiers           int
+	policyRules, profileRules int
+	rule                      func(*rand.Rand) model.Rule
+}
+
+func randShapedPolicy(rng *rand.Rand, sh policyShape) model.DirectionPolicy {
 	var p model.DirectionPolicy
-	for t := range rng.IntN(4) {
+	for t := range sh.minTiers + rng.IntN(sh.tiers) {
 		tr := model.Tier{Name: fmt.Sprintf("t%d", t), DefaultAction: []model.Action{model.ActionDeny, model.ActionPass}[rng.IntN(2)]}
 		for q := range 1 + rng.IntN(3) {
 			pr := model.PolicyRules{Name: fmt.Sprintf("t%d/p%d", t, q), Kind: "policy"}
-			for range rng.IntN(7) {
-				pr.Rules = append(pr.Rules, randRule(rng))
+			for range rng.IntN(sh.policyRules) {
+				pr.Rules = append(pr.Rules, sh.rule(rng))
 			}
 			tr.Policies = append(tr.Policies, pr)
 		}
@@ -233,8 +246,8 @@ func randPolicy(rng *rand.Rand) model.DirectionPolicy {
 	}
 	for q := range rng.IntN(3) {
 		pr := model.PolicyRules{Name: fmt.Sprintf("prof%d", q), Kind: "profile"}
-		for range 1 + rng.IntN(5) {
-			pr.Rules = append(pr.Rules, randRule(rng))
+		for range 1 + rng.IntN(sh.profileRules) {
+			pr.Rules = append(pr.Rules, sh.rule(rng))
 		}
 		p.Profiles = append(p.Profiles, pr)
 	}

@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/cilium/ebpf/asm"
+
+	"github.com/dpd-dev/dpd/dataplane/model"
 )
 
 // Register use. R6 and R9 are callee-saved, so they survive helper calls.
@@ -22,19 +24,9 @@ const (
 	stackCtrKey   = -80 // u64 counter id for dpd_rule_ctrs
 )
 
-// IP protocol numbers the compiler needs.
-const (
-	protoICMP    = 1
-	protoTCP     = 6
-	protoUDP     = 17
-	protoICMPv6  = 58
-	protoSCTP    = 132
-	protoUDPLite = 136
-)
-
 // portProtos are the protocols whose packets carry ports: a rule with port
 // matches on a side only matches these.
-var portProtos = []uint8{protoTCP, protoUDP, protoSCTP, protoUDPLite}
+var portProtos = []uint8{model.ProtoTCP, model.ProtoUDP, model.ProtoSCTP, model.ProtoUDPLite}
 
 // chainRef tags the "r3 = index" instruction of a dpd_chain tail call with
 // the target chunk; Load patches in the allocated index.

@@ -6,11 +6,9 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"runtime"
 	"testing"
 
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 
 	"github.com/dpd-dev/dpd/internal/testutil"
 )
@@ -30,25 +28,9 @@ func namedNetns(t *testing.T, kind string) string {
 // there stay bound to ns afterwards, from any thread.
 func inNetns(t *testing.T, ns string, fn func()) {
 	t.Helper()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		runtime.LockOSThread()
-		// The thread is left locked on purpose: it exits with the goroutine
-		// instead of returning to the pool in another namespace.
-		h, err := netns.GetFromName(ns)
-		if err != nil {
-			t.Errorf("open netns %s: %v", ns, err)
-			return
-		}
-		defer h.Close()
-		if err := netns.Set(h); err != nil {
-			t.Errorf("enter netns %s: %v", ns, err)
-			return
-		}
-		fn()
-	}()
-	<-done
+	if err := testutil.InNetns(ns, func() error { fn(); return nil }); err != nil {
+		t.Error(err)
+	}
 	if t.Failed() {
 		t.FailNow()
 	}

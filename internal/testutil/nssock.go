@@ -1,8 +1,9 @@
-package e2e
+package testutil
 
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"net"
 	"runtime"
 	"strconv"
@@ -13,27 +14,29 @@ import (
 	"github.com/vishvananda/netns"
 )
 
-// Sockets inside a namespace, opened from the test process itself (the
-// services and multi-node suites need servers that say who they are, and
-// hundreds of connections, which one nethelper process per probe would make
-// slow): a socket belongs to the namespace of the thread that created it,
-// so the creating goroutine runs on a thread switched into the namespace
-// (and never unlocked: the thread dies with it instead of returning to the
-// pool in the wrong namespace). Once created, the socket works from any
-// thread.
+// Sockets inside a namespace, opened from the test process itself (tests
+// need servers that say who they are, and many connections, which one
+// helper process per probe would make slow): a socket belongs to the
+// namespace of the thread that created it, so the creating goroutine runs
+// on a thread switched into the namespace. Once created, the socket works
+// from any thread.
 
-func inNS(ns string, fn func() error) error {
+// InNetns runs fn on a thread switched into the named namespace and returns
+// its error; sockets and netlink handles fn creates stay bound to ns. The
+// thread is left locked on purpose: it exits with the goroutine instead of
+// returning to the pool in the wrong namespace.
+func InNetns(ns string, fn func() error) error {
 	errc := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread()
 		h, err := netns.GetFromName(ns)
 		if err != nil {
-			errc <- err
+			errc <- fmt.Errorf("open netns %s: %w", ns, err)
 			return
 		}
-		defer h.Close()
+		defer func() { _ = h.Close() }()
 		if err := netns.Set(h); err != nil {
-			errc <- err
+			errc <- fmt.Errorf("enter netns %s: %w", ns, err)
 			return
 		}
 		errc <- fn()
@@ -41,28 +44,30 @@ func inNS(ns string, fn func() error) error {
 	return <-errc
 }
 
-// serveName answers every TCP connection on port with name and every UDP
+// ServeName answers every TCP connection on port with name and every UDP
 // datagram with name, until the test ends.
-func serveName(t *testing.T, ns string, port int, name string) {
+func ServeName(t testing.TB, ns string, port int, name string) {
 	t.Helper()
-	serve(t, ns, port, func(net.Addr) string { return name })
+	Serve(t, ns, port, func(net.Addr) string { return name })
 }
 
-// servePeer answers every connection with the address it came from: what
-// a server outside the cluster sees of a masqueraded workload.
-func servePeer(t *testing.T, ns string, port int) {
+// ServePeer answers every connection with the address it came from: what
+// a server sees of a client, masqueraded or not.
+func ServePeer(t testing.TB, ns string, port int) {
 	t.Helper()
-	serve(t, ns, port, func(a net.Addr) string {
+	Serve(t, ns, port, func(a net.Addr) string {
 		host, _, _ := net.SplitHostPort(a.String())
 		return host
 	})
 }
 
-func serve(t *testing.T, ns string, port int, answer func(from net.Addr) string) {
+// Serve listens in ns on TCP and UDP port and answers every connection
+// (with a line) and every datagram with answer(peer), until the test ends.
+func Serve(t testing.TB, ns string, port int, answer func(from net.Addr) string) {
 	t.Helper()
 	var ln net.Listener
 	var pc net.PacketConn
-	err := inNS(ns, func() error {
+	err := InNetns(ns, func() error {
 		var err error
 		if ln, err = net.Listen("tcp4", net.JoinHostPort("0.0.0.0", strconv.Itoa(port))); err != nil {
 			return err
@@ -96,11 +101,11 @@ func serve(t *testing.T, ns string, port int, answer func(from net.Addr) string)
 	}()
 }
 
-// askName connects from ns to addr over network ("tcp4" or "udp4") and
-// returns the name the server answered.
-func askName(ns, network, addr string) (string, error) {
+// AskName connects from ns to addr over network ("tcp4" or "udp4") and
+// returns the name a Serve server answered.
+func AskName(ns, network, addr string) (string, error) {
 	var c net.Conn
-	err := inNS(ns, func() error {
+	err := InNetns(ns, func() error {
 		var err error
 		c, err = net.DialTimeout(network, addr, time.Second)
 		return err
