@@ -73,8 +73,11 @@ e2e: build
 # test is the README's test command and what CI runs (.ci/run).
 test: deps check-generated lint build unit e2e
 
+# bench measures issue 7's figures at node scale against the real daemon
+# (as root): dpdctl starts bin/dpd, drives it, runs the P4/P5 go benchmarks
+# here, and writes every figure of this one run to BENCHMARKS.md.
 bench: build
-	go test -run '^$$' -bench . -benchtime 2s ./...
+	bin/dpdctl bench --full --src . --out BENCHMARKS.md --dpd-log bin/bench-dpd.log
 
 demo: build
 	./examples/demo.sh

@@ -94,6 +94,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		"counters":  runCounters,
 		"trace":     runTrace,
 		"apply":     runApply,
+		"bench":     runBench,
 	}
 	cmd, ok := cmds[fs.Arg(0)]
 	if !ok {

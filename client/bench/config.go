@@ -1,0 +1,95 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"time"
+)
+
+// Scale is how much work each figure is measured on.
+type Scale struct {
+	Name       string // "full" or "quick"
+	Endpoints  int    // P1 (per variant), P2, P3
+	Policies   int    // P3's policies; endpoint i uses policy i mod Policies
+	IPSets     int    // P3's IP sets
+	SetMembers int    // members per IP set
+	// TraceSample is how many endpoints P2 traces until they enforce the
+	// change.
+	TraceSample int
+	// Pace is P1's arrival interval between endpoints (a kubelet starts
+	// far fewer than 50 pods a second).
+	Pace time.Duration
+	// PhaseTimeout bounds each wait of a phase; a deadline, not a target.
+	PhaseTimeout time.Duration
+
+	// BPFBenchTime and IngestBenchTime are `go test -benchtime` of the P4
+	// and P5 benchmarks; BenchCount is their -count (the median is used).
+	BPFBenchTime    string
+	IngestBenchTime string
+	BenchCount      int
+}
+
+// FullScale is issue 7's scale: 1,000 endpoints, 1,000 policies, 100 IP
+// sets of 1,000 members.
+func FullScale() Scale {
+	return Scale{
+		Name: "full", Endpoints: 1000, Policies: 1000, IPSets: 100, SetMembers: 1000,
+		TraceSample: 20, Pace: 20 * time.Millisecond, PhaseTimeout: 3 * time.Minute,
+		BPFBenchTime: "1000000x", IngestBenchTime: "2s", BenchCount: 3,
+	}
+}
+
+// QuickScale is the reduced mode: every figure, on 50 endpoints, in well
+// under two minutes.
+func QuickScale() Scale {
+	return Scale{
+		Name: "quick", Endpoints: 50, Policies: 50, IPSets: 10, SetMembers: 100,
+		TraceSample: 5, Pace: 10 * time.Millisecond, PhaseTimeout: time.Minute,
+		BPFBenchTime: "20000x", IngestBenchTime: "5000x", BenchCount: 1,
+	}
+}
+
+func (s Scale) validate() error {
+	switch {
+	case s.Endpoints < 2 || s.Endpoints > 60000:
+		return fmt.Errorf("endpoints %d: want 2..60000", s.Endpoints)
+	case s.Policies < 1 || s.IPSets < 1 || s.SetMembers < 1:
+		return fmt.Errorf("policies, IP sets and set members must be positive")
+	case s.IPSets*s.SetMembers > 1<<23:
+		return fmt.Errorf("%d IP set members exceed the 10.128.0.0/9 they are drawn from", s.IPSets*s.SetMembers)
+	case s.TraceSample < 1 || s.TraceSample > s.Endpoints:
+		return fmt.Errorf("trace sample %d: want 1..%d", s.TraceSample, s.Endpoints)
+	case s.Pace <= 0 || s.PhaseTimeout <= 0:
+		return fmt.Errorf("pace and phase timeout must be positive")
+	}
+	return nil
+}
+
+// Options says what to measure and where.
+type Options struct {
+	Scale Scale
+	// DPD is the dpd binary the driver starts (in a network namespace of
+	// its own) unless Socket is set.
+	DPD string
+	// Socket attaches to a running dpd instead (--dataplane=linux). The
+	// driver takes over its controller session, like `dpdctl apply`: what
+	// the previous controller sent is removed. P3 is then not a fresh
+	// start and P6 is that daemon's peak since it started.
+	Socket string
+	// NetNS, with Socket, names the network namespace whose interfaces
+	// that dpd watches ("" is the driver's own).
+	NetNS string
+	// SourceDir is dpd's module root; the P4 and P5 benchmarks are run
+	// there with `go test`. "" leaves P4 and P5 out.
+	SourceDir string
+	// GoBinary is the go command for SourceDir ("" finds it).
+	GoBinary string
+	// PinRoot is the bpffs directory the daemon's pin directory goes
+	// under ("" is /sys/fs/bpf).
+	PinRoot string
+	// DaemonLog, when set, receives a copy of a started dpd's log when it
+	// stops (the log is otherwise removed with the daemon's temp dir).
+	DaemonLog string
+	// Progress receives one line per step; nil discards them.
+	Progress io.Writer
+}

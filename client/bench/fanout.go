@@ -1,0 +1,197 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	dpdv1 "github.com/dpd-dev/dpd/proto/dpd/v1"
+)
+
+// fanout is P2. Every endpoint of the cold start moves onto the one shared
+// policy (untimed), then that policy changes: its first inbound rule turns
+// from deny to allow for TCP to flipPort. A sample of endpoints, spread
+// over the order dpd applies them in, is traced (Inspect Trace runs the
+// attached program on a crafted packet) until each says allow; P2 is the
+// time from sending the change to the last sampled flip.
+func (r *runner) fanout(ctx context.Context) error {
+	s := r.o.Scale
+	ctx, cancel := context.WithTimeout(ctx, s.PhaseTimeout)
+	defer cancel()
+	n := s.Endpoints
+	keys := make([]string, n)
+	for i := range n {
+		keys[i] = endpointKey(workloadID(batchColdStart, i))
+	}
+	r.res.Fanout = Fanout{Endpoints: n, Sampled: s.TraceSample}
+	f := &r.res.Fanout
+
+	start := time.Now()
+	for i := range n {
+		if err := r.ctl.send(endpointUpdate(batchColdStart, i, sharedPolicy)); err != nil {
+			return err
+		}
+	}
+	before, err := r.awaitOneProgram(ctx, keys, "")
+	if err != nil {
+		return fmt.Errorf("moving endpoints onto the shared policy: %w", err)
+	}
+	f.Prepare, f.ProgramsBefore = time.Since(start), 1
+	r.progress("P2: %d endpoints share ingress program %s (moved in %s)", n, before, round(f.Prepare))
+
+	ic := r.d.client.Inspect()
+	sample := sampleIndexes(n, s.TraceSample)
+	var rtts []time.Duration
+	for _, i := range sample {
+		t0 := time.Now()
+		resp, err := ic.Trace(ctx, flipTrace(i))
+		if err != nil {
+			return fmt.Errorf("trace %s: %w", keys[i], err)
+		}
+		rtts = append(rtts, time.Since(t0))
+		if resp.GetVerdict() != "deny" {
+			return fmt.Errorf("trace %s before the change: %s (%s), want deny", keys[i], resp.GetVerdict(), resp.GetExplanation())
+		}
+	}
+	slices.Sort(rtts)
+	f.TraceRTT = rtts[len(rtts)/2]
+
+	sent := time.Now()
+	if err := r.ctl.send(sharedPolicyUpdate(true)); err != nil {
+		return err
+	}
+	arrivals, err := pollFlips(ctx, ic, sample)
+	if err != nil {
+		return err
+	}
+	flips := make([]time.Duration, len(arrivals))
+	for j, at := range arrivals {
+		flips[j] = at.Sub(sent)
+	}
+	f.FirstFlip, f.LastFlip = slices.Min(flips), slices.Max(flips)
+	after, err := r.awaitOneProgram(ctx, keys, before)
+	if err != nil {
+		return fmt.Errorf("after the policy change: %w", err)
+	}
+	f.AllChecked, f.ProgramsAfter = time.Since(sent), 1
+	if bad := r.ctl.tr.notUp(keys); len(bad) > 0 {
+		return fmt.Errorf("after the policy change the stream reports %d endpoints not up: %v", len(bad), bad[:min(len(bad), 5)])
+	}
+	if h := r.ctl.tr.happyCount(); int(h) != n {
+		return fmt.Errorf("after the policy change the stream reports %d happy endpoints, want %d", h, n)
+	}
+	r.progress("P2: sampled endpoints enforce the change after %s..%s (trace round trip %s); all %d on program %s by %s",
+		round(f.FirstFlip), round(f.LastFlip), round(f.TraceRTT), n, after, round(f.AllChecked))
+	return r.ctl.healthy()
+}
+
+// flipTrace is the packet whose verdict the change flips: TCP to flipPort
+// into workload i.
+func flipTrace(i int) *dpdv1.TraceRequest {
+	return &dpdv1.TraceRequest{
+		Endpoint: endpointKey(workloadID(batchColdStart, i)), Direction: "ingress", Protocol: "tcp",
+		SrcIp: "10.200.0.1", SrcPort: 40000, DstPort: flipPort,
+	}
+}
+
+// sampleIndexes spreads k indexes over 0..n-1, both ends included: dpd
+// applies endpoints in id order, so the last one is the last to flip.
+func sampleIndexes(n, k int) []int {
+	if k == 1 {
+		return []int{n - 1}
+	}
+	out := make([]int, k)
+	for j := range k {
+		out[j] = j * (n - 1) / (k - 1)
+	}
+	return slices.Compact(out)
+}
+
+// pollers trace the sample concurrently: enough to keep the resolution
+// near one round trip, few enough not to starve dpd of the machine's two
+// cores.
+const pollers = 2
+
+// pollFlips traces each sampled endpoint until it allows the packet and
+// returns when each did (the arrival of the first allowing answer).
+func pollFlips(ctx context.Context, ic dpdv1.InspectClient, sample []int) ([]time.Time, error) {
+	flips := make([]time.Time, len(sample))
+	errs := make([]error, pollers)
+	var wg sync.WaitGroup
+	for p := range pollers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []int // positions in sample this poller owns
+			for j := p; j < len(sample); j += pollers {
+				mine = append(mine, j)
+			}
+			for len(mine) > 0 {
+				left := mine[:0]
+				for _, j := range mine {
+					resp, err := ic.Trace(ctx, flipTrace(sample[j]))
+					if err != nil {
+						errs[p] = fmt.Errorf("trace after the change: %w", err)
+						return
+					}
+					if resp.GetVerdict() == "allow" {
+						flips[j] = time.Now()
+					} else {
+						left = append(left, j)
+					}
+				}
+				mine = left
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return flips, nil
+}
+
+// awaitOneProgram polls Inspect until every endpoint of keys is up, clean
+// and runs one and the same ingress program, other than not; it returns
+// that program.
+func (r *runner) awaitOneProgram(ctx context.Context, keys []string, not string) (string, error) {
+	want := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		want[k] = true
+	}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	ic := r.d.client.Inspect()
+	last := "no answer yet"
+	for {
+		resp, err := ic.ListEndpoints(ctx, &dpdv1.ListEndpointsRequest{})
+		if err != nil {
+			return "", fmt.Errorf("list endpoints: %w (%s)", err, last)
+		}
+		progs, done := map[string]int{}, 0
+		for _, ep := range resp.GetEndpoints() {
+			if !want[endpointKey(ep.GetId())] || ep.GetStatus() != "up" || ep.GetDirty() {
+				continue
+			}
+			progs[ep.GetIngressProgram()]++
+			done++
+		}
+		if done == len(keys) && len(progs) == 1 {
+			for p := range progs {
+				if p != "" && p != not {
+					return p, nil
+				}
+			}
+		}
+		last = fmt.Sprintf("%d of %d endpoints up and clean, on %d ingress programs", done, len(keys), len(progs))
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("%w: %s", context.Cause(ctx), last)
+		case <-tick.C:
+		}
+	}
+}

@@ -1,0 +1,174 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// P4 and P5 come from the repository's benchmarks, run with `go test` in
+// Options.SourceDir after the daemon phases (so they have the machine to
+// themselves) and parsed here:
+//
+//	P4  ./dataplane/bpf          BenchmarkEntry   trivial, ct_hit, ct_reply, policy_deny (ns/pkt)
+//	P4  ./dataplane/bpf/polprog  BenchmarkPolicy  noop, <kind>/n=<rules>/<first|last> (ns/op)
+//	P5  ./server                 BenchmarkSyncIngest, BenchmarkSyncIngestRaw (msgs/s)
+type goBench struct {
+	pkg, pattern, benchtime string
+}
+
+// benchResults maps a benchmark name without its -GOMAXPROCS suffix to one
+// map of metrics (unit -> value) per run.
+type benchResults map[string][]map[string]float64
+
+// procSuffix is the "-2" go test appends for GOMAXPROCS.
+var procSuffix = regexp.MustCompile(`-\d+$`)
+
+// parseBench reads `go test -bench` output: "BenchmarkX/sub-2  N  v1 unit1  v2 unit2 ...".
+func parseBench(out string) benchResults {
+	res := benchResults{}
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 4 || !strings.HasPrefix(f[0], "Benchmark") {
+			continue
+		}
+		if _, err := strconv.ParseInt(f[1], 10, 64); err != nil {
+			continue
+		}
+		m := map[string]float64{}
+		for i := 2; i+1 < len(f); i += 2 {
+			v, err := strconv.ParseFloat(f[i], 64)
+			if err != nil {
+				break
+			}
+			m[f[i+1]] = v
+		}
+		name := procSuffix.ReplaceAllString(f[0], "")
+		res[name] = append(res[name], m)
+	}
+	return res
+}
+
+// median is the median of a metric over the runs of name (0 if absent).
+func (b benchResults) median(name, unit string) float64 {
+	var vs []float64
+	for _, m := range b[name] {
+		if v, ok := m[unit]; ok {
+			vs = append(vs, v)
+		}
+	}
+	if len(vs) == 0 {
+		return 0
+	}
+	slices.Sort(vs)
+	if len(vs)%2 == 1 {
+		return vs[len(vs)/2]
+	}
+	return (vs[len(vs)/2-1] + vs[len(vs)/2]) / 2
+}
+
+// goCommand finds the go command: the option, PATH, then $GOROOT/bin.
+func goCommand(opt string) (string, error) {
+	if opt != "" {
+		return opt, nil
+	}
+	if p, err := exec.LookPath("go"); err == nil {
+		return p, nil
+	}
+	if root := os.Getenv("GOROOT"); root != "" {
+		p := filepath.Join(root, "bin", "go")
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", errors.New("no go command in PATH or $GOROOT/bin: P4 and P5 need it")
+}
+
+// runGoBench runs one benchmark set and returns its parsed output.
+func runGoBench(ctx context.Context, goBin, dir string, b goBench, count int) (benchResults, error) {
+	args := []string{"test", "-run", "^$", "-bench", b.pattern, "-benchtime", b.benchtime,
+		"-count", strconv.Itoa(count), b.pkg}
+	cmd := exec.CommandContext(ctx, goBin, args...)
+	cmd.Dir = dir
+	// The figures are about dpd, not the race detector or a coverage build.
+	cmd.Env = append(os.Environ(), "GOFLAGS=")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("go %s: %w\n%s", strings.Join(args, " "), err, tail(string(out), 40))
+	}
+	res := parseBench(string(out))
+	if len(res) == 0 {
+		return nil, fmt.Errorf("go %s printed no benchmark results:\n%s", strings.Join(args, " "), tail(string(out), 40))
+	}
+	return res, nil
+}
+
+func tail(s string, lines int) string {
+	all := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(all) > lines {
+		all = all[len(all)-lines:]
+	}
+	return strings.Join(all, "\n")
+}
+
+// goBenchmarks runs P4 and P5.
+func (r *runner) goBenchmarks(ctx context.Context) error {
+	goBin, err := goCommand(r.o.GoBinary)
+	if err != nil {
+		return err
+	}
+	s := r.o.Scale
+	if out, err := exec.CommandContext(ctx, goBin, "version").Output(); err == nil {
+		r.res.Packets.GoVersion = strings.TrimSpace(string(out))
+	}
+	sets := []goBench{
+		{pkg: "./dataplane/bpf/", pattern: "^BenchmarkEntry$", benchtime: s.BPFBenchTime},
+		{pkg: "./dataplane/bpf/polprog/", pattern: "^BenchmarkPolicy$", benchtime: s.BPFBenchTime},
+		{pkg: "./server/", pattern: "^BenchmarkSyncIngest(Raw)?$", benchtime: s.IngestBenchTime},
+	}
+	all := benchResults{}
+	for _, b := range sets {
+		r.progress("P4/P5: go test -bench '%s' -benchtime %s -count %d %s", b.pattern, b.benchtime, s.BenchCount, b.pkg)
+		res, err := runGoBench(ctx, goBin, r.o.SourceDir, b, s.BenchCount)
+		if err != nil {
+			return err
+		}
+		for k, v := range res {
+			all[k] = v
+		}
+	}
+	r.res.Packets = packetCost(all, r.res.Packets.GoVersion)
+	r.res.Ingest = Ingest{
+		Stream: all.median("BenchmarkSyncIngest", "msgs/s"),
+		Raw:    all.median("BenchmarkSyncIngestRaw", "msgs/s"),
+	}
+	return nil
+}
+
+// packetCost picks P4's numbers out of the benchmark results.
+func packetCost(all benchResults, goVersion string) PacketCost {
+	p := PacketCost{
+		EntryTrivial:  all.median("BenchmarkEntry/trivial", "ns/pkt"),
+		Established:   all.median("BenchmarkEntry/ct_hit", "ns/pkt"),
+		Reply:         all.median("BenchmarkEntry/ct_reply", "ns/pkt"),
+		EntryDeny:     all.median("BenchmarkEntry/policy_deny", "ns/pkt"),
+		PolicyTrivial: all.median("BenchmarkPolicy/noop", "ns/op"),
+		NewFlow:       map[string]float64{},
+		GoVersion:     goVersion,
+	}
+	for name := range all {
+		if c, ok := strings.CutPrefix(name, "BenchmarkPolicy/"); ok && c != "noop" {
+			p.NewFlow[c] = all.median(name, "ns/op")
+		}
+	}
+	return p
+}

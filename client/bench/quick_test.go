@@ -1,0 +1,112 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dpd-dev/dpd/internal/testutil"
+)
+
+// TestQuickRun runs the reduced mode end to end against the real daemon,
+// so the harness cannot rot: every figure must come out measured and
+// sane. It never judges a time against a target.
+func TestQuickRun(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
+		t.Fatalf("module root: %v", err)
+	}
+	goBin, err := goCommand("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "dpd")
+	build := exec.Command(goBin, "build", "-o", bin, "./cmd/dpd")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build dpd: %v\n%s", err, out)
+	}
+
+	// A hang guard, not a timing assertion.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	s := QuickScale()
+	res, err := Run(ctx, Options{Scale: s, DPD: bin, SourceDir: root, GoBinary: goBin, Progress: testLog{t}})
+	if err != nil {
+		t.Fatalf("bench run: %v", err)
+	}
+	checkLeftovers(t)
+
+	for _, f := range res.Figures() {
+		if !f.Measured || !(f.Value > 0) || math.IsInf(f.Value, 0) {
+			t.Errorf("%s %s: %s (value %v)", f.ID, f.Name, f.ValueText(), f.Value)
+		}
+	}
+	for name, l := range map[string]Latencies{"own": res.Own, "shared": res.Shared} {
+		if len(l.Samples) != s.Endpoints || l.Missing != 0 || l.Samples[0] <= 0 {
+			t.Errorf("P1 %s: %d samples (%d missing), fastest %v", name, len(l.Samples), l.Missing, l.Samples)
+		}
+	}
+	if f := res.Fanout; f.FirstFlip <= 0 || f.FirstFlip > f.LastFlip || f.LastFlip > f.AllChecked || f.TraceRTT <= 0 {
+		t.Errorf("P2 out of order: %+v", f)
+	}
+	if c := res.Cold; c.InSync <= 0 || c.AllUp <= 0 || c.Messages != s.IPSets+s.Policies+2+s.Endpoints {
+		t.Errorf("P3: %+v", c)
+	}
+	if m := res.Memory; m.PeakRSS < 1<<20 || m.PeakRSS < m.RSS || m.PeakRSS > 64<<30 {
+		t.Errorf("P6: %+v", m)
+	}
+	p := res.Packets
+	for _, kind := range []string{"tcp-ports", "cidr32", "ipsets"} {
+		for _, n := range []int{10, 100} {
+			for _, pos := range []string{"first", "last"} {
+				key := kind + "/n=" + strconv.Itoa(n) + "/" + pos
+				if v := p.NewFlow[key]; !(v > 0) || math.IsInf(v, 0) {
+					t.Errorf("P4 %s: %v ns", key, v)
+				}
+			}
+		}
+	}
+	if r := res.Ingest.Stream / res.Ingest.Raw; !(r > 0 && r < 2) {
+		t.Errorf("P5: %v of %v msgs/s", res.Ingest.Stream, res.Ingest.Raw)
+	}
+	if l := res.Load; l.LoadAvg == "" || !(l.DPD > 0) {
+		t.Errorf("load: %+v", l)
+	}
+	doc := res.Markdown("")
+	for _, f := range res.Figures() {
+		if !strings.Contains(doc, "| "+f.ID+" | "+f.Name+" | "+f.ValueText()+" |") {
+			t.Errorf("report lacks the row of %s %s", f.ID, f.Name)
+		}
+	}
+}
+
+// checkLeftovers fails t if the run left its namespace or pins behind.
+func checkLeftovers(t *testing.T) {
+	t.Helper()
+	name := nsPrefix + strconv.Itoa(os.Getpid())
+	for _, p := range []string{filepath.Join("/run/netns", name), filepath.Join("/sys/fs/bpf", name)} {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left behind (%v)", p, err)
+		}
+	}
+}
+
+// testLog passes progress lines to t.Log.
+type testLog struct{ t *testing.T }
+
+func (l testLog) Write(p []byte) (int, error) {
+	l.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}

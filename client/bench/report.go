@@ -1,0 +1,268 @@
+package bench
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// NotesBegin and NotesEnd delimit the hand-written analysis in
+// BENCHMARKS.md. Markdown keeps it across runs: the figures are
+// regenerated, the explanation of the misses is not.
+const (
+	NotesBegin = "<!-- bench:notes:begin -->"
+	NotesEnd   = "<!-- bench:notes:end -->"
+)
+
+// Notes returns the hand-written part of an earlier report ("" if none).
+func Notes(doc string) string {
+	_, rest, ok := strings.Cut(doc, NotesBegin)
+	if !ok {
+		return ""
+	}
+	notes, _, ok := strings.Cut(rest, NotesEnd)
+	if !ok || strings.TrimSpace(notes) == noNotes {
+		return ""
+	}
+	return strings.TrimSpace(notes)
+}
+
+// noNotes stands in for an analysis not written yet.
+const noNotes = "(No analysis written yet.)"
+
+// Text is the results table for a terminal.
+func (r *Results) Text() string {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+	_, _ = fmt.Fprintf(tw, "FIGURE\tWHAT\tVALUE\tTARGET\tMET\n")
+	for _, f := range r.Figures() {
+		_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", f.ID, f.Name, f.ValueText(), f.TargetText(), strings.Trim(met(f), "*"))
+	}
+	_ = tw.Flush()
+	for _, w := range r.Warnings {
+		b.WriteString("warning: " + w + "\n")
+	}
+	return b.String()
+}
+
+func met(f Figure) string {
+	switch {
+	case !f.Measured:
+		return "-"
+	case f.Met():
+		return "yes"
+	}
+	return "**no**"
+}
+
+// Markdown renders BENCHMARKS.md: the machine, the results table, how each
+// figure was measured, the details behind them, the misses, and notes
+// (the hand-written analysis, kept from the previous report).
+func (r *Results) Markdown(notes string) string {
+	var b strings.Builder
+	w := func(format string, a ...any) { _, _ = fmt.Fprintf(&b, format, a...) }
+	w("# dpd benchmarks\n\n")
+	w("Every figure below comes from one run of `make bench` (`dpdctl bench --%s`), started %s, %s in all.\n",
+		r.Scale.Name, r.Started.UTC().Format("2006-01-02 15:04 MST"), r.Elapsed.Round(time.Second))
+	w("The targets are issue 7's. Regenerate with `make bench`; the analysis at the end is kept.\n\n")
+	r.machineSection(w)
+
+	w("## Results\n\n| figure | what | value | target | met? |\n| --- | --- | --- | --- | --- |\n")
+	for _, f := range r.Figures() {
+		w("| %s | %s | %s | %s | %s |\n", f.ID, f.Name, f.ValueText(), f.TargetText(), met(f))
+	}
+	for _, warn := range r.Warnings {
+		w("\n> warning: %s\n", warn)
+	}
+	w("\n")
+	r.methodSection(w)
+	r.detailSection(w)
+
+	w("## Misses\n\n")
+	var missed []string
+	for _, f := range r.Figures() {
+		if f.Measured && !f.Met() {
+			missed = append(missed, fmt.Sprintf("* %s %s: %s against %s", f.ID, f.Name, f.ValueText(), f.TargetText()))
+		}
+	}
+	if len(missed) == 0 {
+		w("Every measured figure meets its target.\n\n")
+	} else {
+		w("%s\n\nWhat limits each is explained below.\n\n", strings.Join(missed, "\n"))
+	}
+	w("## What limits the figures\n\n%s\n", NotesBegin)
+	if notes == "" {
+		notes = noNotes
+	}
+	w("%s\n%s\n", notes, NotesEnd)
+	return b.String()
+}
+
+type writer func(format string, a ...any)
+
+func (r *Results) machineSection(w writer) {
+	m := r.Machine
+	cpu := m.CPU
+	if m.CPUInfo != "" {
+		cpu += " (/proc/cpuinfo: " + m.CPUInfo + ")"
+	}
+	w("## Machine\n\n| | |\n| --- | --- |\n")
+	w("| CPU | %s, %d cores |\n| memory | %.1f GiB |\n| kernel | Linux %s |\n| Go | %s (driver)", cpu, m.Cores, float64(m.MemTotal)/(1<<30), m.Kernel, m.Go)
+	if v := r.Packets.GoVersion; v != "" {
+		w("; benchmarks: %s", strings.TrimPrefix(v, "go version "))
+	}
+	w(" |\n")
+	l := r.Load
+	w("| load | average %s at the start; during the daemon phases dpd used %.0f %%, the driver %.0f %% and everything else "+
+		"(other processes, kernel workers) %.0f %% of the machine's CPU time |\n\n", l.LoadAvg, 100*l.DPD, 100*l.Driver, 100*l.Other)
+}
+
+func (r *Results) methodSection(w writer) {
+	s, c := r.Scale, r.Cold
+	w("## Method\n\n")
+	w("`dpdctl bench` starts the real daemon, `dpd --dataplane=linux`, with a private socket and BPF pin directory, " +
+		"inside a network namespace of its own so that nothing else on the host sees its interfaces or is seen by it " +
+		"(the kernel work is the same as in the root namespace). It drives dpd through the client library " +
+		"(`client.Session`: snapshot, InSync, then live updates) and reads statuses from the same stream. " +
+		"Workload interfaces are real veth pairs created over netlink: the host side `cali…`, which dpd programs, " +
+		"and the workload side, which stays in the node namespace under a name dpd does not watch. " +
+		"The node namespace has IPv6 off (dpd is IPv4-only; with IPv6 on, every veth brought up walks the whole IPv6 " +
+		"routing table, a harness cost growing with the veths) and a node address on `lo` (without any address the " +
+		"kernel searches every device for a route's source address on each workload route dpd adds; a real node's " +
+		"eth0 answers at once). ")
+	w("The %d veth pairs of P3 took %s to create (%.2f ms each).\n\n", r.Veths, r.VethTime.Round(time.Millisecond), ms(r.VethTime)/float64(max(r.Veths, 1)))
+	w("* **P3, cold start.** A fresh dpd, its %d veths already present (dpd fails them closed as it starts). "+
+		"One session sends the snapshot — %d IP sets × %d members, a namespace profile, %d policies (three inbound "+
+		"rules, one of them on an IP set, two outbound) and %d endpoints, endpoint *i* using policy *i* in both "+
+		"directions, so every endpoint compiles programs of its own — %d messages, %.1f MiB — then InSync. "+
+		"P3 runs from the moment the session asks for the snapshot (just before the first message) to the arrival "+
+		"of DataplaneInSync; dpd sends it after the first apply pass has programmed every endpoint.\n",
+		s.Endpoints, c.IPSets, c.SetMembers, c.Policies, c.Endpoints, c.Messages, float64(c.Bytes)/(1<<20))
+	w("* **P6, peak RSS.** `VmHWM` from `/proc/<pid>/status` of dpd right after P3 (every endpoint up): the " +
+		"high-water mark of its resident set over the start and the cold start.\n")
+	w("* **P2, policy fan-out.** The same endpoints are moved onto one shared policy (untimed; Inspect confirms they "+
+		"all run one ingress program). Then one ActivePolicyUpdate changes that policy's first inbound rule from deny "+
+		"to allow for TCP to port %d. %d endpoints spread over the order dpd applies them in (first and last "+
+		"included) are traced with `Inspect/Trace` — the attached program run on a crafted packet with "+
+		"`BPF_PROG_TEST_RUN` — by %d concurrent pollers until each answers allow. P2 is the time from sending the "+
+		"change to the last sampled flip; the resolution is about one trace round trip per sampled endpoint a "+
+		"poller owns. Afterwards Inspect must show all %d endpoints on one new program, and the stream must still "+
+		"report each up.\n", flipPort, s.TraceSample, pollers, s.Endpoints)
+	w("* **P1, endpoint → up.** After P3's endpoints are removed, %d new endpoints arrive one every %s, the way a "+
+		"CNI plugin and a controller bring them: the veth is created, then the WorkloadEndpointUpdate is sent at "+
+		"once, so dpd learns of interface and endpoint concurrently. Each latency runs from that Send to the `up` "+
+		"status on the stream. Paced arrivals (50 pods/s is more than a kubelet starts) measure each endpoint's own "+
+		"work rather than a queue. Two variants: every endpoint with a policy of its own (two programs compiled, "+
+		"verified and loaded per endpoint) and every endpoint with the one shared policy (programs already loaded: "+
+		"what a replica of a running deployment sees).\n", s.Endpoints, s.Pace)
+	w("* **P4, per-packet cost.** `go test -bench` in the repository, after the daemon phases, each benchmark "+
+		"`-benchtime %s -count %d`, the median taken. `BPF_PROG_TEST_RUN` reports the kernel's time per run. "+
+		"Established flow: `BenchmarkEntry/ct_hit` (entry program, parse, conntrack hit) over "+
+		"`BenchmarkEntry/trivial` (a program that only returns TC_ACT_OK). New flows: `BenchmarkPolicy` — the "+
+		"compiled policy program alone, as Calico's generated programs were measured — over its `noop` (return 0), "+
+		"for N rules of one kind, the packet matching the first or the last rule.\n", s.BPFBenchTime, s.BenchCount)
+	w("* **P5, ingest.** `BenchmarkSyncIngest` (client.Session over a Unix socket into dpd's real server and "+
+		"engine on the memory kernel) over `BenchmarkSyncIngestRaw` (the same messages into a gRPC server that "+
+		"discards them), messages per second, `-benchtime %s -count %d`, medians.\n\n", s.IngestBenchTime, s.BenchCount)
+}
+
+func (r *Results) detailSection(w writer) {
+	w("## Details\n\n")
+	w("**P1** per endpoint (nearest-rank quantiles; *down first*: reported `down` before `up`, i.e. dpd had the update " +
+		"before it knew the interface was up; *never up*: no `up` within the wait):\n\n| variant | endpoints | policies | pace | down first | never up | min | p50 | p90 | p99 | max | removing them |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	for _, v := range []struct {
+		name string
+		l    Latencies
+	}{{"own policy each", r.Own}, {"shared policy", r.Shared}} {
+		l := v.l
+		w("| %s | %d | %d | %s | %d | %d | %s | %s | %s | %s | %s | %s |\n", v.name, l.Endpoints, l.Policies, l.Pace, l.DownFirst, l.Missing,
+			quantileText(l, 0), quantileText(l, 0.5), quantileText(l, 0.9), quantileText(l, 0.99), quantileText(l, 1), fmtDur(l.Teardown))
+	}
+	for _, v := range []struct {
+		name string
+		l    Latencies
+	}{{"own policy each", r.Own}, {"shared policy", r.Shared}} {
+		if v.l.Missing == 0 {
+			continue
+		}
+		w("\nP1 (%s): %d endpoints never reported up within %s of the last update; dpd's status and reason for them:\n\n",
+			v.name, v.l.Missing, v.l.Waited)
+		reasons := make([]string, 0, len(v.l.MissingWhy))
+		for reason := range v.l.MissingWhy {
+			reasons = append(reasons, reason)
+		}
+		slices.Sort(reasons)
+		for _, reason := range reasons {
+			w("* %d × `%s`\n", v.l.MissingWhy[reason], reason)
+		}
+	}
+	f := r.Fanout
+	w("\n**P2**: %d endpoints, %d sampled; trace round trip %s (median, before the change); first sampled flip %s, "+
+		"last %s; every endpoint on the new program per Inspect by %s (asked after the last flip, so an upper bound). "+
+		"Moving the endpoints onto the shared policy took %s.\n\n",
+		f.Endpoints, f.Sampled, fmtDur(f.TraceRTT), fmtDur(f.FirstFlip), fmtDur(f.LastFlip), fmtDur(f.AllChecked), fmtDur(f.Prepare))
+	c := r.Cold
+	w("**P3**: DataplaneInSync %s, last endpoint up %s after the first message; removing the %d endpoints later took %s.\n\n",
+		fmtDur(c.InSync), fmtDur(c.AllUp), c.Endpoints, fmtDur(c.Teardown))
+	w("**P6**: peak RSS %.1f MiB, RSS %.1f MiB when read.\n\n", float64(r.Memory.PeakRSS)/(1<<20), float64(r.Memory.RSS)/(1<<20))
+	r.packetDetails(w)
+	in := r.Ingest
+	w("**P5**: %.0f msgs/s through dpd, %.0f msgs/s raw gRPC.\n\n", in.Stream, in.Raw)
+}
+
+func (r *Results) packetDetails(w writer) {
+	p := r.Packets
+	ratio := func(v, base float64) string {
+		if v <= 0 || base <= 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.0f ns (%.1f×)", v, v/base)
+	}
+	w("**P4** entry program, ns per packet (× trivial %.0f ns): conntrack hit %s, reply %s, new flow to a deny policy "+
+		"(both lookups miss, tail call) %s.\n\n", p.EntryTrivial, ratio(p.Established, p.EntryTrivial), ratio(p.Reply, p.EntryTrivial), ratio(p.EntryDeny, p.EntryTrivial))
+	w("**P4** policy program, new flow, ns per packet (× noop %.0f ns):\n\n| rules | n | first rule matches | last rule matches |\n| --- | --- | --- | --- |\n", p.PolicyTrivial)
+	type row struct {
+		kind string
+		n    int
+	}
+	// Issue 7's kinds and sizes always get a row ("-" where the benchmark
+	// has no case); other cases the benchmark has are added.
+	var rows []row
+	for _, kind := range []string{"tcp-ports", "cidr32", "ipsets"} {
+		for _, n := range []int{10, 100, 1000} {
+			rows = append(rows, row{kind, n})
+		}
+	}
+	for k := range p.NewFlow {
+		kind, rest, _ := strings.Cut(k, "/n=")
+		var n int
+		if _, err := fmt.Sscanf(rest, "%d/", &n); err == nil && !slices.Contains(rows, row{kind, n}) {
+			rows = append(rows, row{kind, n})
+		}
+	}
+	slices.SortStableFunc(rows[9:], func(a, b row) int {
+		if a.kind != b.kind {
+			return strings.Compare(a.kind, b.kind)
+		}
+		return a.n - b.n
+	})
+	for _, rw := range rows {
+		key := fmt.Sprintf("%s/n=%d/", rw.kind, rw.n)
+		w("| %s | %d | %s | %s |\n", rw.kind, rw.n, ratio(p.NewFlow[key+"first"], p.PolicyTrivial), ratio(p.NewFlow[key+"last"], p.PolicyTrivial))
+	}
+	w("\nRules deny, the last allows. `tcp-ports`: rule *i* matches TCP to port 10000+*i*; `cidr32`: one /32 source " +
+		"each; `ipsets`: source in set *i*, one set per rule; `ipset-shared`: ports, and every rule also needs the source in one common set. " +
+		"\"-\": the benchmark has no such case.\n\n")
+}
+
+func fmtDur(d time.Duration) string {
+	switch {
+	case d == 0:
+		return "-"
+	case d >= time.Second:
+		return fmt.Sprintf("%.2f s", d.Seconds())
+	}
+	return fmt.Sprintf("%.2f ms", ms(d))
+}

@@ -1,0 +1,153 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// runner holds one run's state.
+type runner struct {
+	o    Options
+	res  *Results
+	node *node
+	d    *daemon
+	ctl  *controller
+}
+
+func (r *runner) progress(format string, a ...any) {
+	if r.o.Progress != nil {
+		_, _ = fmt.Fprintf(r.o.Progress, "%s  %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, a...))
+	}
+}
+
+// Run measures every figure: the daemon phases in order (P3 and P6 on a
+// fresh daemon, then P2 on the same endpoints, then both P1 variants),
+// then the go benchmarks (P4, P5). It returns what was measured even when
+// a phase fails, with the error. Everything it created is gone when it
+// returns.
+func Run(ctx context.Context, o Options) (res *Results, err error) {
+	if err := o.Scale.validate(); err != nil {
+		return nil, fmt.Errorf("scale: %w", err)
+	}
+	if o.Socket == "" && o.DPD == "" {
+		return nil, errors.New("neither a dpd binary to start nor a socket to attach to")
+	}
+	if o.PinRoot == "" {
+		o.PinRoot = "/sys/fs/bpf"
+	}
+	r := &runner{o: o, res: &Results{
+		Scale: o.Scale, Machine: describeMachine(), Started: time.Now(), Attached: o.Socket != "",
+		Load: Load{LoadAvg: loadAvg()},
+	}}
+	defer func() {
+		r.res.Elapsed = time.Since(r.res.Started)
+		if cerr := r.cleanup(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("cleanup: %w", cerr))
+		}
+	}()
+	for _, what := range removeLeftovers(o.PinRoot) {
+		r.progress("removed a killed run's %s", what)
+	}
+	if err := r.daemonPhases(ctx); err != nil {
+		if r.d != nil && r.d.cmd != nil {
+			err = fmt.Errorf("%w\n%s", err, r.d.logTail(30))
+		}
+		return r.res, err
+	}
+	if err := r.cleanup(); err != nil { // free the machine for the go benchmarks
+		return r.res, fmt.Errorf("cleanup: %w", err)
+	}
+	if o.SourceDir == "" {
+		r.res.Warnings = append(r.res.Warnings, "P4 and P5 not measured: no source directory to run the go benchmarks in")
+		return r.res, nil
+	}
+	return r.res, r.goBenchmarks(ctx)
+}
+
+func (r *runner) daemonPhases(ctx context.Context) error {
+	var err error
+	if r.o.Socket != "" {
+		// Attach first: a daemon that cannot be measured fails the run
+		// before anything is created.
+		r.res.Warnings = append(r.res.Warnings,
+			"attached to a running dpd: P3 is not a fresh start, and P6 is its peak since it started")
+		if r.d, err = attachDaemon(ctx, r.o.Socket); err != nil {
+			return err
+		}
+		if r.node, err = openNode(r.o.NetNS); err != nil {
+			return err
+		}
+		if err := r.createVeths(); err != nil {
+			return err
+		}
+	} else {
+		// The veths exist before dpd starts, as on a node whose dpd
+		// restarts under running pods.
+		if r.node, err = newNode(); err != nil {
+			return err
+		}
+		if err := r.createVeths(); err != nil {
+			return err
+		}
+		if r.d, err = startDaemon(ctx, r.o.DPD, r.node, r.o.PinRoot, r.o.DaemonLog); err != nil {
+			return err
+		}
+	}
+	r.progress("dpd pid %d serving on %s", r.d.pid, r.d.socket)
+	if before, err := sampleCPU(r.d.pid); err == nil {
+		defer func() {
+			if after, err := sampleCPU(r.d.pid); err == nil {
+				l := &r.res.Load
+				l.DPD, l.Driver, l.Other = loadBetween(before, after)
+				r.progress("CPU over the daemon phases: dpd %.0f%%, driver %.0f%%, everything else %.0f%% of the machine",
+					100*l.DPD, 100*l.Driver, 100*l.Other)
+			}
+		}()
+	}
+	if err := r.coldStart(ctx); err != nil {
+		return fmt.Errorf("P3: %w", err)
+	}
+	if err := r.fanout(ctx); err != nil {
+		return fmt.Errorf("P2: %w", err)
+	}
+	if r.res.Cold.Teardown, err = r.removeEndpoints(ctx, batchColdStart, r.o.Scale.Endpoints); err != nil {
+		return fmt.Errorf("removing P3's endpoints: %w", err)
+	}
+	return r.p1(ctx)
+}
+
+// createVeths makes P3's veth pairs, timed.
+func (r *runner) createVeths() error {
+	n := r.o.Scale.Endpoints
+	r.progress("creating %d veth pairs in namespace %q", n, r.node.name)
+	start := time.Now()
+	for i := range n {
+		if err := r.node.addVeth(batchColdStart, i); err != nil {
+			return err
+		}
+	}
+	r.res.Veths, r.res.VethTime = n, time.Since(start)
+	r.progress("created %d veth pairs in %s", n, round(r.res.VethTime))
+	return nil
+}
+
+// cleanup ends the session, stops a started daemon (removing its pins)
+// and deletes the namespace or veths; it is safe to call twice.
+func (r *runner) cleanup() error {
+	var errs []error
+	if r.ctl != nil {
+		r.ctl.close()
+		r.ctl = nil
+	}
+	if r.d != nil {
+		errs = append(errs, r.d.stop(r.o.DaemonLog))
+		r.d = nil
+	}
+	if r.node != nil {
+		errs = append(errs, r.node.close())
+		r.node = nil
+	}
+	return errors.Join(errs...)
+}
