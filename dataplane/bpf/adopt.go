@@ -150,13 +150,10 @@ func (d *Dataplane) tcCurrent(ifindex int) (n int, ok bool) {
 	if err != nil {
 		return 0, false
 	}
-	if !hasClsact(l) {
-		return 0, true
-	}
 	for _, h := range d.hooks() {
-		filters, err := netlink.FilterList(l, h.parent)
-		if err != nil {
-			return n, false
+		filters, ok := listFilters(l, h.parent)
+		if !ok {
+			return n, true // no clsact qdisc, so no filters
 		}
 		prog, _ := d.entryProgram(h.dir)
 		for _, f := range filters {
@@ -187,12 +184,12 @@ func attachedPrograms(ifindex int) []ebpf.ProgramID {
 		}
 	}
 	l, err := netlink.LinkByIndex(ifindex)
-	if err != nil || !hasClsact(l) {
+	if err != nil {
 		return out
 	}
 	for _, parent := range []uint32{tcParentIngress, tcParentEgress} {
-		filters, err := netlink.FilterList(l, parent)
-		if err != nil {
+		filters, ok := listFilters(l, parent)
+		if !ok {
 			continue
 		}
 		for _, f := range filters {

@@ -102,14 +102,11 @@ func (d *Dataplane) detachTC(ifindex int) error {
 		}
 		return fmt.Errorf("link %d: %w", ifindex, err)
 	}
-	if !hasClsact(l) {
-		return nil
-	}
-	remaining := 0
+	remaining, removed := 0, 0
 	for _, h := range d.hooks() {
-		filters, err := netlink.FilterList(l, h.parent)
-		if err != nil {
-			return fmt.Errorf("list tc %s filters: %w", h.suffix, err)
+		filters, ok := listFilters(l, h.parent)
+		if !ok {
+			return nil // no clsact: nothing of ours
 		}
 		for _, f := range filters {
 			if _, ok := isOurFilter(f); !ok {
@@ -119,9 +116,12 @@ func (d *Dataplane) detachTC(ifindex int) error {
 			if err := netlink.FilterDel(f); err != nil && !errors.Is(err, unix.ENOENT) {
 				return fmt.Errorf("delete tc %s filter: %w", h.suffix, err)
 			}
+			removed++
 		}
 	}
-	if remaining > 0 {
+	// Only a qdisc dpd emptied is removed; the qdisc dump this needs walks
+	// every device on the node, so it is kept off the common path.
+	if remaining > 0 || removed == 0 || !hasClsact(l) {
 		return nil
 	}
 	q := &netlink.GenericQdisc{
@@ -134,6 +134,15 @@ func (d *Dataplane) detachTC(ifindex int) error {
 	return nil
 }
 
+// listFilters lists one hook's filters of one device (a per-device dump,
+// unlike RTM_GETQDISC); ok is false when the device has no clsact qdisc.
+func listFilters(l netlink.Link, parent uint32) ([]netlink.Filter, bool) {
+	fs, err := netlink.FilterList(l, parent)
+	return fs, err == nil
+}
+
+// hasClsact dumps the qdiscs, which walks every device on the node: call it
+// only off the per-endpoint path.
 func hasClsact(l netlink.Link) bool {
 	qs, err := netlink.QdiscList(l)
 	if err != nil {
