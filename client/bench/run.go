@@ -16,6 +16,13 @@ type runner struct {
 	ctl  *controller
 }
 
+// warn records what makes the results less than complete, and says so.
+func (r *runner) warn(format string, a ...any) {
+	msg := fmt.Sprintf(format, a...)
+	r.res.Warnings = append(r.res.Warnings, msg)
+	r.progress("warning: %s", msg)
+}
+
 func (r *runner) progress(format string, a ...any) {
 	if r.o.Progress != nil {
 		_, _ = fmt.Fprintf(r.o.Progress, "%s  %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, a...))
@@ -24,9 +31,9 @@ func (r *runner) progress(format string, a ...any) {
 
 // Run measures every figure: the daemon phases in order (P3 and P6 on a
 // fresh daemon, then P2 on the same endpoints, then both P1 variants),
-// then the go benchmarks (P4, P5). It returns what was measured even when
-// a phase fails, with the error. Everything it created is gone when it
-// returns.
+// then the go benchmarks (P4, P5), which run even when a daemon phase
+// failed. It returns what was measured with the errors. Everything it
+// created is gone when it returns.
 func Run(ctx context.Context, o Options) (res *Results, err error) {
 	if err := o.Scale.validate(); err != nil {
 		return nil, fmt.Errorf("scale: %w", err)
@@ -50,20 +57,23 @@ func Run(ctx context.Context, o Options) (res *Results, err error) {
 	for _, what := range removeLeftovers(o.PinRoot) {
 		r.progress("removed a killed run's %s", what)
 	}
-	if err := r.daemonPhases(ctx); err != nil {
-		if r.d != nil && r.d.cmd != nil {
-			err = fmt.Errorf("%w\n%s", err, r.d.logTail(30))
-		}
-		return r.res, err
+	phaseErr := r.daemonPhases(ctx)
+	if phaseErr != nil && r.d != nil && r.d.cmd != nil {
+		phaseErr = fmt.Errorf("%w\n%s", phaseErr, r.d.logTail(30))
 	}
 	if err := r.cleanup(); err != nil { // free the machine for the go benchmarks
-		return r.res, fmt.Errorf("cleanup: %w", err)
+		r.warn("stopping dpd after the daemon phases: %v", err)
+	}
+	if ctx.Err() != nil { // interrupted: measure nothing more
+		return r.res, errors.Join(phaseErr, context.Cause(ctx))
 	}
 	if o.SourceDir == "" {
 		r.res.Warnings = append(r.res.Warnings, "P4 and P5 not measured: no source directory to run the go benchmarks in")
-		return r.res, nil
+		return r.res, phaseErr
 	}
-	return r.res, r.goBenchmarks(ctx)
+	// P4 and P5 do not need the daemon: they are measured even when a
+	// daemon phase failed.
+	return r.res, errors.Join(phaseErr, r.goBenchmarks(ctx))
 }
 
 func (r *runner) daemonPhases(ctx context.Context) error {
@@ -113,7 +123,10 @@ func (r *runner) daemonPhases(ctx context.Context) error {
 		return fmt.Errorf("P2: %w", err)
 	}
 	if r.res.Cold.Teardown, err = r.removeEndpoints(ctx, batchColdStart, r.o.Scale.Endpoints); err != nil {
-		return fmt.Errorf("removing P3's endpoints: %w", err)
+		if ctx.Err() != nil {
+			return err
+		}
+		r.warn("removing P3's endpoints: %v", err)
 	}
 	return r.p1(ctx)
 }

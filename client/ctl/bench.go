@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/dpd-dev/dpd/client/bench"
@@ -70,23 +71,41 @@ func runBench(_ *globals, args []string, w io.Writer) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	res, runErr := bench.Run(ctx, o)
-	if res != nil {
-		if err := writeBench(w, res, *format); err != nil {
-			return err
-		}
+	if res == nil {
+		return runErr
 	}
 	if runErr != nil {
-		return fmt.Errorf("%w (no report written)", runErr)
+		// The report still says what was measured, and why the rest was not.
+		first, _, _ := strings.Cut(runErr.Error(), "\n")
+		res.Warnings = append(res.Warnings, "the run failed: "+first)
 	}
-	if *outFile != "" {
+	if err := writeBench(w, res, *format); err != nil {
+		return err
+	}
+	switch {
+	case *outFile == "":
+	case ctx.Err() != nil:
+		runErr = fmt.Errorf("%w (interrupted: no report written)", runErr)
+	case runErr != nil && !anyMeasured(res):
+		runErr = fmt.Errorf("%w (nothing measured: no report written)", runErr)
+	default:
 		if err := os.WriteFile(*outFile, []byte(res.Markdown(notes)), 0o644); err != nil {
-			return fmt.Errorf("write report: %w", err)
+			return errors.Join(runErr, fmt.Errorf("write report: %w", err))
 		}
 		if !*quiet {
 			printf(os.Stderr, "wrote %s\n", *outFile)
 		}
 	}
-	return nil
+	return runErr
+}
+
+func anyMeasured(res *bench.Results) bool {
+	for _, f := range res.Figures() {
+		if f.Measured {
+			return true
+		}
+	}
+	return false
 }
 
 func writeBench(w io.Writer, res *bench.Results, format string) error {
