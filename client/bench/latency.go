@@ -130,6 +130,7 @@ func (r *runner) p1(ctx context.Context) error {
 			// slow is a finding, not a reason to measure nothing more.
 			r.warn("P1 (%s): removing the endpoints: %v", v.label, err)
 		}
+		r.deleteVeths(v.batch)
 	}
 	return nil
 }

@@ -7,11 +7,14 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 )
 
 // node is the network namespace the workload interfaces live in: one the
@@ -24,7 +27,7 @@ type node struct {
 	nl     *netlink.Handle
 	owned  bool // created by the driver: deleting it removes every veth in it
 
-	veths []string // host sides made by the driver (deleted one by one unless owned)
+	batches []byte // batches of veths made by the driver and not yet deleted
 }
 
 // nodeIP is the node namespace's own address.
@@ -156,11 +159,14 @@ func (n *node) addVeth(batch byte, i int) error {
 	attrs := netlink.NewLinkAttrs()
 	attrs.Name = ifaceName(batch, i)
 	attrs.Flags = net.FlagUp
+	attrs.Group = linkGroup(batch)
 	v := &netlink.Veth{LinkAttrs: attrs, PeerName: peerName(batch, i), PeerHardwareAddr: peerMAC(batch, i)}
+	if !slices.Contains(n.batches, batch) {
+		n.batches = append(n.batches, batch)
+	}
 	if err := n.nl.LinkAdd(v); err != nil {
 		return fmt.Errorf("add veth %s: %w", attrs.Name, err)
 	}
-	n.veths = append(n.veths, attrs.Name)
 	peer := netlink.NewLinkAttrs()
 	peer.Name = v.PeerName
 	if err := n.nl.LinkSetUp(&netlink.Veth{LinkAttrs: peer}); err != nil {
@@ -169,20 +175,38 @@ func (n *node) addVeth(batch byte, i int) error {
 	return nil
 }
 
+// linkGroup is the interface group of a batch's host sides, so that the
+// batch can be deleted in one request.
+func linkGroup(batch byte) uint32 { return 7000 + uint32(batch) }
+
+// deleteBatch deletes every veth pair of batch with one RTM_DELLINK for
+// its interface group: the kernel unregisters them together, in a fraction
+// of the time one request per veth takes.
+func (n *node) deleteBatch(batch byte) error {
+	err := n.do(func() error {
+		req := nl.NewNetlinkRequest(unix.RTM_DELLINK, unix.NLM_F_ACK)
+		req.AddData(nl.NewIfInfomsg(unix.AF_UNSPEC))
+		req.AddData(nl.NewRtAttr(unix.IFLA_GROUP, nl.Uint32Attr(linkGroup(batch))))
+		_, err := req.Execute(unix.NETLINK_ROUTE, 0)
+		return err
+	})
+	if err != nil && !errors.Is(err, unix.ENODEV) {
+		return fmt.Errorf("delete the veths of batch %c: %w", batch, err)
+	}
+	n.batches = slices.DeleteFunc(n.batches, func(b byte) bool { return b == batch })
+	return nil
+}
+
 // close deletes what the driver made: the whole namespace when it owns
 // it (the kernel then removes every veth in it), else its veths.
 func (n *node) close() error {
 	var errs []error
 	if !n.owned && n.nl != nil {
-		for _, name := range n.veths {
-			attrs := netlink.NewLinkAttrs()
-			attrs.Name = name
-			if err := n.nl.LinkDel(&netlink.Veth{LinkAttrs: attrs}); err != nil && !isNotFound(err) {
-				errs = append(errs, fmt.Errorf("delete veth %s: %w", name, err))
-			}
+		for _, b := range slices.Clone(n.batches) {
+			errs = append(errs, n.deleteBatch(b))
 		}
 	}
-	n.veths = nil
+	n.batches = nil
 	if n.nl != nil {
 		n.nl.Close()
 		n.nl = nil
@@ -197,11 +221,6 @@ func (n *node) close() error {
 		n.owned = false
 	}
 	return errors.Join(errs...)
-}
-
-func isNotFound(err error) bool {
-	var le netlink.LinkNotFoundError
-	return errors.As(err, &le) || strings.Contains(err.Error(), "no such device")
 }
 
 // removeLeftovers deletes the namespaces and pin directories of drivers

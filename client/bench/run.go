@@ -128,6 +128,7 @@ func (r *runner) daemonPhases(ctx context.Context) error {
 		}
 		r.warn("removing P3's endpoints: %v", err)
 	}
+	r.deleteVeths(batchColdStart)
 	return r.p1(ctx)
 }
 
@@ -144,6 +145,18 @@ func (r *runner) createVeths() error {
 	r.res.Veths, r.res.VethTime = n, time.Since(start)
 	r.progress("created %d veth pairs in %s", n, round(r.res.VethTime))
 	return nil
+}
+
+// deleteVeths deletes a batch's veths once its endpoints are gone, so the
+// node holds no more workload interfaces than the scale says (stale veths
+// would make every per-device cost of the next phase larger).
+func (r *runner) deleteVeths(batch byte) {
+	start := time.Now()
+	if err := r.node.deleteBatch(batch); err != nil {
+		r.warn("%v", err)
+		return
+	}
+	r.progress("deleted the veths of batch %c in %s", batch, round(time.Since(start)))
 }
 
 // cleanup ends the session, stops a started daemon (removing its pins)
