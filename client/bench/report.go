@@ -151,7 +151,8 @@ func (r *Results) methodSection(w writer) {
 		"poller owns. Afterwards Inspect must show all %d endpoints on one new program, and the stream must still "+
 		"report each up.\n", flipPort, s.TraceSample, pollers, s.Endpoints)
 	w("* **P1, endpoint → up.** After P3's endpoints are removed and their veths deleted (every phase's veths go with its "+
-		"endpoints, so the node never holds more workload interfaces than the scale), %d new endpoints arrive one every %s, the way a "+
+		"endpoints, so the node never holds more workload interfaces than the scale) and dpd has gone idle (at most one "+
+		"10 ms CPU tick in each of two 100 ms windows), %d new endpoints arrive one every %s, the way a "+
 		"CNI plugin and a controller bring them: the veth is created, then the WorkloadEndpointUpdate is sent at "+
 		"once, so dpd learns of interface and endpoint concurrently. Each latency runs from that Send to the `up` "+
 		"status on the stream. Paced arrivals (50 pods/s is more than a kubelet starts) measure each endpoint's own "+

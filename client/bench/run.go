@@ -159,6 +159,39 @@ func (r *runner) deleteVeths(batch byte) {
 	r.progress("deleted the veths of batch %c in %s", batch, round(time.Since(start)))
 }
 
+// awaitIdle waits until dpd has used at most one clock tick of CPU in
+// each of two consecutive 100 ms windows, so a phase starts on a settled
+// node rather than on the tail of the previous phase's teardown. After
+// limit it gives up with a warning.
+func (r *runner) awaitIdle(ctx context.Context, limit time.Duration) {
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.Now().Add(limit)
+	prev, err := processTicks(r.d.pid)
+	quiet := 0
+	for err == nil && quiet < 2 {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		var cur uint64
+		if cur, err = processTicks(r.d.pid); err != nil {
+			break
+		}
+		if cur-prev <= 1 {
+			quiet++
+		} else {
+			quiet = 0
+		}
+		prev = cur
+		if time.Now().After(deadline) {
+			r.warn("dpd still busy %s after the previous phase; measuring anyway", limit)
+			return
+		}
+	}
+}
+
 // cleanup ends the session, stops a started daemon (removing its pins)
 // and deletes the namespace or veths; it is safe to call twice.
 func (r *runner) cleanup() error {
