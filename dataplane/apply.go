@@ -97,6 +97,9 @@ func (e *Engine) quiescent(now time.Time) bool {
 // markAllForResync re-applies everything on the next pass, repairing
 // drift between the kernel and what the engine believes it holds.
 func (e *Engine) markAllForResync() {
+	if r, ok := e.k.(Resyncer); ok {
+		r.Resync()
+	}
 	e.cfg.dirty = true
 	e.ipsets.markAllForResync()
 	e.weps.markAllForResync()

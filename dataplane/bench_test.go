@@ -60,3 +60,21 @@ func BenchmarkPolicyChange(b *testing.B) {
 		h.send(policy("p7", allowFrom("s:7"), denyPort(int32(1000+i%2))))
 	}
 }
+
+// BenchmarkPolicyFanOut measures one change of a policy that all 1000
+// endpoints use (issue 7's P2, engine side, on the memory kernel).
+func BenchmarkPolicyFanOut(b *testing.B) {
+	h := newHarness(b)
+	h.session()
+	msgs := []*felix.ToDataplane{ipset("s:0", "10.1.0.1"), policy("shared", allowFrom("s:0"), denyPort(1)),
+		profile("kns.default", allowFrom())}
+	for i := 0; i < 1000; i++ {
+		msgs = append(msgs, wep(fmt.Sprintf("w%d", i), fmt.Sprintf("10.65.%d.%d", i/250, i%250+1),
+			[]string{"shared"}, "kns.default"))
+	}
+	h.send(append(msgs, inSync())...)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		h.send(policy("shared", allowFrom("s:0"), denyPort(int32(1000+i%2))))
+	}
+}

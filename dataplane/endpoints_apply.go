@@ -1,18 +1,28 @@
 package dataplane
 
 import (
-	"sort"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/dpd-dev/dpd/dataplane/model"
 )
 
+// sortedDirty lists the dirty endpoints in the order of their names.
 func (m *endpointManager) sortedDirty() []model.WorkloadID {
-	ids := make([]model.WorkloadID, 0, len(m.dirty))
-	for id := range m.dirty {
-		ids = append(ids, id)
+	type named struct {
+		id   model.WorkloadID
+		name string
 	}
-	sort.Slice(ids, func(i, j int) bool { return ids[i].String() < ids[j].String() })
+	l := make([]named, 0, len(m.dirty))
+	for id := range m.dirty {
+		l = append(l, named{id, id.String()})
+	}
+	slices.SortFunc(l, func(a, b named) int { return strings.Compare(a.name, b.name) })
+	ids := make([]model.WorkloadID, len(l))
+	for i := range l {
+		ids[i] = l[i].id
+	}
 	return ids
 }
 
@@ -69,13 +79,34 @@ func (e *Engine) applyEndpointRemovals(now time.Time, p *pass) {
 	}
 }
 
-// applyEndpointUpserts evaluates every dirty endpoint that is due.
+// applyEndpointUpserts evaluates every dirty endpoint that is due. The
+// kernel may first prepare the policies of those that will be applied all
+// at once (PolicyPreloader): loading programs in parallel beats one at a
+// time inside each ApplyEndpoint.
 func (e *Engine) applyEndpointUpserts(now time.Time, p *pass) {
+	e.resolved = map[string]*resolution{}
+	defer func() { e.resolved = nil }()
+	var due []*wepEntry
 	for _, id := range e.weps.sortedDirty() {
-		ent := e.weps.eps[id]
-		if ent.removed || !ent.retry.due(now) {
-			continue
+		if ent := e.weps.eps[id]; !ent.removed && ent.retry.due(now) {
+			due = append(due, ent)
 		}
+	}
+	if pre, ok := e.k.(PolicyPreloader); ok {
+		var eps []*model.Endpoint
+		for _, ent := range due {
+			if ent.invalid != "" || ent.spec == nil {
+				continue
+			}
+			if desired, _, missing := e.resolve(ent); missing == "" && (ent.applied == nil || !sameEndpoint(desired, ent.applied)) {
+				eps = append(eps, desired)
+			}
+		}
+		if len(eps) > 0 {
+			pre.PreloadPolicies(eps)
+		}
+	}
+	for _, ent := range due {
 		e.evalEndpoint(ent, now, p)
 	}
 }

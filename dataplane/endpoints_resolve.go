@@ -1,34 +1,64 @@
 package dataplane
 
 import (
+	"bytes"
 	"fmt"
-	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/dpd-dev/dpd/dataplane/felixconv"
 	"github.com/dpd-dev/dpd/dataplane/model"
 )
 
+// resolution is what an endpoint's policy references resolve to; endpoints
+// with the same references share it within an apply pass.
+type resolution struct {
+	ingress, egress model.DirectionPolicy // with Digest filled in
+	sets            []string
+	missing         string
+}
+
 // resolve builds the endpoint's model with its policy: per direction, the
 // tiers that have policies for that direction (in order, with their
 // default action), then the profiles. It returns the IP sets the rules
 // reference and, if anything referenced is missing, a reason naming it.
+// During an apply pass (e.resolved set) endpoints with the same tier and
+// profile references share one resolution, so a policy used by a thousand
+// endpoints is resolved and hashed once.
 func (e *Engine) resolve(ent *wepEntry) (*model.Endpoint, []string, string) {
 	sp := ent.spec
+	var r *resolution
+	if e.resolved != nil {
+		key := referenceKey(sp)
+		if r = e.resolved[key]; r == nil {
+			r = e.resolveRefs(sp)
+			e.resolved[key] = r
+		}
+	} else {
+		r = e.resolveRefs(sp)
+	}
 	ep := &model.Endpoint{
 		ID:       ent.id,
 		Iface:    sp.Iface,
 		MAC:      sp.MAC,
 		IPv4Nets: sp.IPv4Nets,
 		IPv6Nets: sp.IPv6Nets,
+		Ingress:  r.ingress,
+		Egress:   r.egress,
 	}
+	return ep, r.sets, r.missing
+}
+
+// resolveRefs resolves sp's tier and profile references.
+func (e *Engine) resolveRefs(sp *felixconv.WorkloadEndpoint) *resolution {
+	var in, out model.DirectionPolicy
 	var missing []string
 	for _, t := range sp.Tiers {
 		if len(t.Ingress) > 0 {
-			ep.Ingress.Tiers = append(ep.Ingress.Tiers, e.resolveTier(t, t.Ingress, model.Ingress, &missing))
+			in.Tiers = append(in.Tiers, e.resolveTier(t, t.Ingress, model.Ingress, &missing))
 		}
 		if len(t.Egress) > 0 {
-			ep.Egress.Tiers = append(ep.Egress.Tiers, e.resolveTier(t, t.Egress, model.Egress, &missing))
+			out.Tiers = append(out.Tiers, e.resolveTier(t, t.Egress, model.Egress, &missing))
 		}
 	}
 	for _, name := range sp.Profiles {
@@ -37,16 +67,49 @@ func (e *Engine) resolve(ent *wepEntry) (*model.Endpoint, []string, string) {
 			missing = append(missing, "profile "+name)
 			continue
 		}
-		ep.Ingress.Profiles = append(ep.Ingress.Profiles, model.PolicyRules{Name: name, Kind: "profile", Rules: pr.inbound})
-		ep.Egress.Profiles = append(ep.Egress.Profiles, model.PolicyRules{Name: name, Kind: "profile", Rules: pr.outbound})
+		in.Profiles = append(in.Profiles, model.PolicyRules{Name: name, Kind: "profile", Rules: pr.inbound})
+		out.Profiles = append(out.Profiles, model.PolicyRules{Name: name, Kind: "profile", Rules: pr.outbound})
 	}
-	sets := ep.ReferencedSets()
-	for _, id := range sets {
+	r := &resolution{ingress: in.WithDigest(), egress: out.WithDigest()}
+	r.sets = (&model.Endpoint{Ingress: in, Egress: out}).ReferencedSets()
+	for _, id := range r.sets {
 		if !e.ipsets.exists(id) {
 			missing = append(missing, "ip set "+id)
 		}
 	}
-	return ep, sets, missingReason(missing)
+	r.missing = missingReason(missing)
+	return r
+}
+
+// referenceKey identifies sp's tier and profile references: equal keys
+// resolve to the same policy.
+func referenceKey(sp *felixconv.WorkloadEndpoint) string {
+	var b strings.Builder
+	keys := func(ks []felixconv.PolicyKey) {
+		for _, k := range ks {
+			b.WriteString(k.Kind)
+			b.WriteByte(1)
+			b.WriteString(k.Namespace)
+			b.WriteByte(1)
+			b.WriteString(k.Name)
+			b.WriteByte(2)
+		}
+		b.WriteByte(3)
+	}
+	for _, t := range sp.Tiers {
+		b.WriteString(t.Name)
+		b.WriteByte(0)
+		b.WriteString(t.DefaultAction.String())
+		b.WriteByte(0)
+		keys(t.Ingress)
+		keys(t.Egress)
+	}
+	b.WriteByte(4)
+	for _, p := range sp.Profiles {
+		b.WriteString(p)
+		b.WriteByte(0)
+	}
+	return b.String()
 }
 
 // resolveTier resolves one tier's policies for direction d. A policy is
@@ -81,13 +144,14 @@ func missingReason(missing []string) string {
 	return r
 }
 
-// sameEndpoint reports whether a and b enforce the same thing. Unchanged
-// policies share their rule slices, so the deep comparison is cheap.
+// sameEndpoint reports whether a and b enforce the same thing. Policies
+// compare by content hash (stored by resolve), which is what kernels key
+// their programs by.
 func sameEndpoint(a, b *model.Endpoint) bool {
 	return a.ID == b.ID && a.Iface == b.Iface &&
-		reflect.DeepEqual(a.MAC, b.MAC) &&
-		reflect.DeepEqual(a.IPv4Nets, b.IPv4Nets) &&
-		reflect.DeepEqual(a.IPv6Nets, b.IPv6Nets) &&
-		reflect.DeepEqual(a.Ingress, b.Ingress) &&
-		reflect.DeepEqual(a.Egress, b.Egress)
+		bytes.Equal(a.MAC, b.MAC) &&
+		slices.Equal(a.IPv4Nets, b.IPv4Nets) &&
+		slices.Equal(a.IPv6Nets, b.IPv6Nets) &&
+		a.Ingress.Hash() == b.Ingress.Hash() &&
+		a.Egress.Hash() == b.Egress.Hash()
 }

@@ -65,6 +65,11 @@ type Engine struct {
 	vteps    *objectManager[string, model.VTEP]
 	acks     ackStore
 
+	// resolved memoises endpoint policy resolutions by reference key
+	// during an endpoint apply pass; nil outside one (policies change
+	// between passes).
+	resolved map[string]*resolution
+
 	limiter         *rate.Limiter
 	applyAt         time.Time // a throttled apply is due then (zero: none)
 	resyncAt        time.Time

@@ -33,6 +33,22 @@ type Kernel interface {
 	WatchLinks(ctx context.Context, report func(model.LinkUpdate)) error
 }
 
+// PolicyPreloader is implemented by kernels that can prepare the policy
+// programs of many endpoints at once (load them in parallel) before the
+// engine applies the endpoints one by one. Preloading is an optimisation:
+// ApplyEndpoint must still work for a policy that was not preloaded.
+type PolicyPreloader interface {
+	PreloadPolicies(eps []*model.Endpoint)
+}
+
+// Resyncer is implemented by kernels that skip re-reading kernel state for
+// an endpoint whose interface-level settings they programmed and saw
+// unchanged since. The engine calls Resync before a periodic full resync,
+// so the applies that follow verify everything again and repair drift.
+type Resyncer interface {
+	Resync()
+}
+
 // IPSetKernel programs IP set membership.
 type IPSetKernel interface {
 	// ReplaceIPSet sets the complete membership of a set.

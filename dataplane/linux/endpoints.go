@@ -1,10 +1,12 @@
 package linux
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
 	"time"
 
 	bpfdp "github.com/dpd-dev/dpd/dataplane/bpf"
@@ -37,6 +39,42 @@ type endpointState struct {
 	closed    bool           // ifstate without READY: the interface drops everything
 	adopted   bool           // found in the pinned state at start, not yet claimed
 	lastApply time.Time
+
+	// What this process knows without asking the kernel again, until the
+	// next resync or link event on the interface (Resync, linkEventLocked):
+	// attachOK: the entry programs are attached at ifindex (this process
+	// attached them or saw them attached); verified: the last ApplyEndpoint
+	// programmed everything for ep at ifindex.
+	attachOK bool
+	verified bool
+	// fresh: the interface appeared while this process was running after
+	// its first apply, so nothing of an earlier dpd is on it and its first
+	// configuration writes without reading. configured: that happened.
+	fresh      bool
+	configured bool
+}
+
+// newEndpointStateLocked is the state of an interface first seen now.
+func (k *Kernel) newEndpointStateLocked() *endpointState {
+	return &endpointState{fresh: k.applied}
+}
+
+// Resync implements dataplane.Resyncer: the next ApplyEndpoint of every
+// interface re-reads the kernel instead of trusting what this process did.
+func (k *Kernel) Resync() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for _, st := range k.eps {
+		st.attachOK, st.verified = false, false
+	}
+}
+
+// linkEventLocked forgets what was verified on iface: a link that went down
+// lost its routes, one that was recreated everything.
+func (k *Kernel) linkEventLocked(iface string) {
+	if st := k.eps[iface]; st != nil {
+		st.verified = false
+	}
 }
 
 // EndpointDetails is the kernel's view of a programmed endpoint, for Inspect.
@@ -73,17 +111,25 @@ func (k *Kernel) Endpoint(iface string) (EndpointDetails, bool) {
 // install both policies, mark ready, then routes and neighbours. Each step
 // reads first and writes only what differs, so re-applying an unchanged
 // endpoint (a resync, a controller reconnect, the first apply after a
-// restart that adopted it) writes nothing.
+// restart that adopted it) writes nothing. When only the policy changed
+// since this process verified the interface, only the jump slots are
+// written (a policy used by a thousand endpoints switches in milliseconds);
+// the periodic resync verifies the rest.
 func (k *Kernel) ApplyEndpoint(ep *model.Endpoint) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	st := k.eps[ep.Iface]
 	if st == nil {
-		st = &endpointState{}
+		st = k.newEndpointStateLocked()
 		k.eps[ep.Iface] = st
 	}
+	prev := st.ep
 	st.ep, st.adopted = ep, false
 	ifindex, ok := k.mon.Ifindex(ep.Iface)
+	if ok && st.verified && st.ifindex == ifindex && sameInterfaceConfig(prev, ep) {
+		return k.installBothLocked(st)
+	}
+	st.verified = false
 	if !ok {
 		// Programmed when the monitor reports the interface. Its links
 		// went with it; their pins would only keep them around.
@@ -120,10 +166,8 @@ func (k *Kernel) ApplyEndpoint(ep *model.Endpoint) error {
 			return fmt.Errorf("ifstate %s: %w", ep.Iface, err)
 		}
 	}
-	for _, dir := range []model.Direction{model.Ingress, model.Egress} {
-		if err := k.installLocked(st, dir); err != nil {
-			return err
-		}
+	if err := k.installBothLocked(st); err != nil {
+		return err
 	}
 	if !st.ready || st.ifsSlot != st.slot {
 		// Ready, or moved to another slot (an adopted entry whose slot
@@ -132,21 +176,49 @@ func (k *Kernel) ApplyEndpoint(ep *model.Endpoint) error {
 			return fmt.Errorf("ifstate %s: %w", ep.Iface, err)
 		}
 	}
-	if err := k.cfg.ConfigureEndpoint(ep.Iface, ifindex, ep.MAC, ep.IPv4Nets); err != nil {
+	configure := k.cfg.ConfigureEndpoint
+	if st.fresh && !st.configured {
+		configure = k.cfg.ConfigureEndpoint // PENDING ConfigureNewEndpoint: nothing to read back
+	}
+	if err := configure(ep.Iface, ifindex, ep.MAC, ep.IPv4Nets); err != nil {
 		if errors.Is(err, nl.ErrNoLink) {
 			return nil // vanished meanwhile; the monitor will say so
 		}
 		return fmt.Errorf("configure %s: %w", ep.Iface, err)
 	}
+	st.configured, st.verified = true, true
 	st.lastApply = time.Now()
 	return nil
 }
 
+// installBothLocked installs the ingress and egress policies.
+func (k *Kernel) installBothLocked(st *endpointState) error {
+	for _, dir := range []model.Direction{model.Ingress, model.Egress} {
+		if err := k.installLocked(st, dir); err != nil {
+			st.verified = false
+			return err
+		}
+	}
+	st.lastApply = time.Now()
+	return nil
+}
+
+// sameInterfaceConfig: a and b need the same interface-level programming
+// (everything but policy).
+func sameInterfaceConfig(a, b *model.Endpoint) bool {
+	return a != nil && b != nil && a.Iface == b.Iface && bytes.Equal(a.MAC, b.MAC) &&
+		slices.Equal(a.IPv4Nets, b.IPv4Nets)
+}
+
 // attachLocked attaches the entry programs unless they already are, as
-// they are after a restart or a fail-closed attach.
+// they are after a restart or a fail-closed attach. An attachment this
+// process made or checked at this ifindex is trusted until the next resync.
 func (k *Kernel) attachLocked(st *endpointState, iface string) error {
+	if st.attachOK && st.mode != "" {
+		return nil
+	}
 	if mode, ok := k.bpf.AttachedCurrent(st.ifindex, iface); ok {
-		st.mode = mode
+		st.mode, st.attachOK = mode, true
 		return nil
 	}
 	mode, err := k.bpf.Attach(st.ifindex, iface)
@@ -154,7 +226,7 @@ func (k *Kernel) attachLocked(st *endpointState, iface string) error {
 		return fmt.Errorf("attach %s: %w", iface, err)
 	}
 	k.ops.Attaches++
-	st.mode = mode
+	st.mode, st.attachOK = mode, true
 	return nil
 }
 
@@ -211,6 +283,7 @@ func (k *Kernel) forgetIfindexLocked(st *endpointState) {
 	st.ready = false
 	st.closed = false
 	st.mode = ""
+	st.attachOK, st.verified, st.configured = false, false, false
 }
 
 // RemoveEndpoint removes everything ApplyEndpoint added for ep.

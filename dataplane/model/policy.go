@@ -111,11 +111,25 @@ type Tier struct {
 type DirectionPolicy struct {
 	Tiers    []Tier
 	Profiles []PolicyRules
+	// Digest is Hash's result when the builder stored it (WithDigest); the
+	// zero value means Hash computes it. Hashing formats every rule, so the
+	// engine stores it once for the many endpoints that share a policy.
+	Digest [32]byte
+}
+
+// WithDigest returns p with its Digest filled in.
+func (p DirectionPolicy) WithDigest() DirectionPolicy {
+	p.Digest = [32]byte{}
+	p.Digest = p.Hash()
+	return p
 }
 
 // Hash is a content hash of the policy: equal hashes enforce identically,
 // so kernels share one compiled program per hash.
 func (p *DirectionPolicy) Hash() [32]byte {
+	if p.Digest != ([32]byte{}) {
+		return p.Digest
+	}
 	h := sha256.New()
 	w := func(s string) {
 		var n [8]byte

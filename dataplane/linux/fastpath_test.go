@@ -1,0 +1,62 @@
+package linux
+
+import (
+	"testing"
+	"time"
+
+	"github.com/dpd-dev/dpd/internal/testutil"
+)
+
+// A policy change on an endpoint this process verified writes its jump
+// slot and nothing else, reads nothing back; a resync verifies (and
+// repairs) the rest.
+func TestPolicyChangeWritesOnlyJumps(t *testing.T) {
+	k := openKernel(t, newPinDir(t))
+	a := newWorkload(t, "10.67.0.1")
+	b := newWorkload(t, "10.67.0.2")
+	testutil.WaitFor(t, 5*time.Second, "monitor sees both interfaces", func() bool {
+		_, okA := k.mon.Ifindex(a.HostIface)
+		_, okB := k.mon.Ifindex(b.HostIface)
+		return okA && okB
+	})
+	for i, w := range []*testutil.Workload{a, b} {
+		if err := k.ApplyEndpoint(allowAllEndpoint(w, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.WaitFor(t, 5*time.Second, "a pings b", func() bool { return pingsQuick(a, b.IP) })
+
+	before := k.Ops()
+	if err := k.ApplyEndpoint(endpointFor(b, 1, denyAll(), allowAll())); err != nil {
+		t.Fatal(err)
+	}
+	d := k.Ops().Sub(before)
+	if d.JumpWrites != 1 || d.ProgramLoads != 1 || d.Writes() != 2 {
+		t.Fatalf("policy change: %+v, want the new program loaded and one jump write, nothing else", d)
+	}
+	if n := d.Netlink; n.RouteDumps+n.NeighbourDumps+n.SysctlReads != 0 {
+		t.Fatalf("policy change read the interface's configuration back: %+v", n)
+	}
+	if pingsQuick(a, b.IP) {
+		t.Fatal("a still pings b after b's ingress became deny")
+	}
+
+	// Drift the fast path does not see: the route to b goes.
+	testutil.Run(t, "ip", "route", "del", b.IP+"/32")
+	if err := k.ApplyEndpoint(endpointFor(b, 1, allowAll(), allowAll())); err != nil {
+		t.Fatal(err)
+	}
+	if out := testutil.Run(t, "ip", "route", "show", b.IP); out != "" {
+		t.Fatalf("the fast path rewrote the route (%q): it should only switch programs", out)
+	}
+	k.Resync()
+	before = k.Ops()
+	if err := k.ApplyEndpoint(endpointFor(b, 1, allowAll(), allowAll())); err != nil {
+		t.Fatal(err)
+	}
+	d = k.Ops().Sub(before)
+	if d.Netlink.RouteDumps == 0 || d.Netlink.RouteWrites() != 1 || d.JumpWrites != 0 || d.Attaches != 0 {
+		t.Fatalf("apply after a resync: want a route dump and the one missing route re-added, nothing else; got %+v", d)
+	}
+	testutil.WaitFor(t, 5*time.Second, "a pings b again", func() bool { return pingsQuick(a, b.IP) })
+}
