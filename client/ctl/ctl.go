@@ -34,6 +34,11 @@ Commands (each takes -o json for scripts):
                        print endpoint statuses until the dataplane is in sync.
                        It takes over from the active controller: what the
                        scenario does not contain is removed.
+  bench [--quick|--full] [--out FILE] [--dpd BIN | --socket PATH [--netns NAME]]
+        [--src DIR] [--dpd-log FILE] [--quiet]
+                       issue 7's node-scale benchmarks (P1-P6) against a real
+                       dpd it starts in a namespace of its own; --out writes
+                       BENCHMARKS.md (root, --dataplane=linux)
 
 Global flags:
 `

@@ -68,7 +68,7 @@ func BenchmarkPolicy(b *testing.B) {
 		{"cidr32", []int{10, 100, 1000}, func(n int) ([]model.Rule, Resolver, pkt, pkt) {
 			return cidrRules(n), testSets, tcp(cidrAddr(0).String(), "2.2.2.2", 1, 1), tcp(cidrAddr(n-1).String(), "2.2.2.2", 1, 1)
 		}},
-		{"ipsets", []int{10, 100}, func(n int) ([]model.Rule, Resolver, pkt, pkt) {
+		{"ipsets", []int{10, 100, 1000}, func(n int) ([]model.Rule, Resolver, pkt, pkt) {
 			rules, res := ipSetRules(h, n)
 			return rules, res, tcp(setAddr(0).String(), "2.2.2.2", 1, 1), tcp(setAddr(n-1).String(), "2.2.2.2", 1, 1)
 		}},
