@@ -41,7 +41,7 @@ type endpointState struct {
 	lastApply time.Time
 
 	// What this process knows without asking the kernel again, until the
-	// next resync or link event on the interface (Resync, linkEventLocked):
+	// next resync or link event on the interface (Resync, linkEvent):
 	// attachOK: the entry programs are attached at ifindex (this process
 	// attached them or saw them attached); verified: the last ApplyEndpoint
 	// programmed everything for ep at ifindex.
@@ -69,9 +69,11 @@ func (k *Kernel) Resync() {
 	}
 }
 
-// linkEventLocked forgets what was verified on iface: a link that went down
+// linkEvent forgets what was verified on iface: a link that went down
 // lost its routes, one that was recreated everything.
-func (k *Kernel) linkEventLocked(iface string) {
+func (k *Kernel) linkEvent(iface string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
 	if st := k.eps[iface]; st != nil {
 		st.verified = false
 	}

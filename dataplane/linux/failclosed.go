@@ -35,6 +35,7 @@ func (k *Kernel) WatchLinks(ctx context.Context, report func(model.LinkUpdate)) 
 		wg.Wait()
 	}()
 	return k.mon.Run(ctx, func(u model.LinkUpdate) {
+		k.linkEvent(u.Name)
 		k.onLink(u)
 		report(u)
 	})
@@ -69,7 +70,7 @@ func (k *Kernel) onLink(u model.LinkUpdate) {
 	}
 	fresh := st == nil
 	if fresh {
-		st = &endpointState{}
+		st = k.newEndpointStateLocked()
 	}
 	if err := k.failCloseLocked(u.Name, st, ifindex); err != nil {
 		k.log.Warn("cannot fail closed; the interface may pass unpoliced traffic", "iface", u.Name, "err", err)

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dpd-dev/dpd/dataplane/model"
 	"github.com/dpd-dev/dpd/internal/testutil"
 )
 
@@ -59,4 +60,37 @@ func TestPolicyChangeWritesOnlyJumps(t *testing.T) {
 		t.Fatalf("apply after a resync: want a route dump and the one missing route re-added, nothing else; got %+v", d)
 	}
 	testutil.WaitFor(t, 5*time.Second, "a pings b again", func() bool { return pingsQuick(a, b.IP) })
+}
+
+// A link that went down and up lost its routes: the apply that follows the
+// link event verifies and rewrites them instead of trusting the earlier one.
+func TestLinkFlapReverifies(t *testing.T) {
+	k := openKernel(t, newPinDir(t))
+	watch(t, k)
+	a := newWorkload(t, "10.67.1.1")
+	b := newWorkload(t, "10.67.1.2")
+	testutil.WaitFor(t, 5*time.Second, "monitor sees both interfaces", func() bool {
+		return k.Link(a.HostIface) == model.LinkUp && k.Link(b.HostIface) == model.LinkUp
+	})
+	for i, w := range []*testutil.Workload{a, b} {
+		if err := k.ApplyEndpoint(allowAllEndpoint(w, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testutil.WaitFor(t, 5*time.Second, "a pings b", func() bool { return pingsQuick(a, b.IP) })
+	before := k.Ops()
+	testutil.Run(t, "ip", "link", "set", b.HostIface, "down")
+	testutil.WaitFor(t, 5*time.Second, "monitor sees b down", func() bool { return k.Link(b.HostIface) != model.LinkUp })
+	testutil.Run(t, "ip", "link", "set", b.HostIface, "up")
+	testutil.WaitFor(t, 5*time.Second, "monitor sees b up", func() bool { return k.Link(b.HostIface) == model.LinkUp })
+	if out := testutil.Run(t, "ip", "route", "show", b.IP); out != "" {
+		t.Fatalf("route to b survived the link going down (%q): the test proves nothing", out)
+	}
+	if err := k.ApplyEndpoint(allowAllEndpoint(b, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if d := k.Ops().Sub(before); d.Netlink.RouteWrites() != 1 {
+		t.Fatalf("apply after the flap: %+v, want the route rewritten", d)
+	}
+	testutil.WaitFor(t, 5*time.Second, "a pings b after the flap", func() bool { return pingsQuick(a, b.IP) })
 }
