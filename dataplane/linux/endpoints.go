@@ -180,7 +180,7 @@ func (k *Kernel) ApplyEndpoint(ep *model.Endpoint) error {
 	}
 	configure := k.cfg.ConfigureEndpoint
 	if st.fresh && !st.configured {
-		configure = k.cfg.ConfigureEndpoint // PENDING ConfigureNewEndpoint: nothing to read back
+		configure = k.cfg.ConfigureNewEndpoint // nothing to read back
 	}
 	if err := configure(ep.Iface, ifindex, ep.MAC, ep.IPv4Nets); err != nil {
 		if errors.Is(err, nl.ErrNoLink) {

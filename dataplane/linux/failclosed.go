@@ -6,7 +6,11 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
 	"github.com/dpd-dev/dpd/dataplane/bpf/abi"
+	"github.com/dpd-dev/dpd/dataplane/linux/nl"
 	"github.com/dpd-dev/dpd/dataplane/model"
 )
 
@@ -21,7 +25,11 @@ import (
 
 // WatchLinks runs the interface monitor until ctx ends, failing closed
 // every workload interface nothing has programmed before passing the
-// change on, and runs the periodic garbage collection meanwhile.
+// change on, and runs the periodic garbage collection meanwhile. The
+// callback runs on the monitor's delivery goroutine, not the one draining
+// the netlink subscription, so waiting for k.mu behind an apply, and the
+// attach syscalls under it, cannot make the subscription overflow; reports
+// wait meanwhile, coalesced per interface (see nl.Monitor.Run).
 func (k *Kernel) WatchLinks(ctx context.Context, report func(model.LinkUpdate)) error {
 	gctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
@@ -65,6 +73,14 @@ func (k *Kernel) onLink(u model.LinkUpdate) {
 	if !ok {
 		return
 	}
+	k.closeLinkLocked(u.Name, st, ifindex)
+}
+
+// closeLinkLocked fails closed the interface name, now ifindex, unless it
+// is programmed or closed already; st is its state, nil if none. One that
+// vanishes meanwhile (the change event just before a deletion) is left for
+// its absent event to clean up.
+func (k *Kernel) closeLinkLocked(name string, st *endpointState, ifindex int) {
 	if st != nil && st.ifindex == ifindex && (st.ready || st.closed) {
 		return // programmed, adopted, or closed already
 	}
@@ -72,15 +88,39 @@ func (k *Kernel) onLink(u model.LinkUpdate) {
 	if fresh {
 		st = k.newEndpointStateLocked()
 	}
-	if err := k.failCloseLocked(u.Name, st, ifindex); err != nil {
-		k.log.Warn("cannot fail closed; the interface may pass unpoliced traffic", "iface", u.Name, "err", err)
+	if err := k.failCloseLocked(name, st, ifindex); err != nil {
+		if k.linkGone(name, ifindex, err) {
+			// Nothing passes through a deleted interface. The state is kept
+			// (an attach may have pinned a link) for the absent event.
+			k.log.Debug("interface went away before it could fail closed", "iface", name, "ifindex", ifindex, "err", err)
+		} else {
+			k.log.Warn("cannot fail closed; the interface may pass unpoliced traffic", "iface", name, "err", err)
+		}
 		if fresh && st.ifindex == 0 {
 			return // nothing of ours is on it
 		}
 	}
 	if fresh {
-		k.eps[u.Name] = st
+		k.eps[name] = st
 	}
+}
+
+// linkGone reports whether err, from working on name as ifindex, means the
+// interface no longer exists: an error a vanished device gives (ENODEV from
+// TCX and netlink, the library's LinkNotFoundError from legacy TC,
+// nl.ErrNoLink from the configurer), or the monitor's cache, which runs
+// ahead of its reports, no longer knowing name as ifindex.
+func (k *Kernel) linkGone(name string, ifindex int, err error) bool {
+	if isNoDevice(err) {
+		return true
+	}
+	idx, ok := k.mon.Ifindex(name)
+	return !ok || idx != ifindex
+}
+
+func isNoDevice(err error) bool {
+	var nf netlink.LinkNotFoundError
+	return errors.Is(err, unix.ENODEV) || errors.As(err, &nf) || errors.Is(err, nl.ErrNoLink)
 }
 
 var errForeign = errors.New("another dpd's entry programs are attached")

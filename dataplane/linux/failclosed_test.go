@@ -1,9 +1,13 @@
 package linux
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -86,5 +90,105 @@ func TestFailClosed(t *testing.T) {
 	})
 	if ok, _ := ifState(t, k, badIfindex); ok {
 		t.Error("ifstate of the removed endpoint's vanished interface left")
+	}
+}
+
+// logRecords is a slog handler keeping every record, at every level.
+type logRecords struct {
+	mu   sync.Mutex
+	recs []slog.Record // guarded by mu
+}
+
+func (l *logRecords) Enabled(context.Context, slog.Level) bool { return true }
+
+func (l *logRecords) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.recs = append(l.recs, r)
+	return nil
+}
+
+func (l *logRecords) WithAttrs([]slog.Attr) slog.Handler { return l }
+func (l *logRecords) WithGroup(string) slog.Handler      { return l }
+
+// errOf returns the "err" attribute of the first record with msg.
+func (l *logRecords) errOf(msg string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, r := range l.recs {
+		if r.Message != msg {
+			continue
+		}
+		var err error
+		r.Attrs(func(a slog.Attr) bool {
+			if e, ok := a.Value.Any().(error); ok && a.Key == "err" {
+				err = e
+				return false
+			}
+			return true
+		})
+		return err
+	}
+	return nil
+}
+
+// at returns the messages logged at level or above.
+func (l *logRecords) at(level slog.Level) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, r := range l.recs {
+		if r.Level >= level {
+			out = append(out, r.Message)
+		}
+	}
+	return out
+}
+
+// TestFailCloseVanishedInterface: failing closed an interface deleted
+// under us (the change event just before its deletion) is not a warning,
+// on either attach path, and its absent event leaves nothing behind.
+func TestFailCloseVanishedInterface(t *testing.T) {
+	for _, legacy := range []bool{false, true} {
+		t.Run(fmt.Sprintf("legacy=%v", legacy), func(t *testing.T) {
+			k := openKernelWith(t, Options{PinDir: newPinDir(t), ForceLegacyTC: legacy})
+			logs := &logRecords{}
+			k.log = slog.New(logs)
+			w := newWorkload(t, "10.77.5.1")
+			ifindex := ifindexOf(t, w.HostIface)
+			testutil.Run(t, "ip", "link", "del", w.HostIface)
+
+			k.mu.Lock()
+			k.closeLinkLocked(w.HostIface, nil, ifindex)
+			k.mu.Unlock()
+			if warns := logs.at(slog.LevelWarn); len(warns) != 0 {
+				t.Fatalf("warned about a vanished interface: %q", warns)
+			}
+			const gone = "interface went away before it could fail closed"
+			if debug := logs.at(slog.LevelDebug); !slices.Contains(debug, gone) {
+				t.Fatalf("no debug record of the vanished interface: %q", debug)
+			}
+			// Recognised by the error itself, not only by asking again.
+			if err := logs.errOf(gone); !isNoDevice(err) {
+				t.Errorf("attach error %v not recognised as a vanished device", err)
+			} else {
+				t.Logf("attach error: %v", err)
+			}
+			if k.Ops().FailClosed != 0 {
+				t.Fatal("a vanished interface counted as failed closed")
+			}
+
+			k.onLink(model.LinkUpdate{Name: w.HostIface, State: model.LinkAbsent})
+			if _, tracked := k.Endpoint(w.HostIface); tracked {
+				t.Error("the vanished interface's state outlived its absent event")
+			}
+			if ok, _ := ifState(t, k, ifindex); ok {
+				t.Error("ifstate left for the vanished interface")
+			}
+			pins, _ := filepath.Glob(filepath.Join(k.BPF().PinDir(), "links", w.HostIface+"_*"))
+			if len(pins) != 0 {
+				t.Errorf("link pins left: %v", pins)
+			}
+		})
 	}
 }

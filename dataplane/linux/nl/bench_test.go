@@ -1,6 +1,10 @@
 package nl
 
 import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
 	"testing"
 
 	"github.com/dpd-dev/dpd/internal/testutil"
@@ -35,5 +39,110 @@ func BenchmarkConfigureEndpointNoop(b *testing.B) {
 	b.StopTimer()
 	if w := c.Stats().Sub(before).Writes(); w != 0 {
 		b.Fatalf("%d writes in steady state", w)
+	}
+}
+
+// crowdSizes are the numbers of other endpoints' routes and neighbours.
+var crowdSizes = []int{0, 1000, 4000}
+
+// BenchmarkConfigureEndpointCrowded is the steady-state re-verification of
+// one endpoint among n others: its cost must not grow with n.
+func BenchmarkConfigureEndpointCrowded(b *testing.B) {
+	testutil.RequirePrivileged(b)
+	for _, n := range crowdSizes {
+		b.Run(fmt.Sprintf("others=%d", n), func(b *testing.B) {
+			ns, idx, mac := crowdNS(b, n)
+			c := configurerIn(b, ns)
+			nets := host(crowdEndpointIP)
+			inNetns(b, ns, func() { // sysctls resolve in the caller's namespace
+				if err := c.ConfigureEndpoint(crowdEndpoint, idx, mac, nets); err != nil {
+					b.Error(err)
+					return
+				}
+				for b.Loop() {
+					if err := c.ConfigureEndpoint(crowdEndpoint, idx, mac, nets); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkRouteDump lists one interface's routes among n others, with
+// the kernel filtering (strict) and without (loose: the whole table is
+// sent and the library filters).
+func BenchmarkRouteDump(b *testing.B) {
+	testutil.RequirePrivileged(b)
+	for _, n := range crowdSizes[1:] {
+		ns, idx, _ := crowdNS(b, n)
+		c := configurerIn(b, ns)
+		for _, strict := range []bool{true, false} {
+			b.Run(fmt.Sprintf("others=%d/strict=%v", n, strict), func(b *testing.B) {
+				if err := c.dumps.SetStrictCheck(strict); err != nil {
+					b.Fatal(err)
+				}
+				for b.Loop() {
+					if _, err := c.routesVia(idx); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkNeighbourDump lists one interface's neighbours among n others.
+func BenchmarkNeighbourDump(b *testing.B) {
+	testutil.RequirePrivileged(b)
+	for _, n := range crowdSizes[1:] {
+		ns, idx, _ := crowdNS(b, n)
+		c := configurerIn(b, ns)
+		b.Run(fmt.Sprintf("others=%d", n), func(b *testing.B) {
+			for b.Loop() {
+				if _, err := c.neighboursOn(idx); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkConfigureFirstApply is an endpoint's first apply among n others:
+// read-and-diff (ConfigureEndpoint) against write-only
+// (ConfigureNewEndpoint). Between iterations, untimed, the endpoint's
+// routes, neighbours and sysctls are put back to a new interface's.
+func BenchmarkConfigureFirstApply(b *testing.B) {
+	testutil.RequirePrivileged(b)
+	for _, n := range crowdSizes {
+		ns, idx, mac := crowdNS(b, n)
+		c := configurerIn(b, ns)
+		nets := host(crowdEndpointIP)
+		reset := endpointSysctls(crowdEndpoint, "0")
+		for i := range reset {
+			reset[i].value = "0"
+		}
+		for _, path := range []struct {
+			name string
+			fn   func(string, int, net.HardwareAddr, []netip.Prefix) error
+		}{{"ConfigureEndpoint", c.ConfigureEndpoint}, {"ConfigureNewEndpoint", c.ConfigureNewEndpoint}} {
+			b.Run(fmt.Sprintf("others=%d/%s", n, path.name), func(b *testing.B) {
+				inNetns(b, ns, func() {
+					for b.Loop() {
+						b.StopTimer()
+						err := errors.Join(c.removeRoutes(idx), c.removeNeighbours(idx, nets), c.writeSysctls(reset))
+						b.StartTimer()
+						if err == nil {
+							err = path.fn(crowdEndpoint, idx, mac, nets)
+						}
+						if err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			})
+		}
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"syscall"
 
 	"github.com/vishvananda/netlink"
+	vnl "github.com/vishvananda/netlink/nl"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 )
 
@@ -36,19 +38,25 @@ type Config struct {
 
 // Configurer programs host and per-endpoint kernel state. Its methods read
 // the kernel, compare with what is desired and write only the difference;
-// they hold no cache, so every call also repairs drift. Safe for concurrent
-// use, though the engine calls it from one goroutine.
+// they hold no cache, so every call also repairs drift. The exception is
+// ConfigureNewEndpoint, which only writes, for interfaces that have just
+// appeared. Safe for concurrent use, though the engine calls it from one
+// goroutine.
 type Configurer struct {
 	h *netlink.Handle
 	// dumps serves route listings only. It sets NETLINK_GET_STRICT_CHK, so
-	// the kernel filters dumps by interface and protocol instead of sending
-	// the whole table; neighbour dumps reject strict mode, hence two handles.
-	dumps    *netlink.Handle
-	proto    netlink.RouteProtocol
-	rpFilter string
-	procSys  string // sysctl root, "/proc/sys"; tests point it elsewhere
-	log      *slog.Logger
-	stats    counters
+	// the kernel filters dumps by interface, table and protocol instead of
+	// sending the whole table (measured in BenchmarkRouteDump).
+	dumps *netlink.Handle
+	// neighDumps serves neighbour listings: the library's NeighList puts
+	// the ifindex in the header, which the kernel ignores (and strict mode
+	// rejects), so neighboursOn builds its own request; see neigh.go.
+	neighDumps map[int]*vnl.SocketHandle
+	proto      netlink.RouteProtocol
+	rpFilter   string
+	procSys    string // sysctl root, "/proc/sys"; tests point it elsewhere
+	log        *slog.Logger
+	stats      counters
 }
 
 // NewConfigurer opens the Configurer's persistent netlink handles.
@@ -62,13 +70,21 @@ func NewConfigurer(cfg Config) (*Configurer, error) {
 		h.Close()
 		return nil, fmt.Errorf("open netlink dump handle: %w", err)
 	}
+	// Same namespace as the handles: the calling thread's.
+	ns, err := vnl.GetNetlinkSocketAt(netns.None(), netns.None(), unix.NETLINK_ROUTE)
+	if err != nil {
+		h.Close()
+		dumps.Close()
+		return nil, fmt.Errorf("open netlink neighbour dump socket: %w", err)
+	}
 	c := &Configurer{
-		h:        h,
-		dumps:    dumps,
-		proto:    cfg.RouteProtocol,
-		rpFilter: cfg.RPFilter,
-		procSys:  "/proc/sys",
-		log:      cfg.Logger,
+		h:          h,
+		dumps:      dumps,
+		neighDumps: map[int]*vnl.SocketHandle{unix.NETLINK_ROUTE: {Socket: ns}},
+		proto:      cfg.RouteProtocol,
+		rpFilter:   cfg.RPFilter,
+		procSys:    "/proc/sys",
+		log:        cfg.Logger,
 	}
 	if c.proto == 0 {
 		c.proto = RouteProtocol
@@ -83,6 +99,9 @@ func NewConfigurer(cfg Config) (*Configurer, error) {
 		// Kernels before 4.20: dumps are filtered in user space instead.
 		c.log.Debug("netlink strict check unavailable", "err", err)
 	}
+	if err := unix.SetsockoptInt(ns.GetFd(), unix.SOL_NETLINK, unix.NETLINK_GET_STRICT_CHK, 1); err != nil {
+		c.log.Debug("netlink strict check unavailable for neighbour dumps", "err", err)
+	}
 	return c, nil
 }
 
@@ -90,6 +109,9 @@ func NewConfigurer(cfg Config) (*Configurer, error) {
 func (c *Configurer) Close() error {
 	c.h.Close()
 	c.dumps.Close()
+	for _, sh := range c.neighDumps {
+		sh.Close()
+	}
 	return nil
 }
 

@@ -10,7 +10,11 @@
 //     host-side veth sysctls (proxy ARP, forwarding, rp_filter, ...), a
 //     /32 route per IPv4 address and a permanent neighbour entry for the
 //     workload's MAC. It compares desired with actual kernel state and writes
-//     only differences, counting every kernel write in Stats.
+//     only differences (ConfigureEndpoint), or, for an interface that has
+//     just appeared, writes without reading (ConfigureNewEndpoint), counting
+//     every kernel write in Stats. Where it reads, the kernel filters the
+//     dumps by interface (strict checking, NDA_IFINDEX), so a read costs
+//     the same whatever the number of endpoints.
 //
 // Route ownership: every route dpd creates carries the route protocol
 // RouteProtocol (0xdd = 221, "dpd"; `ip route show proto 221`). It is not in

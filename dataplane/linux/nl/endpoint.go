@@ -48,6 +48,41 @@ func (c *Configurer) ConfigureEndpoint(iface string, ifindex int, mac net.Hardwa
 	return nil
 }
 
+// ConfigureNewEndpoint is ConfigureEndpoint for an interface that has just
+// appeared, so nothing of dpd's can be on it yet: it writes without reading
+// the kernel first (every sysctl written, RouteReplace per net, NeighSet per
+// host address when mac is known), a constant number of syscalls where
+// ConfigureEndpoint reads and diffs. The outcome and errors are the same
+// (an absent interface yields an error wrapping ErrNoLink), except that dpd
+// routes and permanent neighbours for other destinations on the interface
+// are not looked for, so after a restart, or to re-verify, use
+// ConfigureEndpoint. Repeating it is harmless. Every write is counted in
+// Stats (routes as RoutesAdded).
+func (c *Configurer) ConfigureNewEndpoint(iface string, ifindex int, mac net.HardwareAddr, nets []netip.Prefix) error {
+	if err := validIfaceName(iface); err != nil {
+		return err
+	}
+	if ifindex <= 0 {
+		idx, err := c.linkIndex(iface)
+		if err != nil {
+			return err
+		}
+		ifindex = idx
+	}
+	v4 := ipv4Nets(nets)
+	if err := c.writeSysctls(endpointSysctls(iface, c.rpFilter)); err != nil {
+		return fmt.Errorf("configure %s: %w", iface, noLink(err))
+	}
+	errs := []error{c.replaceRoutes(ifindex, v4)}
+	if len(mac) > 0 {
+		errs = append(errs, c.setNeighbours(ifindex, mac, v4))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("configure %s: %w", iface, err)
+	}
+	return nil
+}
+
 // UnconfigureEndpoint removes what ConfigureEndpoint added for iface: every
 // dpd route through it, and the permanent neighbours of nets' addresses on
 // it. Sysctls are left: they vanish with the interface. An absent interface

@@ -122,9 +122,17 @@ func startMonitor(t *testing.T, cfg MonitorConfig) (*Monitor, *reports) {
 		t.Fatalf("new monitor: %v", err)
 	}
 	rep := &reports{}
+	runMonitor(t, m, rep.add)
+	return m, rep
+}
+
+// runMonitor runs m with report until the test ends (then closes m) and
+// waits until its initial listing is done.
+func runMonitor(t *testing.T, m *Monitor, report func(model.LinkUpdate)) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
-	go func() { errc <- m.Run(ctx, rep.add) }()
+	go func() { errc <- m.Run(ctx, report) }()
 	t.Cleanup(func() {
 		cancel()
 		if err := <-errc; err != nil {
@@ -133,7 +141,6 @@ func startMonitor(t *testing.T, cfg MonitorConfig) (*Monitor, *reports) {
 		_ = m.Close()
 	})
 	testutil.WaitFor(t, deadline, "monitor synced", m.synced.Load)
-	return m, rep
 }
 
 func newConfigurer(t *testing.T) *Configurer {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/dpd-dev/dpd/dataplane/model"
@@ -20,16 +21,22 @@ import (
 const DefaultResyncInterval = 30 * time.Second
 
 const (
-	// updateBuffer lets a burst of link events queue while report blocks on
-	// the engine's inbox.
+	// updateBuffer lets decoded link events queue between the library's
+	// reader and Run's goroutine, e.g. while Run re-lists every link.
 	updateBuffer = 1024
-	// receiveBuffer asks for a larger socket buffer so pod churn overflows
-	// (ENOBUFS) less often; the kernel caps it at net.core.rmem_max.
-	receiveBuffer = 1 << 20
+	// receiveBuffer is the subscription's socket buffer, a few thousand link
+	// messages (each costs its skb's size, 2-4 KiB), so a burst (deleting
+	// 1,000 veth pairs is 2,000 events within a second) fits while Run's
+	// goroutine catches up. Set with SO_RCVBUFFORCE, which needs
+	// CAP_NET_ADMIN (dpd runs as root), because SO_RCVBUF is capped at
+	// net.core.rmem_max (208 KiB by default).
+	receiveBuffer = 8 << 20
 	minBackoff    = 100 * time.Millisecond
 	maxBackoff    = 10 * time.Second
 	// dumpRetries bounds re-listing when the kernel flags a dump interrupted.
 	dumpRetries = 5
+	// resyncRetry is how soon a failed or incomplete resync is repeated.
+	resyncRetry = time.Second
 )
 
 // MonitorConfig configures a Monitor. Zero values take the defaults.
@@ -44,11 +51,14 @@ type MonitorConfig struct {
 
 // MonitorStats counts what the monitor did, for tests and metrics.
 type MonitorStats struct {
-	Events        uint64 // link messages received from the subscription
-	Resyncs       uint64 // completed full re-lists
-	ResyncRepairs uint64 // cache entries a re-list had to add, fix or drop
-	Resubscribes  uint64 // subscriptions re-opened after they broke
-	Reports       uint64 // model.LinkUpdates handed to the report callback
+	Events  uint64 // link messages received from the subscription
+	Resyncs uint64 // completed full re-lists
+	// PartialResyncs counts re-lists the kernel kept flagging interrupted:
+	// applied without removals, and retried soon.
+	PartialResyncs uint64
+	ResyncRepairs  uint64 // cache entries a re-list had to add, fix or drop
+	Resubscribes   uint64 // subscriptions re-opened after they broke
+	Reports        uint64 // model.LinkUpdates handed to the report callback
 }
 
 type linkEntry struct {
@@ -63,6 +73,14 @@ type Monitor struct {
 	handle         *netlink.Handle
 	resyncInterval time.Duration
 	log            *slog.Logger
+	// rcvbuf is the subscription's socket buffer size, receiveBuffer
+	// (tests shrink it), forced past rmem_max if forceRcvbuf (probed once
+	// in NewMonitor).
+	rcvbuf      int
+	forceRcvbuf bool
+	// ns, when set, is the namespace to subscribe in (tests; the handle is
+	// bound to the namespace it was opened in). Nil: the current one.
+	ns *netns.NsHandle
 
 	running atomic.Bool // Run is active
 	synced  atomic.Bool // the cache is filled and maintained; LinkState trusts it
@@ -76,11 +94,14 @@ type Monitor struct {
 	linksLocked  map[string]linkEntry // name -> entry; guarded by mu
 	namesByIndex map[int]string       // ifindex -> name, to see renames; guarded by mu
 
-	// reported is the last state reported per matching name (absent names
-	// are not kept). Only Run's goroutine touches it.
-	reported map[string]model.LinkState
+	// reported is the last state and ifindex reported per matching name
+	// (absent names are not kept). Only Run's goroutine touches it.
+	reported map[string]linkEntry
+	// queue takes reports to the callback's goroutine; set by Run, used by
+	// Run's goroutine only.
+	queue *reportQueue
 
-	events, resyncs, repairs, resubscribes, reports atomic.Uint64
+	events, resyncs, partials, repairs, resubscribes, reports atomic.Uint64
 }
 
 // NewMonitor opens the monitor's netlink handle. Call Run to start watching
@@ -105,7 +126,22 @@ func NewMonitor(cfg MonitorConfig) (*Monitor, error) {
 	if m.log == nil {
 		m.log = slog.Default()
 	}
+	m.rcvbuf, m.forceRcvbuf = receiveBuffer, canForceRcvbuf()
+	if !m.forceRcvbuf {
+		m.log.Info("link monitor: cannot force the netlink receive buffer; capped at net.core.rmem_max")
+	}
 	return m, nil
+}
+
+// canForceRcvbuf tries SO_RCVBUFFORCE on a throwaway netlink socket. Asking
+// the library for it and failing would leak the subscription's socket.
+func canForceRcvbuf() bool {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
+	if err != nil {
+		return false
+	}
+	defer func() { _ = unix.Close(fd) }()
+	return unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, receiveBuffer) == nil
 }
 
 // Close releases the netlink handle. Stop Run (cancel its context) first.
@@ -182,20 +218,25 @@ func (m *Monitor) Ifindex(name string) (index int, ok bool) {
 // Stats returns a snapshot of the monitor's counters.
 func (m *Monitor) Stats() MonitorStats {
 	return MonitorStats{
-		Events:        m.events.Load(),
-		Resyncs:       m.resyncs.Load(),
-		ResyncRepairs: m.repairs.Load(),
-		Resubscribes:  m.resubscribes.Load(),
-		Reports:       m.reports.Load(),
+		Events:         m.events.Load(),
+		Resyncs:        m.resyncs.Load(),
+		PartialResyncs: m.partials.Load(),
+		ResyncRepairs:  m.repairs.Load(),
+		Resubscribes:   m.resubscribes.Load(),
+		Reports:        m.reports.Load(),
 	}
 }
 
-// Run watches links until ctx ends, calling report (from Run's goroutine
-// only, never under a lock, so report may block) whenever a matching
-// interface appears, changes state or disappears. The first report for each
-// existing matching interface comes from the initial listing. Run returns
-// nil when ctx ends, or an error if the very first subscription fails;
-// later failures are retried with backoff, each followed by a full resync.
+// Run watches links until ctx ends, calling report whenever a matching
+// interface appears, changes state (or ifindex) or disappears. report is
+// called from one goroutine Run starts, never under a lock, and may block:
+// the cache keeps following link events meanwhile, and reports report has
+// not taken yet are coalesced to the latest state per name (see
+// reportQueue). The first report for each existing matching interface
+// comes from the initial listing. Run returns nil when ctx ends (after
+// report has returned for the last time), or an error if the very first
+// subscription fails; later failures are retried with backoff, each
+// followed by a full resync.
 func (m *Monitor) Run(ctx context.Context, report func(model.LinkUpdate)) error {
 	if !m.running.CompareAndSwap(false, true) {
 		return errors.New("link monitor already running")
@@ -205,12 +246,27 @@ func (m *Monitor) Run(ctx context.Context, report func(model.LinkUpdate)) error 
 		m.running.Store(false)
 	}()
 	// A new Run has a new consumer, which must hear about every link again.
-	m.reported = map[string]model.LinkState{}
+	m.reported = map[string]linkEntry{}
+	q := newReportQueue()
+	m.queue = q
+	dctx, stop := context.WithCancel(ctx)
+	delivered := make(chan struct{})
+	go func() {
+		defer close(delivered)
+		q.run(dctx, func(u model.LinkUpdate) {
+			m.reports.Add(1)
+			report(u)
+		})
+	}()
+	defer func() {
+		stop()
+		<-delivered
+	}()
 
 	backoff := minBackoff
 	for first := true; ; first = false {
 		started := time.Now()
-		err := m.serve(ctx, report)
+		err := m.serve(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -236,13 +292,15 @@ func (m *Monitor) Run(ctx context.Context, report func(model.LinkUpdate)) error 
 
 // serve runs one subscription: subscribe, full resync, then events and
 // periodic resyncs until ctx ends or the subscription breaks.
-func (m *Monitor) serve(ctx context.Context, report func(model.LinkUpdate)) error {
+func (m *Monitor) serve(ctx context.Context) error {
 	updates := make(chan netlink.LinkUpdate, updateBuffer)
 	done := make(chan struct{})
 	errs := make(chan error, 16)
 	opts := netlink.LinkSubscribeOptions{
-		ListExisting:      true,
-		ReceiveBufferSize: receiveBuffer,
+		Namespace:              m.ns,
+		ListExisting:           true,
+		ReceiveBufferSize:      m.rcvbuf,
+		ReceiveBufferForceSize: m.forceRcvbuf,
 		ErrorCallback: func(err error) {
 			select {
 			case errs <- err:
@@ -265,10 +323,16 @@ func (m *Monitor) serve(ctx context.Context, report func(model.LinkUpdate)) erro
 
 	// ListExisting only adds; a full list also catches links deleted while
 	// we were not subscribed.
-	if err := m.resync(report); err != nil {
+	complete, err := m.resync()
+	if err != nil {
 		return err
 	}
 	m.synced.Store(true)
+	// retry fires when a failed or incomplete resync is due again.
+	var retry <-chan time.Time
+	if !complete {
+		retry = time.After(resyncRetry)
+	}
 
 	ticker := time.NewTicker(m.resyncInterval)
 	defer ticker.Stop()
@@ -285,30 +349,34 @@ func (m *Monitor) serve(ctx context.Context, report func(model.LinkUpdate)) erro
 				return fmt.Errorf("link subscription ended: %w", lastErr)
 			}
 			m.events.Add(1)
-			m.deliver(report, m.applyUpdate(u))
+			m.queue.push(m.applyUpdate(u))
 		case err := <-errs:
 			lastErr = err
 			if errors.Is(err, netlink.ErrDumpInterrupted) {
-				m.resyncLogged(report)
+				retry = m.resyncOrRetry()
 			}
 		case <-ticker.C:
-			m.resyncLogged(report)
+			retry = m.resyncOrRetry()
+		case <-retry:
+			retry = m.resyncOrRetry()
 		case <-m.prefixCh:
-			m.deliver(report, m.pendingAll())
+			m.queue.push(m.pendingAll())
 		}
 	}
 }
 
-func (m *Monitor) resyncLogged(report func(model.LinkUpdate)) {
-	if err := m.resync(report); err != nil {
-		m.log.Warn("link monitor: resync failed", "err", err)
+// resyncOrRetry resyncs and returns when to try again: soon if the resync
+// failed or was incomplete, else never (nil; the ticker goes on).
+func (m *Monitor) resyncOrRetry() <-chan time.Time {
+	complete, err := m.resync()
+	switch {
+	case err != nil:
+		m.log.Warn("link monitor: resync failed", "err", err, "retry", resyncRetry)
+	case !complete:
+		m.log.Info("link monitor: link dumps kept being interrupted; applied what they listed",
+			"retry", resyncRetry)
+	default:
+		return nil
 	}
-}
-
-// deliver hands updates to report; called without m.mu held.
-func (m *Monitor) deliver(report func(model.LinkUpdate), ups []model.LinkUpdate) {
-	for _, u := range ups {
-		m.reports.Add(1)
-		report(u)
-	}
+	return time.After(resyncRetry)
 }

@@ -17,7 +17,6 @@ func (m *Monitor) applyUpdate(u netlink.LinkUpdate) []model.LinkUpdate {
 	name, index := attrs.Name, int(u.Index)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	touched := []string{name}
 	if u.Header.Type == unix.RTM_DELLINK {
 		// Only forget the name if it still denotes this index: a stale
 		// delete must not erase a newer link that reuses the name.
@@ -27,27 +26,75 @@ func (m *Monitor) applyUpdate(u netlink.LinkUpdate) []model.LinkUpdate {
 		if m.namesByIndex[index] == name {
 			delete(m.namesByIndex, index)
 		}
-		return m.pendingLocked(touched)
+		return m.pendingLocked([]string{name})
 	}
-	if old, ok := m.namesByIndex[index]; ok && old != name {
+	return m.pendingLocked(m.putLocked(name, linkEntry{index: index, state: stateOf(attrs)}))
+}
+
+// putLocked records that link e.index is called name and is in e.state,
+// dropping what the index or the name denoted before. It returns the names
+// touched. Caller holds m.mu (write).
+func (m *Monitor) putLocked(name string, e linkEntry) []string {
+	touched := []string{name}
+	if old, ok := m.namesByIndex[e.index]; ok && old != name {
 		// Renamed: the old name is gone.
-		if e, ok := m.linksLocked[old]; ok && e.index == index {
+		if oe, ok := m.linksLocked[old]; ok && oe.index == e.index {
 			delete(m.linksLocked, old)
 		}
 		touched = append(touched, old)
 	}
-	m.namesByIndex[index] = name
-	m.linksLocked[name] = linkEntry{index: index, state: stateOf(attrs)}
-	return m.pendingLocked(touched)
+	if oe, ok := m.linksLocked[name]; ok && oe.index != e.index && m.namesByIndex[oe.index] == name {
+		// The name now denotes another link; the old one is gone.
+		delete(m.namesByIndex, oe.index)
+	}
+	m.namesByIndex[e.index] = name
+	m.linksLocked[name] = e
+	return touched
 }
 
-// resync replaces the cache with a full listing, counts the entries that
-// differed (repairs), and reports what changed. Run's goroutine only.
-func (m *Monitor) resync(report func(model.LinkUpdate)) error {
-	links, err := m.listLinks()
+// resync re-lists every link into the cache, counts the entries that
+// differed (repairs) and queues the reports that causes. complete is false
+// when the kernel kept flagging the dump interrupted: what it listed was
+// applied, but nothing was dropped. Run's goroutine only.
+func (m *Monitor) resync() (complete bool, err error) {
+	links, complete, err := m.listLinks()
 	if err != nil {
-		return err
+		return false, err
 	}
+	pending, repairs := m.applyListing(links, complete)
+	if complete {
+		m.resyncs.Add(1)
+	} else {
+		m.partials.Add(1)
+	}
+	m.repairs.Add(repairs)
+	m.queue.push(pending)
+	return complete, nil
+}
+
+// applyListing folds a listing of links into the cache and returns the
+// reports it causes and the number of entries it had to fix. A complete
+// listing replaces the cache. An incomplete one (an interrupted dump) may
+// lack links that exist, so it only adds and updates: treating what it
+// lacks as deleted would report live workload interfaces gone. Run's
+// goroutine only.
+func (m *Monitor) applyListing(links []netlink.Link, complete bool) (pending []model.LinkUpdate, repairs uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !complete {
+		var touched []string
+		for _, l := range links {
+			a := l.Attrs()
+			e := linkEntry{index: a.Index, state: stateOf(a)}
+			if old, ok := m.linksLocked[a.Name]; ok && old == e && m.namesByIndex[e.index] == a.Name {
+				continue
+			}
+			repairs++
+			touched = append(touched, m.putLocked(a.Name, e)...)
+		}
+		return m.pendingLocked(touched), repairs
+	}
+
 	fresh := make(map[string]linkEntry, len(links))
 	byIndex := make(map[int]string, len(links))
 	for _, l := range links {
@@ -55,9 +102,6 @@ func (m *Monitor) resync(report func(model.LinkUpdate)) error {
 		fresh[a.Name] = linkEntry{index: a.Index, state: stateOf(a)}
 		byIndex[a.Index] = a.Name
 	}
-
-	m.mu.Lock()
-	var repairs uint64
 	touched := make([]string, 0, len(fresh))
 	for name, e := range fresh {
 		if old, ok := m.linksLocked[name]; !ok || old != e {
@@ -79,30 +123,23 @@ func (m *Monitor) resync(report func(model.LinkUpdate)) error {
 		}
 	}
 	m.linksLocked, m.namesByIndex = fresh, byIndex
-	pending := m.pendingLocked(touched)
-	m.mu.Unlock()
-
-	m.resyncs.Add(1)
-	m.repairs.Add(repairs)
-	m.deliver(report, pending)
-	return nil
+	return m.pendingLocked(touched), repairs
 }
 
-// listLinks lists every link, retrying dumps the kernel flags interrupted:
-// an incomplete list would report live links as deleted.
-func (m *Monitor) listLinks() ([]netlink.Link, error) {
-	var err error
+// listLinks lists every link, retrying dumps the kernel flags interrupted
+// (links changed meanwhile). When every try was interrupted it returns the
+// last listing with complete false.
+func (m *Monitor) listLinks() (links []netlink.Link, complete bool, err error) {
 	for range dumpRetries {
-		var links []netlink.Link
 		links, err = m.handle.LinkList()
 		if err == nil {
-			return links, nil
+			return links, true, nil
 		}
 		if !errors.Is(err, netlink.ErrDumpInterrupted) {
-			break
+			return nil, false, fmt.Errorf("list links: %w", err)
 		}
 	}
-	return nil, fmt.Errorf("list links: %w", err)
+	return links, false, nil
 }
 
 // pendingAll computes reports for every cached or reported name, after a
@@ -124,31 +161,32 @@ func (m *Monitor) pendingAll() []model.LinkUpdate {
 }
 
 // pendingLocked returns a report for each matching name whose cached state
-// differs from what was last reported, and records it as reported. Caller
-// holds m.mu (write) and runs on Run's goroutine.
+// or ifindex differs from what was last reported (a new ifindex alone means
+// the interface was re-created: news to the consumer), and records it as
+// reported. Caller holds m.mu (write) and runs on Run's goroutine.
 func (m *Monitor) pendingLocked(names []string) []model.LinkUpdate {
 	var out []model.LinkUpdate
 	for _, name := range names {
 		if !matchesAny(m.prefixes, name) {
 			continue
 		}
-		cur := model.LinkAbsent
-		if e, ok := m.linksLocked[name]; ok {
-			cur = e.state
+		cur, ok := m.linksLocked[name]
+		if !ok {
+			cur = linkEntry{state: model.LinkAbsent}
 		}
 		prev, ok := m.reported[name]
 		if !ok {
-			prev = model.LinkAbsent
+			prev = linkEntry{state: model.LinkAbsent}
 		}
 		if cur == prev {
 			continue
 		}
-		if cur == model.LinkAbsent {
+		if cur.state == model.LinkAbsent {
 			delete(m.reported, name)
 		} else {
 			m.reported[name] = cur
 		}
-		out = append(out, model.LinkUpdate{Name: name, State: cur})
+		out = append(out, model.LinkUpdate{Name: name, State: cur.state})
 	}
 	return out
 }

@@ -9,19 +9,23 @@ import (
 	"syscall"
 
 	"github.com/vishvananda/netlink"
+	vnl "github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 )
 
-// neighboursOn lists the IPv4 neighbours of ifindex. The kernel rejects
-// this library's neighbour dump under strict checking, so it is a full IPv4
-// dump filtered in user space: O(ARP table) per endpoint, cheap at node
-// scale.
+// neighboursOn lists the IPv4 neighbours of ifindex, filtered by the
+// kernel: the interface goes in an NDA_IFINDEX attribute, which the kernel
+// honours, where the library's NeighList puts it in the header, which the
+// kernel ignores, so the whole table is sent for the library to filter:
+// O(endpoints) per endpoint. The kernel still walks its table but
+// serialises only this interface's entries (BenchmarkNeighbourDump). The
+// results are filtered here too, for kernels without the filter.
 func (c *Configurer) neighboursOn(ifindex int) ([]netlink.Neigh, error) {
 	var err error
 	for range dumpRetries {
 		c.stats.neighDumps.Add(1)
 		var ns []netlink.Neigh
-		ns, err = c.h.NeighList(ifindex, netlink.FAMILY_V4)
+		ns, err = c.dumpNeighbours(ifindex)
 		if err == nil {
 			return ns, nil
 		}
@@ -30,6 +34,33 @@ func (c *Configurer) neighboursOn(ifindex int) ([]netlink.Neigh, error) {
 		}
 	}
 	return nil, fmt.Errorf("list neighbours: %w", err)
+}
+
+// dumpNeighbours makes one RTM_GETNEIGH dump of ifindex's IPv4 entries.
+func (c *Configurer) dumpNeighbours(ifindex int) ([]netlink.Neigh, error) {
+	req := &vnl.NetlinkRequest{
+		NlMsghdr: unix.NlMsghdr{
+			Len:   unix.SizeofNlMsghdr,
+			Type:  unix.RTM_GETNEIGH,
+			Flags: unix.NLM_F_REQUEST | unix.NLM_F_DUMP,
+		},
+		Sockets: c.neighDumps,
+	}
+	// Strict mode wants ndm_ifindex 0 and the filter as an attribute.
+	req.AddData(&netlink.Ndmsg{Family: unix.AF_INET})
+	req.AddData(vnl.NewRtAttr(unix.NDA_IFINDEX, vnl.Uint32Attr(uint32(ifindex))))
+	var out []netlink.Neigh
+	err := req.ExecuteIter(unix.NETLINK_ROUTE, unix.RTM_NEWNEIGH, func(m []byte) bool {
+		n, err := netlink.NeighDeserialize(m)
+		if err == nil && n.LinkIndex == ifindex && n.Family == unix.AF_INET {
+			out = append(out, *n)
+		}
+		return true
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 func isPermanent(n *netlink.Neigh) bool { return n.State&netlink.NUD_PERMANENT != 0 }
@@ -80,24 +111,37 @@ func (c *Configurer) syncNeighbours(ifindex int, mac net.HardwareAddr, nets []ne
 		}
 	}
 	for a := range want {
-		if done[a] {
-			continue
+		if !done[a] {
+			errs = append(errs, c.setNeighbour(ifindex, mac, a))
 		}
-		n := &netlink.Neigh{
-			LinkIndex:    ifindex,
-			Family:       netlink.FAMILY_V4,
-			State:        netlink.NUD_PERMANENT,
-			Type:         unix.RTN_UNICAST,
-			IP:           a.AsSlice(),
-			HardwareAddr: mac,
-		}
-		if err := c.h.NeighSet(n); err != nil {
-			errs = append(errs, fmt.Errorf("set neighbour %s: %w", a, noLink(err)))
-			continue
-		}
-		c.stats.neighSet.Add(1)
 	}
 	return errors.Join(errs...)
+}
+
+// setNeighbours pins every host address of nets to mac on ifindex without
+// looking at what is there.
+func (c *Configurer) setNeighbours(ifindex int, mac net.HardwareAddr, nets []netip.Prefix) error {
+	var errs []error
+	for a := range hostAddrs(nets) {
+		errs = append(errs, c.setNeighbour(ifindex, mac, a))
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Configurer) setNeighbour(ifindex int, mac net.HardwareAddr, a netip.Addr) error {
+	n := &netlink.Neigh{
+		LinkIndex:    ifindex,
+		Family:       netlink.FAMILY_V4,
+		State:        netlink.NUD_PERMANENT,
+		Type:         unix.RTN_UNICAST,
+		IP:           a.AsSlice(),
+		HardwareAddr: mac,
+	}
+	if err := c.h.NeighSet(n); err != nil {
+		return fmt.Errorf("set neighbour %s: %w", a, noLink(err))
+	}
+	c.stats.neighSet.Add(1)
+	return nil
 }
 
 // removeNeighbours deletes the permanent neighbours of nets' addresses on

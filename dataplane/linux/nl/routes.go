@@ -123,6 +123,20 @@ func (c *Configurer) syncRoutes(ifindex int, want []netip.Prefix) error {
 	return errors.Join(errs...)
 }
 
+// replaceRoutes writes the route to each of want through ifindex without
+// looking at what is there.
+func (c *Configurer) replaceRoutes(ifindex int, want []netip.Prefix) error {
+	var errs []error
+	for _, dst := range want {
+		if err := c.h.RouteReplace(c.desiredRoute(dst, ifindex)); err != nil {
+			errs = append(errs, fmt.Errorf("replace route %s: %w", dst, noLink(err)))
+			continue
+		}
+		c.stats.routesAdded.Add(1)
+	}
+	return errors.Join(errs...)
+}
+
 // removeRoutes deletes every dpd route through ifindex.
 func (c *Configurer) removeRoutes(ifindex int) error {
 	have, err := c.routesVia(ifindex)

@@ -6,7 +6,7 @@ import "sync/atomic"
 // assert how much a sync did: re-applying an unchanged endpoint makes no
 // writes at all, only reads.
 type Stats struct {
-	RoutesAdded       uint64 // RouteReplace of a destination the interface lacked
+	RoutesAdded       uint64 // RouteReplace of a destination the interface lacked, or by ConfigureNewEndpoint
 	RoutesReplaced    uint64 // RouteReplace of a route that differed
 	RoutesDeleted     uint64
 	NeighboursSet     uint64

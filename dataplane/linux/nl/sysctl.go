@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // sysctl is one /proc/sys setting, path relative to the sysctl root.
@@ -69,35 +70,76 @@ func (c *Configurer) ensureSysctls(list []sysctl) error {
 func (c *Configurer) ensureSysctl(rel, value string) error {
 	p := filepath.Join(c.procSys, rel)
 	c.stats.sysctlReads.Add(1)
-	cur, err := os.ReadFile(p)
+	cur, err := readProcSys(p)
 	if err != nil {
 		return fmt.Errorf("read sysctl %s: %w", rel, err)
 	}
-	if strings.TrimSpace(string(cur)) == value {
+	if strings.TrimSpace(cur) == value {
 		return nil
 	}
-	if err := writeProcSys(p, value); err != nil {
+	return c.writeSysctl(rel, value)
+}
+
+// writeSysctls writes every setting without reading it first: for an
+// interface that has just appeared, whose settings are the defaults.
+func (c *Configurer) writeSysctls(list []sysctl) error {
+	for _, s := range list {
+		err := c.writeSysctl(s.path, s.value)
+		if err == nil {
+			continue
+		}
+		if s.bestEffort {
+			c.log.Debug("optional sysctl not applied", "path", s.path, "err", err)
+			continue
+		}
+		return err
+	}
+	return nil
+}
+
+func (c *Configurer) writeSysctl(rel, value string) error {
+	if err := writeProcSys(filepath.Join(c.procSys, rel), value); err != nil {
 		return fmt.Errorf("write sysctl %s=%s: %w", rel, value, err)
 	}
 	c.stats.sysctlWrites.Add(1)
 	return nil
 }
 
+// readProcSys reads a small /proc/sys file with plain syscalls: os.ReadFile
+// adds a stat and a poller registration attempt, half again the cost of
+// what is the bulk of a steady-state endpoint check.
+func readProcSys(path string) (string, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return "", &fs.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer func() { _ = unix.Close(fd) }() // read-only: nothing to lose
+	var buf [64]byte
+	n, err := unix.Read(fd, buf[:])
+	if err != nil {
+		return "", &fs.PathError{Op: "read", Path: path, Err: err}
+	}
+	return string(buf[:max(n, 0)]), nil
+}
+
 // writeProcSys writes without O_CREAT or O_TRUNC: /proc/sys files exist or
 // the setting does not.
 func writeProcSys(path, value string) error {
-	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return err
+		return &fs.PathError{Op: "open", Path: path, Err: err}
 	}
-	n, err := f.Write([]byte(value))
+	n, err := unix.Write(fd, []byte(value))
 	if err == nil && n < len(value) {
 		err = io.ErrShortWrite
 	}
-	if cerr := f.Close(); err == nil {
+	if cerr := unix.Close(fd); err == nil {
 		err = cerr
 	}
-	return err
+	if err != nil {
+		return &fs.PathError{Op: "write", Path: path, Err: err}
+	}
+	return nil
 }
 
 // isNotExist reports whether a sysctl error means the interface is gone.

@@ -14,7 +14,7 @@ import (
 )
 
 // namedNetns creates a network namespace for the test, deleted at cleanup.
-func namedNetns(t *testing.T, kind string) string {
+func namedNetns(t testing.TB, kind string) string {
 	t.Helper()
 	testutil.RequirePrivileged(t)
 	name := fmt.Sprintf("dpdnl%s%d-%d", kind, os.Getpid()%100000, linkSeq.Add(1))
@@ -26,7 +26,7 @@ func namedNetns(t *testing.T, kind string) string {
 
 // inNetns runs fn on a thread switched into ns. Netlink handles created
 // there stay bound to ns afterwards, from any thread.
-func inNetns(t *testing.T, ns string, fn func()) {
+func inNetns(t testing.TB, ns string, fn func()) {
 	t.Helper()
 	if err := testutil.InNetns(ns, func() error { fn(); return nil }); err != nil {
 		t.Error(err)
@@ -36,7 +36,7 @@ func inNetns(t *testing.T, ns string, fn func()) {
 	}
 }
 
-func configurerIn(t *testing.T, ns string) *Configurer {
+func configurerIn(t testing.TB, ns string) *Configurer {
 	t.Helper()
 	var c *Configurer
 	inNetns(t, ns, func() {
