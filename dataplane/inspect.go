@@ -114,9 +114,9 @@ func (e *Engine) IPSets(ctx context.Context, id string, maxMembers int) ([]IPSet
 			if !s.present() || (id != "" && sid != id) {
 				continue
 			}
-			info := IPSetInfo{ID: sid, Type: ipsetTypeName(s.typ), MemberCount: len(s.members),
+			info := IPSetInfo{ID: sid, Type: ipsetTypeName(s.typ), MemberCount: s.memberCount(),
 				Endpoints: len(e.weps.setUsers.users(sid))}
-			for _, m := range smallestMembers(s.members, maxMembers) {
+			for _, m := range s.firstMembers(maxMembers) {
 				info.Members = append(info.Members, MemberString(m))
 			}
 			out = append(out, info)
@@ -134,27 +134,6 @@ func ipsetTypeName(t model.IPSetType) string {
 		return "net"
 	}
 	return "ip"
-}
-
-// smallestMembers returns the n smallest members in order without sorting
-// the whole set: sets can hold a million members, lists show a handful.
-func smallestMembers(members map[model.IPSetMember]struct{}, n int) []model.IPSetMember {
-	if n <= 0 {
-		return nil
-	}
-	out := make([]model.IPSetMember, 0, min(n, len(members)))
-	for m := range members {
-		if len(out) == n && !m.Less(out[n-1]) {
-			continue
-		}
-		i := sort.Search(len(out), func(i int) bool { return m.Less(out[i]) })
-		if len(out) < n {
-			out = append(out, model.IPSetMember{})
-		}
-		copy(out[i+1:], out[i:len(out)-1])
-		out[i] = m
-	}
-	return out
 }
 
 // MemberString prints a member as Felix sends it: an address, a CIDR, or

@@ -12,12 +12,15 @@ import (
 )
 
 // ipsetEntry is one IP set: desired membership plus what the kernel holds.
-// When the set is clean, members is exactly the kernel's content, so a
-// delta needs no second copy: changed remembers, for each member touched
-// since the last apply, whether the kernel had it.
+// The membership is members, sorted, with pending on top: the members
+// added (true) or removed (false) since members was last brought up to
+// date (ipsets_entry.go). When the next apply is a delta, members is
+// exactly the kernel's content and pending the delta, so neither layer
+// needs a second copy of the set.
 type ipsetEntry struct {
 	typ     model.IPSetType
-	members map[model.IPSetMember]struct{}
+	members []setMember
+	pending map[setMember]bool
 	stale   bool // not re-sent yet in the current epoch
 	removed bool // IPSetRemove seen; the kernel copy goes once unreferenced
 
@@ -25,26 +28,11 @@ type ipsetEntry struct {
 	kernelTyp model.IPSetType
 	replace   bool // the next apply must ReplaceIPSet
 	force     bool // resync: replace even if clean
-	changed   map[model.IPSetMember]bool
 	retry     retryState
 	lastErr   string
 }
 
 func (s *ipsetEntry) present() bool { return !s.removed }
-
-// noteChange records that m is about to flip; had says whether it is a
-// member now. Only needed when the next apply is a delta.
-func (s *ipsetEntry) noteChange(m model.IPSetMember, had bool) {
-	if s.replace || !s.inKernel {
-		return
-	}
-	if s.changed == nil {
-		s.changed = map[model.IPSetMember]bool{}
-	}
-	if _, seen := s.changed[m]; !seen {
-		s.changed[m] = had
-	}
-}
 
 // ipsetManager holds every IP set. Sets are applied before endpoints and
 // removed after them; a removed set stays in the kernel while an applied
@@ -85,8 +73,9 @@ func (m *ipsetManager) count() int {
 // update replaces the set's membership. It reports whether the set came
 // into existence (endpoints waiting for it must be re-resolved).
 func (m *ipsetManager) update(id string, typ model.IPSetType, members []model.IPSetMember) (appeared bool) {
+	want := toSetMembers(members)
 	s, ok := m.sets[id]
-	if ok && s.present() && s.typ == typ && sameMembers(s.members, members) {
+	if ok && s.present() && s.typ == typ && s.equal(want) {
 		s.stale = false
 		return false
 	}
@@ -95,55 +84,26 @@ func (m *ipsetManager) update(id string, typ model.IPSetType, members []model.IP
 		s = &ipsetEntry{}
 		m.sets[id] = s
 	}
-	s.typ = typ
-	s.members = make(map[model.IPSetMember]struct{}, len(members))
-	for _, mem := range members {
-		s.members[mem] = struct{}{}
-	}
-	s.stale, s.removed, s.replace, s.changed = false, false, true, nil
+	s.typ, s.members, s.pending = typ, want, nil
+	s.stale, s.removed, s.replace = false, false, true
 	s.retry.reset()
 	m.dirty[id] = struct{}{}
 	return appeared
 }
 
-func sameMembers(have map[model.IPSetMember]struct{}, want []model.IPSetMember) bool {
-	seen := 0
-	for _, mem := range want {
-		if _, ok := have[mem]; !ok {
-			return false
-		}
-		seen++
-	}
-	// Duplicates in want could make seen exceed the distinct count.
-	if seen == len(have) {
-		return true
-	}
-	distinct := make(map[model.IPSetMember]struct{}, len(want))
-	for _, mem := range want {
-		distinct[mem] = struct{}{}
-	}
-	return len(distinct) == len(have)
-}
-
-// delta applies added/removed members to a present set.
+// delta applies added/removed members to a present set: removed first,
+// so a member in both stays.
 func (m *ipsetManager) delta(id string, added, removed []model.IPSetMember) {
 	s := m.sets[id]
 	dirty := false
 	for _, mem := range removed {
-		if _, had := s.members[mem]; had {
-			s.noteChange(mem, true)
-			delete(s.members, mem)
-			dirty = true
-		}
+		dirty = s.set(toSetMember(mem), false) || dirty
 	}
 	for _, mem := range added {
-		if _, had := s.members[mem]; !had {
-			s.noteChange(mem, false)
-			s.members[mem] = struct{}{}
-			dirty = true
-		}
+		dirty = s.set(toSetMember(mem), true) || dirty
 	}
 	if dirty {
+		s.foldIfLarge()
 		s.retry.reset()
 		m.dirty[id] = struct{}{}
 	}
@@ -288,16 +248,18 @@ func (e *Engine) applyIPSetUpserts(now time.Time, p *pass) {
 			continue
 		}
 		var err error
+		var add, del []setMember
 		if s.force || s.replace || !s.inKernel || s.kernelTyp != s.typ {
-			err = e.k.ReplaceIPSet(id, s.typ, model.SortedMembers(s.members))
+			s.fold()
+			err = e.k.ReplaceIPSet(id, s.typ, toModelMembers(s.members))
 		} else {
-			added, removed := s.pendingDelta()
-			if len(added) == 0 && len(removed) == 0 {
-				s.changed = nil
+			add, del = s.pendingSorted()
+			if len(add) == 0 && len(del) == 0 {
+				s.pending = nil
 				delete(e.ipsets.dirty, id)
 				continue
 			}
-			err = e.k.UpdateIPSet(id, added, removed)
+			err = e.k.UpdateIPSet(id, toModelMembers(add), toModelMembers(del))
 		}
 		p.did = true
 		if err != nil {
@@ -306,9 +268,12 @@ func (e *Engine) applyIPSetUpserts(now time.Time, p *pass) {
 			p.fail("ipset", id, err)
 			continue
 		}
+		if len(add) > 0 || len(del) > 0 {
+			s.members, s.pending = mergeSetMembers(s.members, add, del), nil
+		}
 		first := !s.inKernel
 		s.inKernel, s.kernelTyp = true, s.typ
-		s.replace, s.force, s.changed, s.lastErr = false, false, nil, ""
+		s.replace, s.force, s.lastErr = false, false, ""
 		s.retry.reset()
 		delete(e.ipsets.dirty, id)
 		if first {
@@ -344,20 +309,4 @@ func (e *Engine) applyIPSetRemovals(now time.Time, p *pass) {
 		delete(e.ipsets.sets, id)
 		delete(e.ipsets.dirty, id)
 	}
-}
-
-// pendingDelta turns changed into the kernel delta.
-func (s *ipsetEntry) pendingDelta() (added, removed []model.IPSetMember) {
-	for mem, had := range s.changed {
-		_, has := s.members[mem]
-		switch {
-		case has && !had:
-			added = append(added, mem)
-		case had && !has:
-			removed = append(removed, mem)
-		}
-	}
-	model.SortMembers(added)
-	model.SortMembers(removed)
-	return added, removed
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/debug"
 )
 
 // version is set at build time: -ldflags "-X main.version=v1.2.3".
@@ -27,6 +28,10 @@ func run(args []string, getenv func(string) string) int {
 	}
 	cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.Level}))
 	cfg.Version = version
+	if limit, ok := memoryLimit(cfg.MemoryLimit, getenv); ok {
+		debug.SetMemoryLimit(limit)
+	}
+	cfg.Log.Debug("go memory limit", "bytes", debug.SetMemoryLimit(-1))
 	d, closeKernel, err := newDaemon(cfg)
 	if err != nil {
 		cfg.Log.Error("dpd cannot start", "err", err)

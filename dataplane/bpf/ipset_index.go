@@ -1,11 +1,13 @@
 package bpf
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -15,19 +17,21 @@ import (
 
 // dpd_ipset_idx (see abi.MapIPSetIdx): every address prefix that is a member
 // (without protocol and port) of a set with a slot, mapped to the slots of
-// all sets with a member containing it. Userspace keeps the exact members
-// per prefix and rewrites the entries a change affects.
+// all sets with a member containing it. Userspace keeps one sorted ref per
+// (prefix, slot) and rewrites the entries a change affects; what the map
+// holds is not mirrored: it is what the refs say, but for the prefixes in
+// unsure.
 
 // idxPfx is an index entry: prefix bits and address as in dpd_ipsets keys
 // (families are not told apart there either).
 type idxPfx struct {
-	bits int
 	addr [16]byte
+	bits uint8
 }
 
 type idxVal [abi.IPSetIdxWords]uint64
 
-func (p idxPfx) truncate(l int) idxPfx {
+func (p idxPfx) truncate(l uint8) idxPfx {
 	out := idxPfx{bits: l}
 	copy(out.addr[:l/8], p.addr[:l/8])
 	if rem := l % 8; rem > 0 {
@@ -36,20 +40,57 @@ func (p idxPfx) truncate(l int) idxPfx {
 	return out
 }
 
-func (p idxPfx) key() []byte {
-	k := make([]byte, abi.IPSetIdxKeySize)
-	binary.NativeEndian.PutUint32(k[abi.IPSetIdxKeyPrefixLen:], uint32(abi.IPSetIdxKeyFixedBits+p.bits))
+// last is the highest address inside p.
+func (p idxPfx) last() [16]byte {
+	a := p.addr
+	for i := int(p.bits); i < 128; i++ {
+		a[i/8] |= 0x80 >> (i % 8)
+	}
+	return a
+}
+
+type idxKey [abi.IPSetIdxKeySize]byte
+
+func (p idxPfx) key() idxKey {
+	var k idxKey
+	binary.NativeEndian.PutUint32(k[abi.IPSetIdxKeyPrefixLen:], uint32(abi.IPSetIdxKeyFixedBits)+uint32(p.bits))
 	copy(k[abi.IPSetIdxKeyAddr:], p.addr[:])
 	return k
 }
 
+func comparePfx(a, b idxPfx) int {
+	if c := compareAddr(&a.addr, &b.addr); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.bits, b.bits)
+}
+
+// idxRef says that the set in slot has prefix pfx as a member.
+type idxRef struct {
+	pfx  idxPfx
+	slot uint16
+}
+
+func compareRef(a, b idxRef) int {
+	if c := comparePfx(a.pfx, b.pfx); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.slot, b.slot)
+}
+
+// idxOp is a ref added or removed since the last flush.
+type idxOp struct {
+	ref idxRef
+	add bool
+}
+
 // ipsetIndex mirrors dpd_ipset_idx. Guarded by Dataplane.mu.
 type ipsetIndex struct {
-	m       *ebpf.Map
-	own     map[idxPfx]idxVal // slots of the sets with exactly this member
-	lens    map[int]int       // prefix length -> entries of that length
-	written map[idxPfx]idxVal // what the map holds
-	changed map[idxPfx]bool   // members changed since the last flush
+	m      *ebpf.Map
+	refs   []idxRef            // sorted by compareRef; as of the last flush
+	lens   [129]int32          // refs per prefix length
+	ops    []idxOp             // changes since the last flush, in order
+	unsure map[idxPfx]struct{} // entries a failed flush may have left wrong
 }
 
 // openIPSetIndexLocked opens (or creates) the pinned index and rebuilds
@@ -72,33 +113,51 @@ func (d *Dataplane) openIPSetIndexLocked() error {
 	if err != nil {
 		return fmt.Errorf("open %s: %w", abi.MapIPSetIdx, err)
 	}
-	x := &ipsetIndex{m: m, own: map[idxPfx]idxVal{}, lens: map[int]int{},
-		written: map[idxPfx]idxVal{}, changed: map[idxPfx]bool{}}
-	var k [abi.IPSetIdxKeySize]byte
-	var v idxVal
-	it := m.Iterate()
-	for it.Next(&k, &v) {
-		p := idxPfx{bits: int(binary.NativeEndian.Uint32(k[:])) - abi.IPSetIdxKeyFixedBits}
-		copy(p.addr[:], k[abi.IPSetIdxKeyAddr:])
-		x.written[p] = v
-	}
-	if err := it.Err(); err != nil {
-		_ = m.Close()
-		return fmt.Errorf("read %s: %w", abi.MapIPSetIdx, err)
-	}
 	if d.setIdx != nil {
 		_ = d.setIdx.m.Close()
 	}
+	x := &ipsetIndex{m: m}
 	d.setIdx = x
 	for _, s := range d.sets {
-		for k := range s.members {
-			x.change(s.id, k, true)
+		x.change(s.id, s.members, true)
+	}
+	x.merge(x.netOps())
+	if err := x.reconcile(); err != nil {
+		_ = m.Close() // Open fails: nothing else closes it
+		d.setIdx = nil
+		return err
+	}
+	return nil
+}
+
+// reconcile makes the map hold exactly what the refs say: after a restart
+// it holds the previous run's entries, some of them stale.
+func (x *ipsetIndex) reconcile() error {
+	seen := make([]bool, len(x.refs))
+	var upd, del []idxPfx
+	err := readAll(x.m, func(k idxKey, v idxVal) {
+		p := idxPfx{bits: uint8(binary.NativeEndian.Uint32(k[:]) - abi.IPSetIdxKeyFixedBits)}
+		copy(p.addr[:], k[abi.IPSetIdxKeyAddr:])
+		i, ok := x.find(p)
+		switch {
+		case !ok:
+			del = append(del, p)
+		case x.value(p) != v:
+			upd = append(upd, p)
+			fallthrough
+		default:
+			seen[i] = true
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("read %s: %w", abi.MapIPSetIdx, err)
+	}
+	for i, r := range x.refs {
+		if !seen[i] && (i == 0 || x.refs[i-1].pfx != r.pfx) {
+			upd = append(upd, r.pfx)
 		}
 	}
-	for p := range x.written {
-		x.changed[p] = true // stale entries of sets removed while down
-	}
-	return x.flush()
+	return x.write(upd, del)
 }
 
 // IPSetIndex is dpd_ipset_idx, for polprog.Maps.IPSetIdx.
@@ -111,104 +170,50 @@ func (d *Dataplane) IPSetIndex() *ebpf.Map {
 	return d.setIdx.m
 }
 
-// change records that member k of set id was added or removed. Members
+// change records that members ms of set id were added or removed. Members
 // with a protocol or port and sets without a slot are not indexed.
-func (x *ipsetIndex) change(id uint32, k ipsetKey, add bool) {
-	if x == nil || id < 1 || id > abi.IPSetIdxSlots || k.Proto != 0 || k.Port != 0 {
+func (x *ipsetIndex) change(id uint32, ms []member, add bool) {
+	if x == nil || id < 1 || id > abi.IPSetIdxSlots {
 		return
 	}
-	p := idxPfx{bits: int(k.Prefixlen) - abi.IPSetKeyFixedBits, addr: k.Addr}
-	v, had := x.own[p]
-	w, bit := (id-1)/64, uint64(1)<<((id-1)%64)
-	if add {
-		v[w] |= bit
-	} else {
-		v[w] &^= bit
-	}
-	switch {
-	case v != idxVal{}:
-		x.own[p] = v
-		if !had {
-			x.lens[p.bits]++
-		}
-	case had:
-		delete(x.own, p)
-		if x.lens[p.bits]--; x.lens[p.bits] == 0 {
-			delete(x.lens, p.bits)
+	for _, m := range ms {
+		if m.proto == 0 && m.port == 0 {
+			x.ops = append(x.ops, idxOp{ref: idxRef{pfx: idxPfx{addr: m.addr, bits: m.bits}, slot: uint16(id)}, add: add})
 		}
 	}
-	x.changed[p] = true
+}
+
+// find returns the index of the first ref of prefix p.
+func (x *ipsetIndex) find(p idxPfx) (int, bool) {
+	i, _ := slices.BinarySearchFunc(x.refs, idxRef{pfx: p}, compareRef)
+	return i, i < len(x.refs) && x.refs[i].pfx == p
 }
 
 // value is entry p's bitmap: the slots of every member containing p.
 func (x *ipsetIndex) value(p idxPfx) idxVal {
 	var v idxVal
-	for l := range x.lens {
-		if l > p.bits {
+	for l := range p.bits + 1 {
+		if x.lens[l] == 0 {
 			continue
 		}
-		if o, ok := x.own[p.truncate(l)]; ok {
-			for w := range v {
-				v[w] |= o[w]
-			}
+		q := p.truncate(l)
+		for i, _ := x.find(q); i < len(x.refs) && x.refs[i].pfx == q; i++ {
+			s := x.refs[i].slot - 1
+			v[s/64] |= 1 << (s % 64)
 		}
 	}
 	return v
 }
 
-// flush rewrites the entries the changes affect: the changed prefixes and
-// every entry inside one of them. New and updated entries are written
-// before stale ones are deleted, so a lookup never misses a set that keeps
-// the address.
-func (x *ipsetIndex) flush() error {
-	if x == nil || len(x.changed) == 0 {
-		return nil
-	}
-	affected := map[idxPfx]bool{}
-	changedLens := map[int]bool{}
-	for p := range x.changed {
-		affected[p] = true
-		changedLens[p.bits] = true
-	}
-	for p := range x.own {
-		for l := range changedLens {
-			if l < p.bits && x.changed[p.truncate(l)] {
-				affected[p] = true
-			}
+// inside appends to out the distinct prefixes of refs strictly inside p.
+func (x *ipsetIndex) inside(p idxPfx, out []idxPfx) []idxPfx {
+	hi := p.last()
+	i, _ := x.find(p)
+	for ; i < len(x.refs) && compareAddr(&x.refs[i].pfx.addr, &hi) <= 0; i++ {
+		q := x.refs[i].pfx
+		if q.bits > p.bits && (len(out) == 0 || out[len(out)-1] != q) {
+			out = append(out, q)
 		}
 	}
-	var upd, del []idxPfx
-	for p := range affected {
-		if _, ok := x.own[p]; !ok {
-			if _, ok := x.written[p]; ok {
-				del = append(del, p)
-			}
-			continue
-		}
-		if v := x.value(p); v != x.written[p] {
-			upd = append(upd, p)
-		}
-	}
-	for _, p := range upd {
-		v := x.value(p)
-		if err := x.m.Update(p.key(), v, ebpf.UpdateAny); err != nil {
-			return fmt.Errorf("write %s: %w", abi.MapIPSetIdx, err)
-		}
-		x.written[p] = v
-	}
-	for _, p := range del {
-		if err := x.m.Delete(p.key()); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("delete from %s: %w", abi.MapIPSetIdx, err)
-		}
-		delete(x.written, p)
-	}
-	clear(x.changed)
-	return nil
-}
-
-func (x *ipsetIndex) close() error {
-	if x == nil {
-		return nil
-	}
-	return x.m.Close()
+	return out
 }

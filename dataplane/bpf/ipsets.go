@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/cilium/ebpf"
 
@@ -20,7 +21,7 @@ type ipset struct {
 	key     ipsetName // dpd_ipset_ids key
 	id      uint32
 	typ     model.IPSetType
-	members map[ipsetKey]struct{}
+	members []member // what dpd_ipsets holds, sorted by compareMember
 }
 
 type ipsetKey = bpfobj.DpdDpdIpsetKey
@@ -57,25 +58,6 @@ func htons(v uint16) uint16 {
 	return binary.NativeEndian.Uint16(b[:])
 }
 
-// memberKey builds the LPM key of a member of set id.
-func memberKey(id uint32, m model.IPSetMember) (ipsetKey, error) {
-	if !m.Prefix.IsValid() {
-		return ipsetKey{}, fmt.Errorf("invalid member %v", m.Prefix)
-	}
-	p := m.Prefix.Masked()
-	k := ipsetKey{SetId: id, Proto: m.Proto, Port: htons(m.Port)}
-	a := p.Addr()
-	if a.Is4() {
-		b := a.As4()
-		copy(k.Addr[:], b[:])
-	} else {
-		b := a.As16()
-		copy(k.Addr[:], b[:])
-	}
-	k.Prefixlen = uint32(abi.IPSetKeyFixedBits + p.Bits())
-	return k, nil
-}
-
 // loadIPSetsLocked rebuilds the bookkeeping from the pinned maps after a
 // restart, and deletes members of ids no name owns (left by a crash).
 func (d *Dataplane) loadIPSetsLocked() error {
@@ -84,7 +66,7 @@ func (d *Dataplane) loadIPSetsLocked() error {
 	var id uint32
 	it := d.objs.DpdIpsetIds.Iterate()
 	for it.Next(&name, &id) {
-		s := &ipset{key: name, id: id, members: map[ipsetKey]struct{}{}}
+		s := &ipset{key: name, id: id}
 		d.sets[nameString(name)] = s
 		d.ids[id] = struct{}{}
 		byID[id] = s
@@ -92,19 +74,23 @@ func (d *Dataplane) loadIPSetsLocked() error {
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("read ip set ids: %w", err)
 	}
-	var k ipsetKey
-	var v uint32
 	var orphans []ipsetKey
-	it = d.objs.DpdIpsets.Iterate()
-	for it.Next(&k, &v) {
+	err := readAll(d.objs.DpdIpsets, func(k ipsetKey, _ uint32) {
 		if s, ok := byID[k.SetId]; ok {
-			s.members[k] = struct{}{}
+			s.members = append(s.members, keyMember(k))
 		} else {
 			orphans = append(orphans, k)
 		}
-	}
-	if err := it.Err(); err != nil {
+	})
+	if err != nil {
 		return fmt.Errorf("read ip set members: %w", err)
+	}
+	for _, s := range byID {
+		// Trie keys are distinct, and so are their members.
+		slices.SortFunc(s.members, compareMember)
+		if cap(s.members)-len(s.members) > len(s.members)/8 {
+			s.members = slices.Clone(s.members) // drop append's headroom
+		}
 	}
 	if _, err := d.deleteKeys(orphans); err != nil {
 		return fmt.Errorf("delete orphan ip set members: %w", err)
@@ -128,39 +114,24 @@ func (d *Dataplane) SetID(name string) (uint32, bool) {
 func (d *Dataplane) ReplaceIPSet(name string, typ model.IPSetType, members []model.IPSetMember) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	want, err := toMembers(members)
+	if err != nil {
+		return fmt.Errorf("replace ip set %s: %w", name, err)
+	}
 	s, err := d.ensureSetLocked(name)
 	if err != nil {
 		return fmt.Errorf("replace ip set %s: %w", name, err)
 	}
 	s.typ = typ
-	want := make(map[ipsetKey]struct{}, len(members))
-	for _, m := range members {
-		k, err := memberKey(s.id, m)
-		if err != nil {
-			return fmt.Errorf("replace ip set %s: %w", name, err)
-		}
-		want[k] = struct{}{}
-	}
-	var add, del []ipsetKey
-	for k := range want {
-		if _, ok := s.members[k]; !ok {
-			add = append(add, k)
-		}
-	}
-	for k := range s.members {
-		if _, ok := want[k]; !ok {
-			del = append(del, k)
-		}
-	}
-	// Add before delete, so a prefix replaced by a narrower one never leaves
-	// a moment with neither.
-	if err := d.applyLocked(s, add, del); err != nil {
+	add, del := diffSorted(s.members, want, compareMember)
+	if err := d.applyLocked(s, setChange{add: add, del: del, want: want, replace: true}); err != nil {
 		return fmt.Errorf("replace ip set %s: %w", name, err)
 	}
 	return nil
 }
 
-// UpdateIPSet applies a delta to a set previously replaced.
+// UpdateIPSet applies a delta to a set previously replaced: removed, then
+// added, so a member in both stays.
 func (d *Dataplane) UpdateIPSet(name string, added, removed []model.IPSetMember) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -168,37 +139,26 @@ func (d *Dataplane) UpdateIPSet(name string, added, removed []model.IPSetMember)
 	if !ok {
 		return fmt.Errorf("update ip set %s: unknown set", name)
 	}
-	var add, del []ipsetKey
-	for _, m := range removed {
-		k, err := memberKey(s.id, m)
-		if err != nil {
-			return fmt.Errorf("update ip set %s: %w", name, err)
-		}
-		if _, ok := s.members[k]; ok {
-			del = append(del, k)
+	a, err := toMembers(added)
+	if err != nil {
+		return fmt.Errorf("update ip set %s: %w", name, err)
+	}
+	r, err := toMembers(removed)
+	if err != nil {
+		return fmt.Errorf("update ip set %s: %w", name, err)
+	}
+	var add, del []member
+	for _, m := range a {
+		if !containsSorted(s.members, m, compareMember) {
+			add = append(add, m)
 		}
 	}
-	for _, m := range added {
-		k, err := memberKey(s.id, m)
-		if err != nil {
-			return fmt.Errorf("update ip set %s: %w", name, err)
-		}
-		if _, ok := s.members[k]; !ok {
-			add = append(add, k)
+	for _, m := range r {
+		if containsSorted(s.members, m, compareMember) && !containsSorted(a, m, compareMember) {
+			del = append(del, m)
 		}
 	}
-	// A member both removed and added stays.
-	addSet := make(map[ipsetKey]struct{}, len(add))
-	for _, k := range add {
-		addSet[k] = struct{}{}
-	}
-	kept := del[:0]
-	for _, k := range del {
-		if _, ok := addSet[k]; !ok {
-			kept = append(kept, k)
-		}
-	}
-	if err := d.applyLocked(s, add, kept); err != nil {
+	if err := d.applyLocked(s, setChange{add: add, del: del}); err != nil {
 		return fmt.Errorf("update ip set %s: %w", name, err)
 	}
 	return nil
@@ -241,11 +201,7 @@ func (d *Dataplane) removeSetLocked(key string) error {
 	if !ok {
 		return nil
 	}
-	del := make([]ipsetKey, 0, len(s.members))
-	for k := range s.members {
-		del = append(del, k)
-	}
-	if err := d.applyLocked(s, nil, del); err != nil {
+	if err := d.applyLocked(s, setChange{del: s.members, replace: true}); err != nil {
 		return err
 	}
 	if err := d.objs.DpdIpsetIds.Delete(&s.key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
@@ -276,80 +232,8 @@ func (d *Dataplane) ensureSetLocked(name string) (*ipset, error) {
 	if err := d.objs.DpdIpsetIds.Update(&nk, id, ebpf.UpdateAny); err != nil {
 		return nil, fmt.Errorf("record set id: %w", err)
 	}
-	s := &ipset{key: nk, id: id, members: map[ipsetKey]struct{}{}}
+	s := &ipset{key: nk, id: id}
 	d.sets[key] = s
 	d.ids[id] = struct{}{}
 	return s, nil
-}
-
-// applyLocked writes add then del and records what the kernel accepted.
-// The IP set index follows what the kernel accepted.
-func (d *Dataplane) applyLocked(s *ipset, add, del []ipsetKey) error {
-	n, err := d.addKeys(add)
-	for _, k := range add[:n] {
-		s.members[k] = struct{}{}
-		d.setIdx.change(s.id, k, true)
-	}
-	if err != nil {
-		return errors.Join(err, d.setIdx.flush())
-	}
-	// The index drops members before dpd_ipsets does: a set test answered
-	// by either map sees the member leave once, never leave and return.
-	for _, k := range del {
-		d.setIdx.change(s.id, k, false)
-	}
-	if err := d.setIdx.flush(); err != nil {
-		return err
-	}
-	n, err = d.deleteKeys(del)
-	for _, k := range del[:n] {
-		delete(s.members, k)
-	}
-	for _, k := range del[n:] {
-		d.setIdx.change(s.id, k, true) // still a member after all
-	}
-	return errors.Join(err, d.setIdx.flush())
-}
-
-// addKeys writes keys, in one batch where the kernel supports it for LPM
-// tries, else one by one. It returns how many were written.
-func (d *Dataplane) addKeys(keys []ipsetKey) (int, error) {
-	if len(keys) == 0 {
-		return 0, nil
-	}
-	vals := make([]uint32, len(keys))
-	n, err := d.objs.DpdIpsets.BatchUpdate(keys, vals, nil)
-	if err == nil {
-		return len(keys), nil
-	}
-	if !errors.Is(err, ebpf.ErrNotSupported) {
-		return n, fmt.Errorf("add members: %w", err)
-	}
-	for i := range keys {
-		if err := d.objs.DpdIpsets.Update(&keys[i], uint32(0), ebpf.UpdateAny); err != nil {
-			return i, fmt.Errorf("add member: %w", err)
-		}
-	}
-	return len(keys), nil
-}
-
-// deleteKeys removes keys; ones already absent count as removed.
-func (d *Dataplane) deleteKeys(keys []ipsetKey) (int, error) {
-	if len(keys) == 0 {
-		return 0, nil
-	}
-	n, err := d.objs.DpdIpsets.BatchDelete(keys, nil)
-	if err == nil {
-		return len(keys), nil
-	}
-	if !errors.Is(err, ebpf.ErrNotSupported) && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return n, fmt.Errorf("delete members: %w", err)
-	}
-	for i := range keys {
-		err := d.objs.DpdIpsets.Delete(&keys[i])
-		if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return i, fmt.Errorf("delete member: %w", err)
-		}
-	}
-	return len(keys), nil
 }
