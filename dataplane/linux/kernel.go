@@ -233,9 +233,10 @@ func (k *Kernel) Link(name string) model.LinkState { return k.mon.LinkState(name
 // EndApply finishes an apply pass: the nat_outgoing table when pools
 // changed, the flush of connections pinned to removed service backends,
 // and, after the first pass (which covers everything the controller
-// wants), the removal of routes and services an earlier dpd left. Shared
-// policy programs need nothing here: they are released as soon as their
-// last endpoint moves off them.
+// wants), the removal of routes and services an earlier dpd left, and the
+// release of programs preloaded for endpoints that were not applied after
+// all. Other shared policy programs need nothing here: they are released
+// as soon as their last endpoint moves off them.
 func (k *Kernel) EndApply() error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -258,6 +259,7 @@ func (k *Kernel) EndApply() error {
 	if err := k.flushNATLocked(); err != nil {
 		errs = append(errs, err)
 	}
+	k.releaseUnusedPreloadsLocked()
 	if !k.applied {
 		k.applied = true
 		if err := k.afterFirstApplyLocked(); err != nil {

@@ -30,11 +30,15 @@ func (k *Kernel) progsDirLocked() string { return filepath.Join(k.bpf.PinDir(), 
 // Exactly one of prog and pinned is set: prog for a program this process
 // loaded or verified, pinned for one an earlier dpd left in a slot and that
 // no endpoint has claimed yet (it keeps running until replaced).
+// preloaded marks a program PreloadPolicies loaded that no endpoint has
+// taken yet (refs 0); EndApply, or else the next batch, releases it if
+// none does.
 type sharedProg struct {
-	key    progKey
-	prog   *polprog.Program
-	pinned *polprog.Pinned
-	refs   int
+	key       progKey
+	prog      *polprog.Program
+	pinned    *polprog.Pinned
+	refs      int
+	preloaded bool
 }
 
 // acquireLocked returns the program for pol, taking a reference: the one
@@ -45,15 +49,14 @@ func (k *Kernel) acquireLocked(pol *model.DirectionPolicy, dir model.Direction) 
 	key := progKey{hash: pol.Hash(), dir: dir}
 	if sp, ok := k.progs[key]; ok {
 		sp.refs++
+		sp.preloaded = false
 		return sp, nil
 	}
 	spec, err := polprog.Compile(pol, dir, k.bpf, polprog.Options{})
 	if err != nil {
 		return nil, err
 	}
-	m := k.bpf.Maps()
-	maps := polprog.Maps{State: m.State, Jump: m.Jump, IPSets: m.IPSets, RuleCtrs: m.RuleCtrs, Chain: m.Chain,
-		IPSetIdx: k.bpf.IPSetIndex()}
+	maps := k.policyMapsLocked()
 	if ap, ok := k.pinned[key]; ok {
 		prog, err := spec.Adopt(maps, ap.pinned)
 		if err == nil {
@@ -83,14 +86,29 @@ func (k *Kernel) acquireLocked(pol *model.DirectionPolicy, dir model.Direction) 
 	if err != nil {
 		return nil, fmt.Errorf("load %s policy: %w", dir, err)
 	}
+	sp := k.addLoadedLocked(key, prog)
+	sp.refs = 1
+	return sp, nil
+}
+
+// policyMapsLocked are the maps policy programs are loaded against.
+func (k *Kernel) policyMapsLocked() polprog.Maps {
+	m := k.bpf.Maps()
+	return polprog.Maps{State: m.State, Jump: m.Jump, IPSets: m.IPSets, RuleCtrs: m.RuleCtrs, Chain: m.Chain,
+		IPSetIdx: k.bpf.IPSetIndex()}
+}
+
+// addLoadedLocked counts, pins (for the next restart) and records a
+// program just loaded for key, without references.
+func (k *Kernel) addLoadedLocked(key progKey, prog *polprog.Program) *sharedProg {
 	k.ops.ProgramLoads++
 	if err := prog.Pin(filepath.Join(k.progsDirLocked(), key.pinName())); err != nil {
 		// Still enforceable; only a restart would have to reload it.
 		k.log.Warn("pin policy program", "program", key, "err", err)
 	}
-	sp := &sharedProg{key: key, prog: prog, refs: 1}
+	sp := &sharedProg{key: key, prog: prog}
 	k.progs[key] = sp
-	return sp, nil
+	return sp
 }
 
 // releaseLocked drops a reference; the last one closes and unpins the
@@ -103,6 +121,12 @@ func (k *Kernel) releaseLocked(sp *sharedProg) {
 	if sp.refs > 0 {
 		return
 	}
+	k.dropLocked(sp)
+}
+
+// dropLocked forgets sp and closes and unpins it. No jump slot may point
+// at it any more.
+func (k *Kernel) dropLocked(sp *sharedProg) {
 	if k.progs[sp.key] == sp {
 		delete(k.progs, sp.key)
 	}

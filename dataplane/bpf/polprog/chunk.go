@@ -100,14 +100,14 @@ func (p *plan) assembleChunk(idx int, cb chunkBody, entries []int, chunkOf []int
 	}
 	s.items = append(s.items, cb.items...)
 	for _, x := range cb.stubs {
-		r3 := asm.Mov.Imm(asm.R3, 0)
-		r3.Metadata.Set(chainRef{}, chunkOf[x])
+		key := tailKey(0)
+		key[len(key)-1].Metadata.Set(chainRef{}, chunkOf[x])
 		s.label(stubLabel(x))
+		s.emit(asm.StoreImm(rState, abi.StateChainPos, int64(x), asm.Word))
+		s.emit(key...)
 		s.emit(
-			asm.StoreImm(rState, abi.StateChainPos, int64(x), asm.Word),
 			asm.Mov.Reg(asm.R1, rCtx),
 			ldMap(asm.R2, mapChain),
-			r3,
 			asm.FnTailCall.Call(),
 			asm.Mov.Imm(asm.R0, abi.TCActShot),
 			asm.Return(),
@@ -201,14 +201,31 @@ func tails(s *stream) {
 		)
 	}
 	s.label(labelEpilogue)
+	s.emit(tailKey(abi.JumpEpilogue)...)
 	s.emit(
 		asm.Mov.Reg(asm.R1, rCtx),
 		ldMap(asm.R2, mapJump),
-		asm.Mov.Imm(asm.R3, abi.JumpEpilogue),
 		asm.FnTailCall.Call(),
 		asm.Mov.Imm(asm.R0, abi.TCActShot),
 		asm.Return(),
 	)
+}
+
+// tailKey sets R3 (a tail call's index) to key in a way the verifier cannot
+// prove constant: skb->len - skb->len + key. With a constant index the JIT
+// emits a direct tail call, which the kernel patches into the program with
+// text_poke under the global text_mutex at load, and again in every such
+// program at each update of that prog-array slot: it doubled the cost of a
+// load here and made jump writes cost O(programs). The indirect call costs
+// a few nanoseconds per new flow (policy runs only for those). The last
+// instruction carries the index (chainRef relocations patch it).
+func tailKey(key int32) []asm.Instruction {
+	return []asm.Instruction{
+		asm.LoadMem(asm.R3, rCtx, 0, asm.Word),
+		asm.LoadMem(asm.R4, rCtx, 0, asm.Word),
+		asm.Sub.Reg(asm.R3, asm.R4),
+		asm.Add.Imm(asm.R3, key),
+	}
 }
 
 // dce drops instructions no path from the first one reaches: the verifier

@@ -1,0 +1,206 @@
+package linux
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/dpd-dev/dpd/dataplane"
+	bpfdp "github.com/dpd-dev/dpd/dataplane/bpf"
+	"github.com/dpd-dev/dpd/dataplane/bpf/polprog"
+	"github.com/dpd-dev/dpd/dataplane/model"
+)
+
+// Preloading: a batch of endpoints with policies of their own (a cold
+// start, a burst of new pods) would have acquireLocked compile and load
+// their programs one at a time on the engine's goroutine, and the load
+// (verifier and JIT) dominates. PreloadPolicies loads the missing programs
+// of the whole batch on every CPU first, without holding k.mu meanwhile
+// (Inspect, fail-close and garbage collection must not wait for it). The
+// programs join k.progs without references; acquireLocked then takes them
+// as it takes any loaded program, and EndApply releases the ones no
+// endpoint took (its apply failed, its interface went away); the next
+// batch does if an apply pass ended without that.
+//
+// Measured on the 2-vCPU development VM, two workers load no faster than
+// one: most of a load is the JIT's text_poke (patching the direct tail
+// call to the epilogue, then copying the image), which the kernel
+// serialises under text_mutex with IPIs to every CPU. Only the verifier
+// and the compiler run in parallel. Either way the loads do not hold k.mu.
+
+// preloadJob is one distinct program to compile and load.
+type preloadJob struct {
+	key progKey
+	pol *model.DirectionPolicy
+}
+
+// preloadEnv is what the workers need from the kernel, captured under k.mu
+// so that they never read its fields.
+type preloadEnv struct {
+	bpf  *bpfdp.Dataplane // safe for concurrent use; the Resolver of Compile
+	maps polprog.Maps
+	// gcMark is k.ops.GCRemovals at the capture: a collection since then
+	// may have deleted counters a worker's Load created.
+	gcMark uint64
+}
+
+// PreloadPolicies compiles and loads, in parallel, the policy programs the
+// endpoints will need and that are neither loaded nor pinned by an earlier
+// dpd (those are adopted, which loads nothing). Endpoints whose interface
+// does not exist yet are skipped: their apply would not take the programs.
+// Failures are only logged: applying the endpoint loads the program again
+// and reports the error. Call it from the engine's goroutine, like
+// ApplyEndpoint, before applying eps.
+func (k *Kernel) PreloadPolicies(eps []*model.Endpoint) {
+	k.preload(k.preloadCandidates(eps))
+}
+
+// preload loads the programs of jobs on min(GOMAXPROCS, jobs) workers.
+func (k *Kernel) preload(jobs []preloadJob) {
+	if len(jobs) == 0 {
+		return
+	}
+	env, jobs, ok := k.planPreload(jobs)
+	if !ok || len(jobs) == 0 {
+		return
+	}
+	workers := min(runtime.GOMAXPROCS(0), len(jobs))
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= len(jobs) {
+					return
+				}
+				k.preloadOne(env, jobs[i])
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// preloadCandidates lists the distinct programs of eps whose interfaces
+// exist. Hashing happens here, outside k.mu.
+func (k *Kernel) preloadCandidates(eps []*model.Endpoint) []preloadJob {
+	var jobs []preloadJob
+	seen := map[progKey]bool{}
+	for _, ep := range eps {
+		if ep == nil {
+			continue
+		}
+		if _, ok := k.mon.Ifindex(ep.Iface); !ok {
+			continue
+		}
+		for _, dir := range []model.Direction{model.Ingress, model.Egress} {
+			pol := ep.Policy(dir)
+			key := progKey{hash: pol.Hash(), dir: dir}
+			if !seen[key] {
+				seen[key] = true
+				jobs = append(jobs, preloadJob{key: key, pol: pol})
+			}
+		}
+	}
+	return jobs
+}
+
+// planPreload drops the jobs whose programs are loaded or pinned already
+// and captures the workers' environment. Unused preloads of an earlier
+// batch go first.
+func (k *Kernel) planPreload(jobs []preloadJob) (*preloadEnv, []preloadJob, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed || k.bpf == nil {
+		return nil, nil, false
+	}
+	k.releaseLeftoversLocked(jobs)
+	out := jobs[:0]
+	for _, j := range jobs {
+		if _, ok := k.progs[j.key]; ok {
+			continue
+		}
+		if _, ok := k.pinned[j.key]; ok {
+			continue // acquireLocked adopts it (or replaces it if stale)
+		}
+		out = append(out, j)
+	}
+	return &preloadEnv{bpf: k.bpf, maps: k.policyMapsLocked(), gcMark: k.ops.GCRemovals}, out, true
+}
+
+// preloadOne compiles and loads one program without k.mu, then records it.
+func (k *Kernel) preloadOne(env *preloadEnv, j preloadJob) {
+	spec, err := polprog.Compile(j.pol, j.key.dir, env.bpf, polprog.Options{})
+	var prog *polprog.Program
+	if err == nil {
+		prog, err = spec.Load(env.maps)
+	}
+	if err != nil {
+		k.log.Debug("preload policy program failed; the endpoint's apply loads it again", "program", j.key, "err", err)
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.addPreloadLocked(env, j.key, prog)
+}
+
+// addPreloadLocked records a preloaded program without references, unless
+// the kernel changed under the worker.
+func (k *Kernel) addPreloadLocked(env *preloadEnv, key progKey, prog *polprog.Program) {
+	_, loaded := k.progs[key]
+	_, pinned := k.pinned[key]
+	if k.closed || k.bpf != env.bpf || loaded || pinned {
+		// Closed, or reopened on other maps, or the program appeared
+		// meanwhile: this one is not needed. Nothing points at it.
+		if err := prog.Close(); err != nil {
+			k.log.Debug("close unneeded preloaded policy program", "program", key, "err", err)
+		}
+		return
+	}
+	if k.ops.GCRemovals != env.gcMark {
+		// A collection ran during the load; it deletes the counters of
+		// rules no recorded program has, which may have been ours.
+		ids := make([]uint64, 0, len(prog.Rules()))
+		for _, r := range prog.Rules() {
+			ids = append(ids, r.CounterID)
+		}
+		if err := k.bpf.EnsureCounters(ids); err != nil {
+			k.log.Warn("recreate rule counters of a preloaded policy program", "program", key, "err", err)
+		}
+	}
+	k.addLoadedLocked(key, prog).preloaded = true
+}
+
+// releaseLeftoversLocked drops the preloads of an earlier batch that no
+// endpoint took, except those this batch needs again (an endpoint whose
+// apply failed and is retried): a safety net should an apply pass end
+// without releaseUnusedPreloadsLocked.
+func (k *Kernel) releaseLeftoversLocked(jobs []preloadJob) {
+	want := make(map[progKey]bool, len(jobs))
+	for _, j := range jobs {
+		want[j.key] = true
+	}
+	for key, sp := range k.progs {
+		if sp.preloaded && sp.refs == 0 && !want[key] {
+			k.dropLocked(sp)
+		}
+	}
+}
+
+// releaseUnusedPreloadsLocked closes and unpins the preloaded programs no
+// endpoint took. EndApply calls it: by then every endpoint of the batch
+// has been applied.
+func (k *Kernel) releaseUnusedPreloadsLocked() {
+	n := 0
+	for _, sp := range k.progs {
+		if sp.preloaded && sp.refs == 0 {
+			k.dropLocked(sp)
+			n++
+		}
+	}
+	if n > 0 {
+		k.log.Debug("released preloaded policy programs no endpoint took", "programs", n)
+	}
+}
+
+var _ dataplane.PolicyPreloader = (*Kernel)(nil)
