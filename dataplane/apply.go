@@ -1,10 +1,15 @@
 package dataplane
 
 import (
+	"context"
+	"log/slog"
 	"time"
 
 	"github.com/dpd-dev/dpd/dataplane/model"
 )
+
+// slowApply: a pass that takes longer is logged at info with its phases.
+const slowApply = 500 * time.Millisecond
 
 // pass collects what one apply pass did.
 type pass struct {
@@ -12,6 +17,17 @@ type pass struct {
 	failed   int
 	firstErr string
 	e        *Engine
+	mark     time.Time // end of the previous phase
+	phases   []any     // phase name, duration pairs for the log
+}
+
+// phase records the time since the previous phase ended under name.
+func (p *pass) phase(name string) {
+	now := time.Now()
+	if !p.mark.IsZero() {
+		p.phases = append(p.phases, name, now.Sub(p.mark).Round(time.Microsecond))
+	}
+	p.mark = now
 }
 
 func (p *pass) fail(kind, id string, err error) {
@@ -135,21 +151,26 @@ func (e *Engine) maybeApply(now time.Time) {
 // removal of sets no applied endpoint references any more.
 func (e *Engine) apply(now time.Time) {
 	start := time.Now()
-	p := &pass{e: e}
+	p := &pass{e: e, mark: start}
 	if e.applyConfig(now, p) {
 		e.services.obj.applyRemovals(e, now, p, e.k.RemoveService)
 		e.routes.applyRemovals(e, now, p, e.k.RemoveRoute)
 		e.vteps.applyRemovals(e, now, p, func(v *model.VTEP) error { return e.k.RemoveVTEP(v.Node) })
 		e.hostMeta.applyRemovals(e, now, p, func(h *model.HostMetadata) error { return e.k.RemoveHostMetadata(h.Hostname) })
+		p.phase("config_removals")
 		e.applyEndpointRemovals(now, p)
+		p.phase("endpoint_removals")
 		e.applyIPSetUpserts(now, p)
+		p.phase("ipsets")
 		e.applyEndpointUpserts(now, p)
+		p.phase("endpoints")
 		e.applyHostEndpoints()
 		e.hostMeta.applyUpserts(e, now, p, e.k.ApplyHostMetadata)
 		e.vteps.applyUpserts(e, now, p, e.k.ApplyVTEP)
 		e.routes.applyUpserts(e, now, p, e.k.ApplyRoute)
 		e.services.obj.applyUpserts(e, now, p, e.k.ApplyService)
 		e.applyIPSetRemovals(now, p)
+		p.phase("routes_services")
 		if (p.did || e.endApplyPending) && e.endApplyRetry.due(now) {
 			if err := e.k.EndApply(); err != nil {
 				e.endApplyPending = true
@@ -162,7 +183,14 @@ func (e *Engine) apply(now time.Time) {
 		}
 	}
 	if p.did {
-		e.met.applyDuration.Observe(time.Since(start).Seconds())
+		p.phase("end_apply")
+		took := time.Since(start)
+		level := slog.LevelDebug
+		if took > slowApply {
+			level = slog.LevelInfo
+		}
+		e.log.Log(context.Background(), level, "apply pass", append([]any{"took", took.Round(time.Microsecond), "failed", p.failed}, p.phases...)...)
+		e.met.applyDuration.Observe(took.Seconds())
 		e.lastApply = now
 		e.lastApplyErr = p.firstErr
 	}

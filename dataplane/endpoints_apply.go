@@ -105,6 +105,7 @@ func (e *Engine) applyEndpointUpserts(now time.Time, p *pass) {
 		if len(eps) > 0 {
 			pre.PreloadPolicies(eps)
 		}
+		p.phase("preload")
 	}
 	for _, ent := range due {
 		e.evalEndpoint(ent, now, p)

@@ -21,7 +21,7 @@ type Program struct {
 	mu     sync.Mutex
 	progs  []*ebpf.Program // chunk i; [0] is the head; guarded by mu
 	idx    []uint32        // dpd_chain index of chunk i+1; guarded by mu
-	headID ebpf.ProgramID  // kernel id of progs[0]; guarded by mu
+	headID ebpf.ProgramID  // kernel id of progs[0], 0 until HeadID looks it up; guarded by mu
 	pinDir string          // where Pin put it, "" when unpinned; guarded by mu
 	closed bool            // guarded by mu
 }
@@ -101,11 +101,6 @@ func (s *Spec) Load(m Maps) (_ *Program, err error) {
 			return nil, fmt.Errorf("load policy chunk %d of %d: %w", c, len(s.chunks), err)
 		}
 		p.progs[c] = prog
-		if c == 0 {
-			if info, err := prog.Info(); err == nil {
-				p.headID, _ = info.ID()
-			}
-		}
 		if c > 0 {
 			if err := m.Chain.Update(p.idx[c-1], prog, ebpf.UpdateAny); err != nil {
 				return nil, fmt.Errorf("install policy chunk %d at %s[%d]: %w", c, mapChain, p.idx[c-1], err)

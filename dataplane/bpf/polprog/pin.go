@@ -80,12 +80,19 @@ func (p *Program) PinDir() string {
 	return p.pinDir
 }
 
-// HeadID is the kernel id of the head program (0 once closed).
+// HeadID is the kernel id of the head program (0 once closed). It is
+// looked up on first use: reading a program's info costs a third of a
+// load, and only restart adoption needs the id.
 func (p *Program) HeadID() ebpf.ProgramID {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return 0
+	}
+	if p.headID == 0 && len(p.progs) > 0 && p.progs[0] != nil {
+		if info, err := p.progs[0].Info(); err == nil {
+			p.headID, _ = info.ID()
+		}
 	}
 	return p.headID
 }
