@@ -146,12 +146,12 @@ func (d *Dataplane) tcxCurrent(ifindex int, ifname string) (n int, ok bool) {
 // tcCurrent counts the hooks with a current dpd filter; ok is false when a
 // hook has a stale dpd filter or cannot be read.
 func (d *Dataplane) tcCurrent(ifindex int) (n int, ok bool) {
-	l, err := netlink.LinkByIndex(ifindex)
+	l, err := d.nl.LinkByIndex(ifindex)
 	if err != nil {
 		return 0, false
 	}
 	for _, h := range d.hooks() {
-		filters, ok := listFilters(l, h.parent)
+		filters, ok := listFilters(d.nl, l, h.parent)
 		if !ok {
 			return n, true // no clsact qdisc, so no filters
 		}
@@ -172,7 +172,7 @@ func (d *Dataplane) tcCurrent(ifindex int) (n int, ok bool) {
 
 // attachedPrograms lists every program on the interface's TCX hooks and
 // legacy clsact filters.
-func attachedPrograms(ifindex int) []ebpf.ProgramID {
+func (d *Dataplane) attachedPrograms(ifindex int) []ebpf.ProgramID {
 	var out []ebpf.ProgramID
 	for _, at := range []ebpf.AttachType{ebpf.AttachTCXIngress, ebpf.AttachTCXEgress} {
 		res, err := link.QueryPrograms(link.QueryOptions{Target: ifindex, Attach: at})
@@ -183,12 +183,12 @@ func attachedPrograms(ifindex int) []ebpf.ProgramID {
 			out = append(out, p.ID)
 		}
 	}
-	l, err := netlink.LinkByIndex(ifindex)
+	l, err := d.nl.LinkByIndex(ifindex)
 	if err != nil {
 		return out
 	}
 	for _, parent := range []uint32{tcParentIngress, tcParentEgress} {
-		filters, ok := listFilters(l, parent)
+		filters, ok := listFilters(d.nl, l, parent)
 		if !ok {
 			continue
 		}
@@ -214,6 +214,10 @@ func (d *Dataplane) OwnsAttachment(ifindex int) bool {
 // EntryOwners reports whether dpd entry programs on the interface are
 // ours (see OwnsAttachment) and whether some belong to another dpd.
 func (d *Dataplane) EntryOwners(ifindex int) (ours, foreign bool) {
+	attached := d.attachedPrograms(ifindex)
+	if len(attached) == 0 {
+		return false, false // the common case: a new interface
+	}
 	mine := map[ebpf.MapID]bool{}
 	for _, m := range []*ebpf.Map{d.objs.DpdIfstate, d.objs.DpdJump} {
 		if info, err := m.Info(); err == nil {
@@ -225,7 +229,7 @@ func (d *Dataplane) EntryOwners(ifindex int) (ours, foreign bool) {
 	for _, r := range d.retiredIDs() {
 		mine[r] = true
 	}
-	for _, pid := range attachedPrograms(ifindex) {
+	for _, pid := range attached {
 		id, err := attachedIdentity(pid)
 		if err != nil || !isEntryName(id.name) {
 			continue

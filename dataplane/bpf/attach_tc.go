@@ -28,7 +28,7 @@ func isOurFilter(f netlink.Filter) (*netlink.BpfFilter, bool) {
 	return bf, a.Priority == tcPriority && a.Handle == tcHandle
 }
 
-func ensureClsact(ifindex int) error {
+func (d *Dataplane) ensureClsact(ifindex int) error {
 	q := &netlink.GenericQdisc{
 		QdiscAttrs: netlink.QdiscAttrs{
 			LinkIndex: ifindex,
@@ -37,18 +37,18 @@ func ensureClsact(ifindex int) error {
 		},
 		QdiscType: "clsact",
 	}
-	if err := netlink.QdiscAdd(q); err != nil && !errors.Is(err, unix.EEXIST) {
+	if err := d.nl.QdiscAdd(q); err != nil && !errors.Is(err, unix.EEXIST) {
 		return fmt.Errorf("add clsact: %w", err)
 	}
 	return nil
 }
 
 func (d *Dataplane) attachTC(ifindex int) error {
-	l, err := netlink.LinkByIndex(ifindex)
+	l, err := d.nl.LinkByIndex(ifindex)
 	if err != nil {
 		return fmt.Errorf("link %d: %w", ifindex, err)
 	}
-	if err := ensureClsact(ifindex); err != nil {
+	if err := d.ensureClsact(ifindex); err != nil {
 		return err
 	}
 	for _, h := range d.hooks() {
@@ -61,7 +61,7 @@ func (d *Dataplane) attachTC(ifindex int) error {
 }
 
 func (d *Dataplane) attachTCHook(l netlink.Link, h hook, prog *ebpf.Program) error {
-	filters, err := netlink.FilterList(l, h.parent)
+	filters, err := d.nl.FilterList(l, h.parent)
 	if err != nil {
 		return fmt.Errorf("list tc %s filters: %w", h.suffix, err)
 	}
@@ -85,7 +85,7 @@ func (d *Dataplane) attachTCHook(l netlink.Link, h hook, prog *ebpf.Program) err
 		Name:         info.name,
 		DirectAction: true,
 	}
-	if err := netlink.FilterReplace(f); err != nil {
+	if err := d.nl.FilterReplace(f); err != nil {
 		return fmt.Errorf("tc %s filter: %w", h.suffix, err)
 	}
 	return nil
@@ -94,7 +94,7 @@ func (d *Dataplane) attachTCHook(l netlink.Link, h hook, prog *ebpf.Program) err
 // detachTC removes dpd's filters, then the clsact qdisc if no filter is
 // left on it. A missing interface has nothing left to remove.
 func (d *Dataplane) detachTC(ifindex int) error {
-	l, err := netlink.LinkByIndex(ifindex)
+	l, err := d.nl.LinkByIndex(ifindex)
 	if err != nil {
 		var nf netlink.LinkNotFoundError
 		if errors.As(err, &nf) || errors.Is(err, unix.ENODEV) {
@@ -104,7 +104,7 @@ func (d *Dataplane) detachTC(ifindex int) error {
 	}
 	remaining, removed := 0, 0
 	for _, h := range d.hooks() {
-		filters, ok := listFilters(l, h.parent)
+		filters, ok := listFilters(d.nl, l, h.parent)
 		if !ok {
 			return nil // no clsact: nothing of ours
 		}
@@ -113,7 +113,7 @@ func (d *Dataplane) detachTC(ifindex int) error {
 				remaining++
 				continue
 			}
-			if err := netlink.FilterDel(f); err != nil && !errors.Is(err, unix.ENOENT) {
+			if err := d.nl.FilterDel(f); err != nil && !errors.Is(err, unix.ENOENT) {
 				return fmt.Errorf("delete tc %s filter: %w", h.suffix, err)
 			}
 			removed++
@@ -121,14 +121,14 @@ func (d *Dataplane) detachTC(ifindex int) error {
 	}
 	// Only a qdisc dpd emptied is removed; the qdisc dump this needs walks
 	// every device on the node, so it is kept off the common path.
-	if remaining > 0 || removed == 0 || !hasClsact(l) {
+	if remaining > 0 || removed == 0 || !hasClsact(d.nl, l) {
 		return nil
 	}
 	q := &netlink.GenericQdisc{
 		QdiscAttrs: netlink.QdiscAttrs{LinkIndex: ifindex, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT},
 		QdiscType:  "clsact",
 	}
-	if err := netlink.QdiscDel(q); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
+	if err := d.nl.QdiscDel(q); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
 		return fmt.Errorf("delete clsact: %w", err)
 	}
 	return nil
@@ -136,15 +136,15 @@ func (d *Dataplane) detachTC(ifindex int) error {
 
 // listFilters lists one hook's filters of one device (a per-device dump,
 // unlike RTM_GETQDISC); ok is false when the device has no clsact qdisc.
-func listFilters(l netlink.Link, parent uint32) ([]netlink.Filter, bool) {
-	fs, err := netlink.FilterList(l, parent)
+func listFilters(h *netlink.Handle, l netlink.Link, parent uint32) ([]netlink.Filter, bool) {
+	fs, err := h.FilterList(l, parent)
 	return fs, err == nil
 }
 
 // hasClsact dumps the qdiscs, which walks every device on the node: call it
 // only off the per-endpoint path.
-func hasClsact(l netlink.Link) bool {
-	qs, err := netlink.QdiscList(l)
+func hasClsact(h *netlink.Handle, l netlink.Link) bool {
+	qs, err := h.QdiscList(l)
 	if err != nil {
 		return false
 	}

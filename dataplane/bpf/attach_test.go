@@ -37,7 +37,7 @@ func inspectHooks(t *testing.T, d *Dataplane, ifindex int) hookState {
 	}
 	l, err := netlink.LinkByIndex(ifindex)
 	mustNil(t, err)
-	s.clsact = hasClsact(l)
+	s.clsact = hasClsact(d.nl, l)
 	if s.clsact {
 		for i, h := range d.hooks() {
 			fs, err := netlink.FilterList(l, h.parent)

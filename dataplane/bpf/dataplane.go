@@ -10,6 +10,8 @@ import (
 	"sync"
 
 	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	bpfobj "github.com/dpd-dev/dpd/bpf"
 	"github.com/dpd-dev/dpd/dataplane/bpf/abi"
@@ -56,6 +58,10 @@ type Dataplane struct {
 	log   *slog.Logger
 	objs  bpfobj.DpdObjects
 	sizes MapSizes
+	// nl is one rtnetlink socket for every per-interface query and change
+	// (a socket per call costs more than the query), opened in the network
+	// namespace of the goroutine that called Open. Safe for concurrent use.
+	nl *netlink.Handle
 
 	// want describes the loaded programs, to recognise attachments that
 	// are already current (same tag, same maps). Immutable after Open.
@@ -100,14 +106,20 @@ func Open(opts Options) (*Dataplane, error) {
 	}
 	applySizes(spec, opts.Sizes)
 
+	nlh, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("netlink handle: %w", err)
+	}
 	d := &Dataplane{
 		opts:  opts,
 		log:   opts.Log,
+		nl:    nlh,
 		sizes: opts.Sizes,
 		sets:  map[string]*ipset{},
 		ids:   map[uint32]struct{}{},
 	}
 	if err := d.migratePins(spec); err != nil {
+		nlh.Close()
 		return nil, err
 	}
 	err = spec.LoadAndAssign(&d.objs, &ebpf.CollectionOptions{
@@ -117,12 +129,15 @@ func Open(opts Options) (*Dataplane, error) {
 		var verr *ebpf.VerifierError
 		if errors.As(err, &verr) {
 			// The whole verifier log says why; the error alone does not.
+			nlh.Close()
 			return nil, fmt.Errorf("load entry programs: %w\n%s", err, strings.Join(verr.Log, "\n"))
 		}
+		nlh.Close()
 		return nil, fmt.Errorf("load entry programs: %w", err)
 	}
 	if err := d.init(); err != nil {
 		_ = d.objs.Close()
+		nlh.Close()
 		return nil, err
 	}
 	return d, nil
@@ -174,6 +189,7 @@ func applySizes(spec *ebpf.CollectionSpec, s MapSizes) {
 // Close releases the Dataplane's file descriptors. Pins, links and attached
 // programs stay, so a restarted dpd adopts them.
 func (d *Dataplane) Close() error {
+	d.nl.Close()
 	return errors.Join(d.setIdx.close(), d.objs.Close())
 }
 

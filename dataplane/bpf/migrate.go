@@ -166,7 +166,7 @@ func (d *Dataplane) ReleaseRetired(ifindexes []int) (kept int, err error) {
 		progs = append(progs, ids...)
 	}
 	for _, ifindex := range ifindexes {
-		progs = append(progs, attachedPrograms(ifindex)...)
+		progs = append(progs, d.attachedPrograms(ifindex)...)
 	}
 	for _, pid := range progs {
 		id, err := attachedIdentity(pid)

@@ -219,9 +219,13 @@ func (k *Kernel) attachLocked(st *endpointState, iface string) error {
 	if st.attachOK && st.mode != "" {
 		return nil
 	}
-	if mode, ok := k.bpf.AttachedCurrent(st.ifindex, iface); ok {
-		st.mode, st.attachOK = mode, true
-		return nil
+	// A fresh interface has nothing attached to look for (and Attach is
+	// idempotent should something be there after all).
+	if !st.fresh || st.mode != "" {
+		if mode, ok := k.bpf.AttachedCurrent(st.ifindex, iface); ok {
+			st.mode, st.attachOK = mode, true
+			return nil
+		}
 	}
 	mode, err := k.bpf.Attach(st.ifindex, iface)
 	if err != nil {
