@@ -6,8 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"runtime/debug"
+	"time"
 )
 
 // version is set at build time: -ldflags "-X main.version=v1.2.3".
@@ -30,8 +32,16 @@ func run(args []string, getenv func(string) string) int {
 	cfg.Version = version
 	if limit, ok := memoryLimit(cfg.MemoryLimit, getenv); ok {
 		debug.SetMemoryLimit(limit)
+		if limit != math.MaxInt64 {
+			stop := make(chan struct{})
+			defer close(stop)
+			go guardMemoryLimit(limit, 10*time.Second, cfg.Log, stop)
+		}
 	}
-	cfg.Log.Debug("go memory limit", "bytes", debug.SetMemoryLimit(-1))
+	if percent, ok := gcTarget(cfg.GCPercent, getenv); ok {
+		debug.SetGCPercent(percent)
+	}
+	cfg.Log.Debug("go memory settings", "limit_bytes", debug.SetMemoryLimit(-1), "gc_percent", cfg.GCPercent.String())
 	d, closeKernel, err := newDaemon(cfg)
 	if err != nil {
 		cfg.Log.Error("dpd cannot start", "err", err)

@@ -2,9 +2,13 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
 	"math"
+	"runtime/debug"
+	"runtime/metrics"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // defaultMemoryLimit is the soft limit dpd runs under unless told
@@ -69,4 +73,72 @@ func memoryLimit(m memorySize, getenv func(string) string) (limit int64, ok bool
 		return math.MaxInt64, true // the runtime's "no limit"
 	}
 	return m.bytes, true
+}
+
+// defaultGCPercent is dpd's GOGC: the heap grows by half the live set
+// between collections instead of doubling, which keeps the resident set of
+// a node agent small at the price of more frequent (cheap) collections.
+const defaultGCPercent = 50
+
+// gcPercent is a --gc-percent value; set records that the flag or its
+// variable gave it.
+type gcPercent struct {
+	n   int
+	set bool
+}
+
+func (g *gcPercent) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < -1 || n == 0 {
+		return fmt.Errorf("%q is not a percentage above 0, or -1 for off", s)
+	}
+	*g = gcPercent{n: n, set: true}
+	return nil
+}
+
+func (g *gcPercent) String() string {
+	if g == nil {
+		return "0"
+	}
+	return strconv.Itoa(g.n)
+}
+
+// gcTarget is the value to give debug.SetGCPercent, or ok false to keep
+// GOGC, which stands unless --gc-percent (or DPD_GC_PERCENT) is given.
+func gcTarget(g gcPercent, getenv func(string) string) (percent int, ok bool) {
+	if !g.set && getenv("GOGC") != "" {
+		return 0, false
+	}
+	return g.n, true
+}
+
+// outgrownShare: when the live heap passes this share of the soft memory
+// limit, the limit would make the collector run almost constantly (up to
+// half the CPU), so guardMemoryLimit lifts it.
+const outgrownShare = 0.75
+
+// guardMemoryLimit lifts the soft memory limit, with a warning, once the
+// live heap outgrows it (a node bigger than the default was sized for),
+// checking every interval until stop closes or it has lifted it.
+func guardMemoryLimit(limit int64, interval time.Duration, log *slog.Logger, stop <-chan struct{}) {
+	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		metrics.Read(sample)
+		if sample[0].Value.Kind() != metrics.KindUint64 {
+			return
+		}
+		if live := sample[0].Value.Uint64(); float64(live) > outgrownShare*float64(limit) {
+			debug.SetMemoryLimit(math.MaxInt64)
+			log.Warn("the live heap outgrew the soft memory limit; lifted it so the collector does not run constantly (raise --memory-limit)",
+				"live_bytes", live, "limit_bytes", limit)
+			return
+		}
+	}
 }

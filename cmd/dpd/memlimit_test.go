@@ -2,8 +2,14 @@ package main
 
 import (
 	"io"
+	"log/slog"
 	"math"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 )
 
 func TestMemorySizeSet(t *testing.T) {
@@ -64,4 +70,99 @@ func TestMemoryLimitFlag(t *testing.T) {
 	if _, err := parseFlags([]string{"--memory-limit=48MB"}, func(string) string { return "" }, io.Discard); err == nil {
 		t.Error("--memory-limit=48MB accepted")
 	}
+}
+
+func TestGCPercentFlag(t *testing.T) {
+	tests := []struct {
+		name      string
+		args      []string
+		env       map[string]string
+		want      int
+		wantApply bool
+	}{
+		{name: "default", want: defaultGCPercent, wantApply: true},
+		{name: "flag", args: []string{"--gc-percent=100"}, want: 100, wantApply: true},
+		{name: "environment twin", env: map[string]string{"DPD_GC_PERCENT": "200"}, want: 200, wantApply: true},
+		{name: "off", args: []string{"--gc-percent=-1"}, want: -1, wantApply: true},
+		{name: "GOGC stands", env: map[string]string{"GOGC": "80"}},
+		{name: "flag over GOGC", args: []string{"--gc-percent=70"}, env: map[string]string{"GOGC": "80"}, want: 70, wantApply: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			getenv := func(k string) string { return tt.env[k] }
+			c, err := parseFlags(tt.args, getenv, io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, apply := gcTarget(c.GCPercent, getenv)
+			if got != tt.want || apply != tt.wantApply {
+				t.Errorf("gcTarget = %d %v, want %d %v", got, apply, tt.want, tt.wantApply)
+			}
+		})
+	}
+	for _, bad := range []string{"0", "-2", "half"} {
+		if _, err := parseFlags([]string{"--gc-percent=" + bad}, func(string) string { return "" }, io.Discard); err == nil {
+			t.Errorf("--gc-percent=%s accepted", bad)
+		}
+	}
+}
+
+// A soft limit the live heap has outgrown is lifted, with a warning.
+func TestGuardMemoryLimitLifts(t *testing.T) {
+	prev := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(prev) })
+	ballast := make([]byte, 8<<20)
+	const limit = 4 << 20 // below the live heap the ballast keeps
+	debug.SetMemoryLimit(limit)
+	var logged strings.Builder
+	log := slog.New(slog.NewTextHandler(&syncWriter{w: &logged}, nil))
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		guardMemoryLimit(limit, 5*time.Millisecond, log, stop)
+	}()
+	runtime.GC()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		close(stop)
+		t.Fatal("the limit was not lifted")
+	}
+	runtime.KeepAlive(ballast)
+	if got := debug.SetMemoryLimit(-1); got != math.MaxInt64 {
+		t.Errorf("memory limit after the guard = %d, want none", got)
+	}
+	if !strings.Contains(logged.String(), "outgrew the soft memory limit") {
+		t.Errorf("no warning logged: %q", logged.String())
+	}
+}
+
+// A limit the heap stays well under is kept until stop.
+func TestGuardMemoryLimitKeeps(t *testing.T) {
+	prev := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(prev) })
+	const limit = 1 << 40
+	debug.SetMemoryLimit(limit)
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		guardMemoryLimit(limit, time.Millisecond, slog.New(slog.NewTextHandler(io.Discard, nil)), stop)
+	}()
+	runtime.GC()
+	close(stop)
+	<-done
+	if got := debug.SetMemoryLimit(-1); got != limit {
+		t.Errorf("memory limit = %d, want %d kept", got, limit)
+	}
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }
