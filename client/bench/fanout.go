@@ -41,6 +41,7 @@ func (r *runner) fanout(ctx context.Context) error {
 	f.Prepare, f.ProgramsBefore = time.Since(start), 1
 	r.progress("P2: %d endpoints share ingress program %s (moved in %s)", n, before, round(f.Prepare))
 
+	r.awaitIdle(ctx, r.d.pid, 30*time.Second)
 	ic := r.d.client.Inspect()
 	sample := sampleIndexes(n, s.TraceSample)
 	var rtts []time.Duration

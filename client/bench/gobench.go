@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // P4 and P5 come from the repository's benchmarks, run with `go test` in
@@ -137,6 +138,7 @@ func (r *runner) goBenchmarks(ctx context.Context) error {
 	}
 	all := benchResults{}
 	for _, b := range sets {
+		r.awaitIdle(ctx, 0, time.Minute)
 		r.progress("P4/P5: go test -bench '%s' -benchtime %s -count %d %s", b.pattern, b.benchtime, s.BenchCount, b.pkg)
 		res, err := runGoBench(ctx, goBin, r.o.SourceDir, b, s.BenchCount)
 		if err != nil {

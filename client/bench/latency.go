@@ -115,7 +115,7 @@ func (r *runner) p1(ctx context.Context) error {
 		{"shared policy", batchShared, func(int) string { return sharedPolicy }, &r.res.Shared},
 	}
 	for _, v := range variants {
-		r.awaitIdle(ctx, 30*time.Second)
+		r.awaitIdle(ctx, r.d.pid, 30*time.Second)
 		r.progress("P1 (%s): %d endpoints, one every %s", v.label, s.Endpoints, s.Pace)
 		l, err := r.endpointLatency(ctx, v.batch, v.policy)
 		if err != nil {

@@ -25,6 +25,8 @@ type cpuSample struct {
 	dpdPid, self int
 }
 
+// sampleCPU reads the machine's and the driver's CPU time, and dpd's
+// unless dpdPid is 0.
 func sampleCPU(dpdPid int) (cpuSample, error) {
 	s := cpuSample{dpdPid: dpdPid, self: os.Getpid()}
 	b, err := os.ReadFile("/proc/stat")
@@ -45,6 +47,10 @@ func sampleCPU(dpdPid int) (cpuSample, error) {
 		if i != 3 && i != 4 { // idle, iowait
 			s.busy += n
 		}
+	}
+	if dpdPid == 0 {
+		s.driver, err = processTicks(s.self)
+		return s, err
 	}
 	if s.dpd, err = processTicks(dpdPid); err != nil {
 		return s, err

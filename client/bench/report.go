@@ -144,22 +144,23 @@ func (r *Results) methodSection(w writer) {
 		"high-water mark of its resident set over the start and the cold start.\n")
 	w("* **P2, policy fan-out.** The same endpoints are moved onto one shared policy (untimed; Inspect confirms they "+
 		"all run one ingress program). Then one ActivePolicyUpdate changes that policy's first inbound rule from deny "+
-		"to allow for TCP to port %d. %d endpoints spread over the order dpd applies them in (first and last "+
+		"to allow for TCP to port %d, once the node has gone quiet (as for P1). %d endpoints spread over the order dpd applies them in (first and last "+
 		"included) are traced with `Inspect/Trace` — the attached program run on a crafted packet with "+
 		"`BPF_PROG_TEST_RUN` — by %d concurrent pollers until each answers allow. P2 is the time from sending the "+
 		"change to the last sampled flip; the resolution is about one trace round trip per sampled endpoint a "+
 		"poller owns. Afterwards Inspect must show all %d endpoints on one new program, and the stream must still "+
 		"report each up.\n", flipPort, s.TraceSample, pollers, s.Endpoints)
 	w("* **P1, endpoint → up.** After P3's endpoints are removed and their veths deleted (every phase's veths go with its "+
-		"endpoints, so the node never holds more workload interfaces than the scale) and dpd has gone idle (at most one "+
-		"10 ms CPU tick in each of two 100 ms windows), %d new endpoints arrive one every %s, the way a "+
+		"endpoints, so the node never holds more workload interfaces than the scale) and the node has gone quiet "+
+		"(dpd at most one 10 ms CPU tick, the whole machine at most three, in each of two 100 ms windows), %d new endpoints arrive one every %s, the way a "+
 		"CNI plugin and a controller bring them: the veth is created, then the WorkloadEndpointUpdate is sent at "+
 		"once, so dpd learns of interface and endpoint concurrently. Each latency runs from that Send to the `up` "+
 		"status on the stream. Paced arrivals (50 pods/s is more than a kubelet starts) measure each endpoint's own "+
 		"work rather than a queue. Two variants: every endpoint with a policy of its own (two programs compiled, "+
 		"verified and loaded per endpoint) and every endpoint with the one shared policy (programs already loaded: "+
 		"what a replica of a running deployment sees).\n", s.Endpoints, s.Pace)
-	w("* **P4, per-packet cost.** `go test -bench` in the repository, after the daemon phases, each benchmark "+
+	w("* **P4, per-packet cost.** `go test -bench` in the repository, after the daemon phases and once the machine "+
+		"has gone quiet (the kernel tears the daemon's veths and programs down in its own workers), each benchmark "+
 		"`-benchtime %s -count %d`, the median taken. `BPF_PROG_TEST_RUN` reports the kernel's time per run. "+
 		"Established flow: `BenchmarkEntry/ct_hit` (entry program, parse, conntrack hit) over "+
 		"`BenchmarkEntry/trivial` (a program that only returns TC_ACT_OK). New flows: `BenchmarkPolicy` — the "+

@@ -159,15 +159,17 @@ func (r *runner) deleteVeths(batch byte) {
 	r.progress("deleted the veths of batch %c in %s", batch, round(time.Since(start)))
 }
 
-// awaitIdle waits until dpd has used at most one clock tick of CPU in
-// each of two consecutive 100 ms windows, so a phase starts on a settled
-// node rather than on the tail of the previous phase's teardown. After
-// limit it gives up with a warning.
-func (r *runner) awaitIdle(ctx context.Context, limit time.Duration) {
+// awaitIdle waits until dpd has used at most one clock tick of CPU, and the
+// whole machine at most quietTicks, in each of two consecutive 100 ms
+// windows, so a phase starts on a settled node rather than on the tail of
+// the previous phase's teardown (the kernel frees programs and deleted
+// veths in its own workers, after dpd is done). pid 0 watches the machine
+// alone. After limit it gives up with a warning.
+func (r *runner) awaitIdle(ctx context.Context, pid int, limit time.Duration) {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	deadline := time.Now().Add(limit)
-	prev, err := processTicks(r.d.pid)
+	prev, err := sampleCPU(pid)
 	quiet := 0
 	for err == nil && quiet < 2 {
 		select {
@@ -175,22 +177,27 @@ func (r *runner) awaitIdle(ctx context.Context, limit time.Duration) {
 			return
 		case <-tick.C:
 		}
-		var cur uint64
-		if cur, err = processTicks(r.d.pid); err != nil {
+		var cur cpuSample
+		if cur, err = sampleCPU(pid); err != nil {
 			break
 		}
-		if cur-prev <= 1 {
+		if cur.dpd-prev.dpd <= 1 && cur.busy-prev.busy <= quietTicks {
 			quiet++
 		} else {
 			quiet = 0
 		}
 		prev = cur
 		if time.Now().After(deadline) {
-			r.warn("dpd still busy %s after the previous phase; measuring anyway", limit)
+			r.warn("the node is still busy %s after the previous phase; measuring anyway", limit)
 			return
 		}
 	}
 }
+
+// quietTicks is how many clock ticks of CPU (all cores together) a
+// 100 ms window may hold for the machine to count as quiet: the driver's
+// own polling and a stray timer, not a kernel worker tearing down veths.
+const quietTicks = 3
 
 // cleanup ends the session, stops a started daemon (removing its pins)
 // and deletes the namespace or veths; it is safe to call twice.
