@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/dpd-dev/dpd/dataplane/model"
+	"github.com/dpd-dev/dpd/internal/sorted"
 )
 
 // setMember is a model.IPSetMember in 24 bytes without pointers, so a
@@ -103,8 +104,7 @@ func toModelMembers(ms []setMember) []model.IPSetMember {
 }
 
 func containsSetMember(ms []setMember, m setMember) bool {
-	_, ok := slices.BinarySearchFunc(ms, m, compareSetMember)
-	return ok
+	return sorted.Contains(ms, m, compareSetMember)
 }
 
 // mergeSetMembers returns have with add merged in and del taken out, in
@@ -112,38 +112,5 @@ func containsSetMember(ms []setMember, m setMember) bool {
 // del within it. Linear in len(have); a delta allocates only when the set
 // outgrows its capacity.
 func mergeSetMembers(have, add, del []setMember) []setMember {
-	if len(del) > 0 {
-		w, j := 0, 0
-		for _, v := range have {
-			for j < len(del) && compareSetMember(del[j], v) < 0 {
-				j++
-			}
-			if j < len(del) && del[j] == v {
-				j++
-				continue
-			}
-			have[w] = v
-			w++
-		}
-		have = have[:w]
-	}
-	if len(add) > 0 {
-		n := len(have)
-		have = slices.Grow(have, len(add))[:n+len(add)]
-		i, k := n-1, len(have)-1
-		for j := len(add) - 1; j >= 0; k-- {
-			if i >= 0 && compareSetMember(have[i], add[j]) > 0 {
-				have[k] = have[i]
-				i--
-			} else {
-				have[k] = add[j]
-				j--
-			}
-		}
-	}
-	// Give back what a shrunken set no longer needs.
-	if cap(have) > 64 && cap(have) > 2*len(have) {
-		have = slices.Clone(have)
-	}
-	return have
+	return sorted.Apply(have, add, del, compareSetMember)
 }

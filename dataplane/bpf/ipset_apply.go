@@ -5,6 +5,8 @@ import (
 	"fmt"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/dpd-dev/dpd/internal/sorted"
 )
 
 // keyChunk bounds the keys built per batch call, so the transient buffers
@@ -28,7 +30,7 @@ func (d *Dataplane) applyLocked(s *ipset, c setChange) error {
 	n, err := d.addMembers(s.id, c.add)
 	d.setIdx.change(s.id, c.add[:n], true)
 	if err != nil {
-		s.members = applySorted(s.members, c.add[:n], nil, compareMember)
+		s.members = sorted.Apply(s.members, c.add[:n], nil, compareMember)
 		return errors.Join(err, d.setIdx.flush())
 	}
 	// The index drops members before dpd_ipsets does: a set test answered
@@ -36,7 +38,7 @@ func (d *Dataplane) applyLocked(s *ipset, c setChange) error {
 	d.setIdx.change(s.id, c.del, false)
 	if err := d.setIdx.flush(); err != nil {
 		d.setIdx.change(s.id, c.del, true) // still members
-		s.members = applySorted(s.members, c.add, nil, compareMember)
+		s.members = sorted.Apply(s.members, c.add, nil, compareMember)
 		return errors.Join(err, d.setIdx.flush())
 	}
 	n, err = d.deleteMembers(s.id, c.del)
@@ -46,7 +48,7 @@ func (d *Dataplane) applyLocked(s *ipset, c setChange) error {
 	} else {
 		// c.del may be (a part of) s.members itself: applySorted reads
 		// deletions ahead of its writes, so that is safe.
-		s.members = applySorted(s.members, c.add, c.del[:n], compareMember)
+		s.members = sorted.Apply(s.members, c.add, c.del[:n], compareMember)
 	}
 	return errors.Join(err, d.setIdx.flush())
 }

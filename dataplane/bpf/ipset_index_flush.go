@@ -8,6 +8,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/dpd-dev/dpd/dataplane/bpf/abi"
+	"github.com/dpd-dev/dpd/internal/sorted"
 )
 
 // flush rewrites the entries the changes since the last flush affect: the
@@ -86,7 +87,7 @@ func (x *ipsetIndex) netOps() (ins, del []idxRef) {
 		if i+1 < len(ops) && ops[i+1].ref == op.ref {
 			continue
 		}
-		if containsSorted(x.refs, op.ref, compareRef) != op.add {
+		if sorted.Contains(x.refs, op.ref, compareRef) != op.add {
 			ops[w] = op
 			w++
 			if op.add {
@@ -122,7 +123,7 @@ func (x *ipsetIndex) merge(ins, del []idxRef) {
 		x.refs = ins // fresh and exactly sized: a start or a first set
 		return
 	}
-	x.refs = applySorted(x.refs, ins, del, compareRef)
+	x.refs = sorted.Apply(x.refs, ins, del, compareRef)
 }
 
 // write stores the refs' values of upd and deletes gone. Entries it

@@ -5,6 +5,8 @@ import (
 	"math/rand/v2"
 	"slices"
 	"testing"
+
+	"github.com/dpd-dev/dpd/internal/sorted"
 )
 
 func randomMembers(rng *rand.Rand, n int) []member {
@@ -34,18 +36,18 @@ func TestSortedSetOps(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
 	for range 3000 {
 		have, want := randomMembers(rng, rng.IntN(40)), randomMembers(rng, rng.IntN(40))
-		add, del := diffSorted(have, want, compareMember)
+		add, del := sorted.Diff(have, want, compareMember)
 		if !slices.IsSortedFunc(add, compareMember) || !slices.IsSortedFunc(del, compareMember) {
 			t.Fatalf("diff of %v and %v not sorted: +%v -%v", have, want, add, del)
 		}
-		got := applySorted(slices.Clone(have), add, del, compareMember)
+		got := sorted.Apply(slices.Clone(have), add, del, compareMember)
 		if !slices.Equal(got, want) {
 			t.Fatalf("apply(%v, +%v, -%v) = %v, want %v", have, add, del, got, want)
 		}
 		// A prefix of have deleted from have itself, as removals do.
 		n := rng.IntN(len(have) + 1)
 		h := slices.Clone(have)
-		got = applySorted(h, nil, h[:n], compareMember)
+		got = sorted.Apply(h, nil, h[:n], compareMember)
 		if !maps.Equal(memberSet(got), memberSet(have[n:])) || !slices.IsSortedFunc(got, compareMember) {
 			t.Fatalf("deleting the first %d of %v left %v", n, have, got)
 		}

@@ -13,6 +13,7 @@ import (
 	bpfobj "github.com/dpd-dev/dpd/bpf"
 	"github.com/dpd-dev/dpd/dataplane/bpf/abi"
 	"github.com/dpd-dev/dpd/dataplane/model"
+	"github.com/dpd-dev/dpd/internal/sorted"
 )
 
 // ipset is the in-kernel state of one set, mirrored so that updates write
@@ -123,7 +124,7 @@ func (d *Dataplane) ReplaceIPSet(name string, typ model.IPSetType, members []mod
 		return fmt.Errorf("replace ip set %s: %w", name, err)
 	}
 	s.typ = typ
-	add, del := diffSorted(s.members, want, compareMember)
+	add, del := sorted.Diff(s.members, want, compareMember)
 	if err := d.applyLocked(s, setChange{add: add, del: del, want: want, replace: true}); err != nil {
 		return fmt.Errorf("replace ip set %s: %w", name, err)
 	}
@@ -149,12 +150,12 @@ func (d *Dataplane) UpdateIPSet(name string, added, removed []model.IPSetMember)
 	}
 	var add, del []member
 	for _, m := range a {
-		if !containsSorted(s.members, m, compareMember) {
+		if !sorted.Contains(s.members, m, compareMember) {
 			add = append(add, m)
 		}
 	}
 	for _, m := range r {
-		if containsSorted(s.members, m, compareMember) && !containsSorted(a, m, compareMember) {
+		if sorted.Contains(s.members, m, compareMember) && !sorted.Contains(a, m, compareMember) {
 			del = append(del, m)
 		}
 	}

@@ -19,17 +19,10 @@ import (
 // an error wrapping ErrNoLink. IPv6 nets are ignored for now: they need
 // proxy_ndp and IPv6 routes, which dpd does not program yet.
 func (c *Configurer) ConfigureEndpoint(iface string, ifindex int, mac net.HardwareAddr, nets []netip.Prefix) error {
-	if err := validIfaceName(iface); err != nil {
+	ifindex, v4, err := c.endpointTarget(iface, ifindex, nets)
+	if err != nil {
 		return err
 	}
-	if ifindex <= 0 {
-		idx, err := c.linkIndex(iface)
-		if err != nil {
-			return err
-		}
-		ifindex = idx
-	}
-	v4 := ipv4Nets(nets)
 	// Sysctls first: proxy ARP and forwarding must be on before traffic is
 	// routed to the interface.
 	if err := c.ensureSysctls(endpointSysctls(iface, c.rpFilter)); err != nil {
@@ -59,17 +52,10 @@ func (c *Configurer) ConfigureEndpoint(iface string, ifindex int, mac net.Hardwa
 // ConfigureEndpoint. Repeating it is harmless. Every write is counted in
 // Stats (routes as RoutesAdded).
 func (c *Configurer) ConfigureNewEndpoint(iface string, ifindex int, mac net.HardwareAddr, nets []netip.Prefix) error {
-	if err := validIfaceName(iface); err != nil {
+	ifindex, v4, err := c.endpointTarget(iface, ifindex, nets)
+	if err != nil {
 		return err
 	}
-	if ifindex <= 0 {
-		idx, err := c.linkIndex(iface)
-		if err != nil {
-			return err
-		}
-		ifindex = idx
-	}
-	v4 := ipv4Nets(nets)
 	if err := c.writeSysctls(endpointSysctls(iface, c.rpFilter)); err != nil {
 		return fmt.Errorf("configure %s: %w", iface, noLink(err))
 	}
@@ -81,6 +67,22 @@ func (c *Configurer) ConfigureNewEndpoint(iface string, ifindex int, mac net.Har
 		return fmt.Errorf("configure %s: %w", iface, err)
 	}
 	return nil
+}
+
+// endpointTarget checks iface, looks its index up when ifindex is 0 and
+// keeps the IPv4 prefixes of nets.
+func (c *Configurer) endpointTarget(iface string, ifindex int, nets []netip.Prefix) (int, []netip.Prefix, error) {
+	if err := validIfaceName(iface); err != nil {
+		return 0, nil, err
+	}
+	if ifindex <= 0 {
+		idx, err := c.linkIndex(iface)
+		if err != nil {
+			return 0, nil, err
+		}
+		ifindex = idx
+	}
+	return ifindex, ipv4Nets(nets), nil
 }
 
 // UnconfigureEndpoint removes what ConfigureEndpoint added for iface: every

@@ -50,9 +50,12 @@ var hostSysctls = []sysctl{
 }
 
 // ensureSysctls applies each setting that differs from the kernel's value.
-func (c *Configurer) ensureSysctls(list []sysctl) error {
+func (c *Configurer) ensureSysctls(list []sysctl) error { return c.applySysctls(list, c.ensureSysctl) }
+
+// applySysctls runs set on each setting; a best-effort one may fail.
+func (c *Configurer) applySysctls(list []sysctl, set func(rel, value string) error) error {
 	for _, s := range list {
-		err := c.ensureSysctl(s.path, s.value)
+		err := set(s.path, s.value)
 		if err == nil {
 			continue
 		}
@@ -82,20 +85,7 @@ func (c *Configurer) ensureSysctl(rel, value string) error {
 
 // writeSysctls writes every setting without reading it first: for an
 // interface that has just appeared, whose settings are the defaults.
-func (c *Configurer) writeSysctls(list []sysctl) error {
-	for _, s := range list {
-		err := c.writeSysctl(s.path, s.value)
-		if err == nil {
-			continue
-		}
-		if s.bestEffort {
-			c.log.Debug("optional sysctl not applied", "path", s.path, "err", err)
-			continue
-		}
-		return err
-	}
-	return nil
-}
+func (c *Configurer) writeSysctls(list []sysctl) error { return c.applySysctls(list, c.writeSysctl) }
 
 func (c *Configurer) writeSysctl(rel, value string) error {
 	if err := writeProcSys(filepath.Join(c.procSys, rel), value); err != nil {
