@@ -25,7 +25,7 @@ func TestDiffApply(t *testing.T) {
 		have, want := randomSet(r), randomSet(r)
 		add, del := Diff(have, want, cmp.Compare[int])
 		got := Apply(slices.Clone(have), add, del, cmp.Compare[int])
-		if !slices.Equal(got, want) && !(len(got) == 0 && len(want) == 0) {
+		if !slices.Equal(got, want) && (len(got) != 0 || len(want) != 0) {
 			t.Fatalf("have %v want %v: add %v del %v gave %v", have, want, add, del, got)
 		}
 		for v := range 64 {
