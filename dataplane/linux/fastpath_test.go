@@ -94,3 +94,29 @@ func TestLinkFlapReverifies(t *testing.T) {
 	}
 	testutil.WaitFor(t, 5*time.Second, "a pings b after the flap", func() bool { return pingsQuick(a, b.IP) })
 }
+
+// An interface that appears after the first apply is new: its endpoint is
+// configured and attached without reading anything back first.
+func TestNewInterfaceWritesWithoutReading(t *testing.T) {
+	k := openKernel(t, newPinDir(t))
+	watch(t, k)
+	a := newWorkload(t, "10.67.2.1")
+	testutil.WaitFor(t, 5*time.Second, "monitor sees a", func() bool { return k.Link(a.HostIface) == model.LinkUp })
+	if err := k.ApplyEndpoint(allowAllEndpoint(a, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.EndApply(); err != nil { // the first apply after InSync ends
+		t.Fatal(err)
+	}
+	b := newWorkload(t, "10.67.2.2")
+	testutil.WaitFor(t, 5*time.Second, "monitor sees b", func() bool { return k.Link(b.HostIface) == model.LinkUp })
+	before := k.Ops()
+	if err := k.ApplyEndpoint(allowAllEndpoint(b, 1)); err != nil {
+		t.Fatal(err)
+	}
+	d := k.Ops().Sub(before)
+	if n := d.Netlink; n.RouteDumps+n.NeighbourDumps+n.SysctlReads != 0 || n.RouteWrites() != 1 || n.SysctlWrites == 0 {
+		t.Fatalf("new interface: %+v, want the route and sysctls written, nothing read", n)
+	}
+	testutil.WaitFor(t, 5*time.Second, "a pings b", func() bool { return pingsQuick(a, b.IP) })
+}
