@@ -22,11 +22,12 @@ import (
 // endpoint took (its apply failed, its interface went away); the next
 // batch does if an apply pass ended without that.
 //
-// Measured on the 2-vCPU development VM, two workers load no faster than
-// one: most of a load is the JIT's text_poke (patching the direct tail
-// call to the epilogue, then copying the image), which the kernel
-// serialises under text_mutex with IPIs to every CPU. Only the verifier
-// and the compiler run in parallel. Either way the loads do not hold k.mu.
+// Measured on the 2-vCPU development VM, two workers load little faster
+// than one: the kernel serialises much of a load (the JIT copies the image
+// with text_poke under text_mutex, with cross-CPU TLB flushes); the
+// verifier and the compiler run in parallel. Either way the loads do not
+// hold k.mu. (Policy programs have no direct tail calls, which used to
+// double a load: see polprog's tailKey.)
 
 // preloadJob is one distinct program to compile and load.
 type preloadJob struct {
