@@ -35,7 +35,7 @@ func run(args []string, getenv func(string) string) int {
 		if limit != math.MaxInt64 {
 			stop := make(chan struct{})
 			defer close(stop)
-			go guardMemoryLimit(limit, 10*time.Second, cfg.Log, stop)
+			go guardMemoryLimit(limit, gcIsOff(cfg.GCPercent, getenv), 10*time.Second, cfg.Log, stop)
 		}
 	}
 	if percent, ok := gcTarget(cfg.GCPercent, getenv); ok {

@@ -119,8 +119,10 @@ const outgrownShare = 0.75
 
 // guardMemoryLimit lifts the soft memory limit, with a warning, once the
 // live heap outgrows it (a node bigger than the default was sized for),
-// checking every interval until stop closes or it has lifted it.
-func guardMemoryLimit(limit int64, interval time.Duration, log *slog.Logger, stop <-chan struct{}) {
+// checking every interval until stop closes or it has lifted it. With the
+// collector's GOGC off the limit is what triggers collections, so it is
+// raised to twice the live heap instead of lifted.
+func guardMemoryLimit(limit int64, gcOff bool, interval time.Duration, log *slog.Logger, stop <-chan struct{}) {
 	sample := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -134,11 +136,31 @@ func guardMemoryLimit(limit int64, interval time.Duration, log *slog.Logger, sto
 		if sample[0].Value.Kind() != metrics.KindUint64 {
 			return
 		}
-		if live := sample[0].Value.Uint64(); float64(live) > outgrownShare*float64(limit) {
-			debug.SetMemoryLimit(math.MaxInt64)
-			log.Warn("the live heap outgrew the soft memory limit; lifted it so the collector does not run constantly (raise --memory-limit)",
-				"live_bytes", live, "limit_bytes", limit)
-			return
+		live := sample[0].Value.Uint64()
+		if float64(live) <= outgrownShare*float64(limit) {
+			continue
 		}
+		if gcOff {
+			limit = 2 * int64(live)
+			debug.SetMemoryLimit(limit)
+			log.Warn("the live heap outgrew the soft memory limit; raised it (GOGC is off, so the limit is what collects)",
+				"live_bytes", live, "limit_bytes", limit)
+			continue
+		}
+		debug.SetMemoryLimit(math.MaxInt64)
+		log.Warn("the live heap outgrew the soft memory limit; lifted it so the collector does not run constantly (raise --memory-limit)",
+			"live_bytes", live, "limit_bytes", limit)
+		return
 	}
+}
+
+// gcIsOff reports whether the collector runs only at the memory limit:
+// --gc-percent -1, or GOGC=off standing.
+func gcIsOff(g gcPercent, getenv func(string) string) bool {
+	if percent, ok := gcTarget(g, getenv); ok {
+		return percent < 0
+	}
+	v := getenv("GOGC")
+	n, err := strconv.Atoi(v)
+	return v == "off" || (err == nil && n < 0)
 }

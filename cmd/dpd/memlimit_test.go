@@ -119,7 +119,7 @@ func TestGuardMemoryLimitLifts(t *testing.T) {
 	stop, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
-		guardMemoryLimit(limit, 5*time.Millisecond, log, stop)
+		guardMemoryLimit(limit, false, 5*time.Millisecond, log, stop)
 	}()
 	runtime.GC()
 	select {
@@ -146,7 +146,7 @@ func TestGuardMemoryLimitKeeps(t *testing.T) {
 	stop, done := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
-		guardMemoryLimit(limit, time.Millisecond, slog.New(slog.NewTextHandler(io.Discard, nil)), stop)
+		guardMemoryLimit(limit, false, time.Millisecond, slog.New(slog.NewTextHandler(io.Discard, nil)), stop)
 	}()
 	runtime.GC()
 	close(stop)
@@ -165,4 +165,51 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.w.Write(p)
+}
+
+// With the collector off the limit is raised, never lifted.
+func TestGuardMemoryLimitRaisesWhenGCOff(t *testing.T) {
+	prev := debug.SetMemoryLimit(-1)
+	t.Cleanup(func() { debug.SetMemoryLimit(prev) })
+	ballast := make([]byte, 8<<20)
+	const limit = 4 << 20
+	debug.SetMemoryLimit(limit)
+	var logged strings.Builder
+	log := slog.New(slog.NewTextHandler(&syncWriter{w: &logged}, nil))
+	stop, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		guardMemoryLimit(limit, true, 5*time.Millisecond, log, stop)
+	}()
+	runtime.GC()
+	deadline := time.Now().Add(30 * time.Second)
+	for debug.SetMemoryLimit(-1) == limit && time.Now().Before(deadline) {
+		runtime.Gosched()
+	}
+	close(stop)
+	<-done
+	runtime.KeepAlive(ballast)
+	got := debug.SetMemoryLimit(-1)
+	if got == limit || got == math.MaxInt64 {
+		t.Errorf("memory limit with GC off = %d, want it raised, not kept or lifted", got)
+	}
+	if !strings.Contains(logged.String(), "raised it") {
+		t.Errorf("no warning logged: %q", logged.String())
+	}
+}
+
+func TestGCIsOff(t *testing.T) {
+	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+	if !gcIsOff(gcPercent{n: -1, set: true}, env(nil)) {
+		t.Error("--gc-percent=-1 is not off")
+	}
+	if !gcIsOff(gcPercent{n: 50}, env(map[string]string{"GOGC": "off"})) {
+		t.Error("GOGC=off standing is not off")
+	}
+	if gcIsOff(gcPercent{n: 50, set: true}, env(map[string]string{"GOGC": "off"})) {
+		t.Error("--gc-percent=50 over GOGC=off is off")
+	}
+	if gcIsOff(gcPercent{n: 50}, env(nil)) {
+		t.Error("the default is off")
+	}
 }

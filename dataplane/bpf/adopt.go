@@ -121,7 +121,7 @@ func (d *Dataplane) AttachedCurrent(ifindex int, ifname string) (AttachMode, boo
 // duplicate) or cannot be read.
 func (d *Dataplane) tcxCurrent(ifindex int, ifname string) (n int, ok bool) {
 	for _, h := range d.hooks() {
-		links, progs, err := ourTCXLinks(ifindex, h)
+		links, progs, err := d.ourTCXLinks(ifindex, h)
 		if errors.Is(err, ebpf.ErrNotSupported) {
 			return 0, true // no TCX: nothing of it can be left
 		}

@@ -151,6 +151,19 @@ func (d *Dataplane) PinnedLinks() ([]string, error) {
 
 // ourTCXLinks lists the TCX links on the hook whose program is a dpd entry.
 func ourTCXLinks(ifindex int, h hook) ([]link.ID, []ebpf.ProgramID, error) {
+	return ourTCXLinksKnown(ifindex, h, nil)
+}
+
+// ourTCXLinks is the package's ourTCXLinks recognising this Dataplane's own
+// entry programs by id, without opening them (which reads their info from
+// procfs): the common case of a current attachment costs one query.
+func (d *Dataplane) ourTCXLinks(ifindex int, h hook) ([]link.ID, []ebpf.ProgramID, error) {
+	return ourTCXLinksKnown(ifindex, h, d.ownIDs)
+}
+
+// ourTCXLinksKnown lists the TCX links on the hook whose program is a dpd
+// entry; programs in known are taken as such without a lookup.
+func ourTCXLinksKnown(ifindex int, h hook, known map[ebpf.ProgramID]bool) ([]link.ID, []ebpf.ProgramID, error) {
 	res, err := link.QueryPrograms(link.QueryOptions{Target: ifindex, Attach: h.tcx})
 	if errors.Is(err, unix.EINVAL) {
 		// A valid ifindex and an unknown attach type: a kernel before TCX.
@@ -166,9 +179,11 @@ func ourTCXLinks(ifindex int, h hook) ([]link.ID, []ebpf.ProgramID, error) {
 		if !ok {
 			continue
 		}
-		id, err := attachedIdentity(ap.ID)
-		if err != nil || !isEntryName(id.name) {
-			continue
+		if !known[ap.ID] {
+			id, err := attachedIdentity(ap.ID)
+			if err != nil || !isEntryName(id.name) {
+				continue
+			}
 		}
 		links = append(links, lid)
 		progs = append(progs, ap.ID)
@@ -188,7 +203,7 @@ func (d *Dataplane) attachTCX(ifindex int, ifname string) error {
 
 func (d *Dataplane) attachTCXHook(ifindex int, ifname string, h hook, prog *ebpf.Program) error {
 	pin := d.linkPin(ifname, h)
-	links, progs, err := ourTCXLinks(ifindex, h)
+	links, progs, err := d.ourTCXLinks(ifindex, h)
 	if err != nil {
 		return err
 	}
@@ -264,7 +279,7 @@ func detachLinkID(id link.ID) error {
 
 func (d *Dataplane) detachTCX(ifindex int, ifname string) error {
 	for _, h := range d.hooks() {
-		links, _, err := ourTCXLinks(ifindex, h)
+		links, _, err := d.ourTCXLinks(ifindex, h)
 		switch {
 		case errors.Is(err, unix.ENODEV), errors.Is(err, ebpf.ErrNotSupported):
 			// Interface gone (its links went with it) or no TCX at all.

@@ -66,6 +66,8 @@ type Dataplane struct {
 	// want describes the loaded programs, to recognise attachments that
 	// are already current (same tag, same maps). Immutable after Open.
 	want map[*ebpf.Program]progIdentity
+	// ownIDs are the kernel ids of the programs in want. Immutable after Open.
+	ownIDs map[ebpf.ProgramID]bool
 
 	traceMu sync.Mutex // serialises trace runs: dpd_trace has one entry
 
@@ -151,6 +153,10 @@ func (d *Dataplane) init() error {
 			return err
 		}
 		d.want[p] = id
+	}
+	d.ownIDs = map[ebpf.ProgramID]bool{}
+	for _, id := range d.want {
+		d.ownIDs[id.id] = true
 	}
 	// A restart finds the previous epilogue installed; an equivalent one
 	// stays, so starting writes nothing to dpd_jump.

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/dpd-dev/dpd/dataplane"
 	bpfdp "github.com/dpd-dev/dpd/dataplane/bpf"
 	"github.com/dpd-dev/dpd/dataplane/bpf/abi"
 	"github.com/dpd-dev/dpd/dataplane/linux/nl"
@@ -59,6 +60,8 @@ func (k *Kernel) newEndpointStateLocked() *endpointState {
 	return &endpointState{fresh: k.applied}
 }
 
+var _ dataplane.Resyncer = (*Kernel)(nil)
+
 // Resync implements dataplane.Resyncer: the next ApplyEndpoint of every
 // interface re-reads the kernel instead of trusting what this process did.
 func (k *Kernel) Resync() {
@@ -70,12 +73,14 @@ func (k *Kernel) Resync() {
 }
 
 // linkEvent forgets what was verified on iface: a link that went down
-// lost its routes, one that was recreated everything.
+// lost its routes; one that went away and came back under the same ifindex
+// (moved to another namespace and back: the monitor may report only the
+// return) lost its attachments too.
 func (k *Kernel) linkEvent(iface string) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if st := k.eps[iface]; st != nil {
-		st.verified = false
+		st.verified, st.attachOK = false, false
 	}
 }
 
@@ -181,6 +186,9 @@ func (k *Kernel) ApplyEndpoint(ep *model.Endpoint) error {
 	configure := k.cfg.ConfigureEndpoint
 	if st.fresh && !st.configured {
 		configure = k.cfg.ConfigureNewEndpoint // nothing to read back
+		// Once only: after a partial write (or for other nets) the next
+		// apply must read what is there.
+		st.configured = true
 	}
 	if err := configure(ep.Iface, ifindex, ep.MAC, ep.IPv4Nets); err != nil {
 		if errors.Is(err, nl.ErrNoLink) {

@@ -1,6 +1,9 @@
 package linux
 
 import (
+	"fmt"
+	"os"
+	"os/exec"
 	"testing"
 	"time"
 
@@ -119,4 +122,56 @@ func TestNewInterfaceWritesWithoutReading(t *testing.T) {
 		t.Fatalf("new interface: %+v, want the route and sysctls written, nothing read", n)
 	}
 	testutil.WaitFor(t, 5*time.Second, "a pings b", func() bool { return pingsQuick(a, b.IP) })
+}
+
+// An interface moved to another namespace and back keeps its ifindex but
+// loses its attachments (and routes): the apply after the link event
+// attaches again instead of trusting the earlier attach.
+func TestNamespaceRoundTripReattaches(t *testing.T) {
+	for _, legacy := range []bool{false, true} {
+		t.Run(map[bool]string{false: "tcx", true: "legacy-tc"}[legacy], func(t *testing.T) { namespaceRoundTrip(t, legacy) })
+	}
+}
+
+func namespaceRoundTrip(t *testing.T, legacy bool) {
+	k := openKernelWith(t, Options{PinDir: newPinDir(t), ForceLegacyTC: legacy})
+	watch(t, k)
+	a := newWorkload(t, "10.67.3.1")
+	b := newWorkload(t, "10.67.3.2")
+	if legacy {
+		a, b = newWorkload(t, "10.67.4.1"), newWorkload(t, "10.67.4.2")
+	}
+	testutil.WaitFor(t, 5*time.Second, "monitor sees both interfaces", func() bool {
+		return k.Link(a.HostIface) == model.LinkUp && k.Link(b.HostIface) == model.LinkUp
+	})
+	epB := endpointFor(b, 1, denyAll(), allowAll())
+	for _, ep := range []*model.Endpoint{allowAllEndpoint(a, 0), epB} {
+		if err := k.ApplyEndpoint(ep); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ifindex := ifindexOf(t, b.HostIface)
+	park := fmt.Sprintf("dpdpark%d-%v", os.Getpid()%100000, legacy)
+	testutil.Run(t, "ip", "netns", "add", park)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", park).Run() })
+	testutil.Run(t, "ip", "link", "set", "dev", b.HostIface, "netns", park)
+	testutil.WaitFor(t, 5*time.Second, "monitor sees b gone", func() bool { return k.Link(b.HostIface) == model.LinkAbsent })
+	testutil.Run(t, "ip", "-n", park, "link", "set", "dev", b.HostIface, "netns", "1")
+	testutil.Run(t, "ip", "link", "set", b.HostIface, "up")
+	testutil.WaitFor(t, 5*time.Second, "monitor sees b back", func() bool { return k.Link(b.HostIface) == model.LinkUp })
+	if got := ifindexOf(t, b.HostIface); got != ifindex {
+		t.Skipf("the kernel gave b a new ifindex (%d, was %d): not the case under test", got, ifindex)
+	}
+	if err := k.ApplyEndpoint(epB); err != nil {
+		t.Fatal(err)
+	}
+	if mode, ok := k.BPF().AttachedCurrent(ifindex, b.HostIface); !ok {
+		t.Fatalf("entry programs not attached after the round trip and an apply (mode %q)", mode)
+	}
+	if out := testutil.Run(t, "ip", "route", "show", b.IP); out == "" {
+		t.Fatal("no route to b after the apply")
+	}
+	if pingsQuick(a, b.IP) {
+		t.Fatal("a pings b, whose ingress denies everything: b is not policed after the round trip")
+	}
 }

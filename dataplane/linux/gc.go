@@ -93,6 +93,7 @@ func (k *Kernel) collectLocked() (GCReport, error) {
 	note(k.gcEndpointsLocked(&r))
 	note(k.gcAttachmentsLocked(&r))
 	note(k.gcMapsLocked(&r))
+	k.releasePreloadsBeforeLocked(time.Now().Add(-k.gcInterval))
 	note(k.gcProgramsLocked(&r))
 	if n, err := k.bpf.RetainIPSets(k.knownSetsLocked()); err != nil {
 		note(err)

@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/dpd-dev/dpd/dataplane"
 	bpfdp "github.com/dpd-dev/dpd/dataplane/bpf"
@@ -191,10 +192,16 @@ func (k *Kernel) releaseLeftoversLocked(jobs []preloadJob) {
 // releaseUnusedPreloadsLocked closes and unpins the preloaded programs no
 // endpoint took. EndApply calls it: by then every endpoint of the batch
 // has been applied.
-func (k *Kernel) releaseUnusedPreloadsLocked() {
+func (k *Kernel) releaseUnusedPreloadsLocked() { k.releasePreloadsBeforeLocked(time.Now()) }
+
+// releasePreloadsBeforeLocked releases the unused preloads loaded before
+// t. The periodic collection passes a collection interval ago: a preload
+// is taken within its apply pass, so an older unused one is a leftover of
+// a pass that did not reach EndApply.
+func (k *Kernel) releasePreloadsBeforeLocked(t time.Time) {
 	n := 0
 	for _, sp := range k.progs {
-		if sp.preloaded && sp.refs == 0 {
+		if sp.preloaded && sp.refs == 0 && !sp.loadedAt.After(t) {
 			k.dropLocked(sp)
 			n++
 		}

@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"path/filepath"
+	"time"
 
 	bpfdp "github.com/dpd-dev/dpd/dataplane/bpf"
 	"github.com/dpd-dev/dpd/dataplane/bpf/polprog"
@@ -31,14 +32,16 @@ func (k *Kernel) progsDirLocked() string { return filepath.Join(k.bpf.PinDir(), 
 // loaded or verified, pinned for one an earlier dpd left in a slot and that
 // no endpoint has claimed yet (it keeps running until replaced).
 // preloaded marks a program PreloadPolicies loaded that no endpoint has
-// taken yet (refs 0); EndApply, or else the next batch, releases it if
-// none does.
+// taken yet (refs 0); EndApply, or else the next batch, or else a periodic
+// collection once it is older than the collection interval, releases it
+// if none does.
 type sharedProg struct {
 	key       progKey
 	prog      *polprog.Program
 	pinned    *polprog.Pinned
 	refs      int
 	preloaded bool
+	loadedAt  time.Time
 }
 
 // acquireLocked returns the program for pol, taking a reference: the one
@@ -106,7 +109,7 @@ func (k *Kernel) addLoadedLocked(key progKey, prog *polprog.Program) *sharedProg
 		// Still enforceable; only a restart would have to reload it.
 		k.log.Warn("pin policy program", "program", key, "err", err)
 	}
-	sp := &sharedProg{key: key, prog: prog}
+	sp := &sharedProg{key: key, prog: prog, loadedAt: time.Now()}
 	k.progs[key] = sp
 	return sp
 }
