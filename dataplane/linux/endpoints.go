@@ -53,6 +53,10 @@ type endpointState struct {
 	// configuration writes without reading. configured: that happened.
 	fresh      bool
 	configured bool
+	// epIfindex is the interface index ep was last programmed on: the
+	// interface may be re-created (a new ifindex, failed closed) before
+	// the endpoint's removal arrives.
+	epIfindex int
 }
 
 // newEndpointStateLocked is the state of an interface first seen now.
@@ -196,7 +200,7 @@ func (k *Kernel) ApplyEndpoint(ep *model.Endpoint) error {
 		}
 		return fmt.Errorf("configure %s: %w", ep.Iface, err)
 	}
-	st.configured, st.verified = true, true
+	st.configured, st.verified, st.epIfindex = true, true, ifindex
 	st.lastApply = time.Now()
 	return nil
 }
@@ -312,10 +316,22 @@ func (k *Kernel) RemoveEndpoint(ep *model.Endpoint) error {
 	if st.ep != nil {
 		nets = st.ep.IPv4Nets
 	}
+	// The interface was re-created since the endpoint was programmed (and
+	// failed closed): what is on it now is not the endpoint's to take away.
+	recreated := st.epIfindex != 0 && st.ifindex != 0 && st.ifindex != st.epIfindex
 	if err := k.dropStateLocked(ep.Iface, st, nets); err != nil {
 		return err
 	}
 	delete(k.eps, ep.Iface)
+	if ifindex, ok := k.mon.Ifindex(ep.Iface); recreated && ok {
+		fc := k.newEndpointStateLocked()
+		if err := k.failCloseLocked(ep.Iface, fc, ifindex); err != nil {
+			k.log.Warn("cannot fail closed a re-created interface; it may pass unpoliced traffic", "iface", ep.Iface, "err", err)
+		}
+		if fc.ifindex != 0 {
+			k.eps[ep.Iface] = fc
+		}
+	}
 	return nil
 }
 

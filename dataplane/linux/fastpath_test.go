@@ -175,3 +175,40 @@ func namespaceRoundTrip(t *testing.T, legacy bool) {
 		t.Fatal("a pings b, whose ingress denies everything: b is not policed after the round trip")
 	}
 }
+
+// An endpoint removed after its interface was re-created under the same
+// name (and failed closed) leaves the new interface failed closed: the
+// removal takes away only what was the endpoint's.
+func TestRemovalAfterRecreateKeepsFailClosed(t *testing.T) {
+	k := openKernel(t, newPinDir(t))
+	watch(t, k)
+	w := newWorkload(t, "10.67.5.1")
+	testutil.WaitFor(t, 5*time.Second, "monitor sees w", func() bool { return k.Link(w.HostIface) == model.LinkUp })
+	ep := allowAllEndpoint(w, 0)
+	if err := k.ApplyEndpoint(ep); err != nil {
+		t.Fatal(err)
+	}
+	old := ifindexOf(t, w.HostIface)
+	testutil.Run(t, "ip", "link", "del", w.HostIface)
+	peer := fmt.Sprintf("dpdrc%d", os.Getpid()%100000)
+	testutil.Run(t, "ip", "link", "add", w.HostIface, "type", "veth", "peer", "name", peer)
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", w.HostIface).Run() })
+	testutil.Run(t, "ip", "link", "set", w.HostIface, "up")
+	ifindex := ifindexOf(t, w.HostIface)
+	if ifindex == old {
+		t.Fatalf("re-created %s kept ifindex %d", w.HostIface, old)
+	}
+	testutil.WaitFor(t, 5*time.Second, "the new interface fails closed", func() bool {
+		ok, ready := ifState(t, k, ifindex)
+		return ok && !ready
+	})
+	if err := k.RemoveEndpoint(ep); err != nil {
+		t.Fatal(err)
+	}
+	if ok, ready := ifState(t, k, ifindex); !ok || ready {
+		t.Fatalf("after the old endpoint's removal the new interface has ifstate %v ready %v, want not ready (failed closed)", ok, ready)
+	}
+	if _, attached := k.BPF().AttachedCurrent(ifindex, w.HostIface); !attached {
+		t.Fatal("after the old endpoint's removal the new interface has no entry programs")
+	}
+}
