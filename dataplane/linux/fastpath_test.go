@@ -16,18 +16,7 @@ import (
 // repairs) the rest.
 func TestPolicyChangeWritesOnlyJumps(t *testing.T) {
 	k := openKernel(t, newPinDir(t))
-	a := newWorkload(t, "10.67.0.1")
-	b := newWorkload(t, "10.67.0.2")
-	testutil.WaitFor(t, 5*time.Second, "monitor sees both interfaces", func() bool {
-		_, okA := k.mon.Ifindex(a.HostIface)
-		_, okB := k.mon.Ifindex(b.HostIface)
-		return okA && okB
-	})
-	for i, w := range []*testutil.Workload{a, b} {
-		if err := k.ApplyEndpoint(allowAllEndpoint(w, i)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	a, b := programmedPair(t, k, "10.67.0.1", "10.67.0.2", func(b *testutil.Workload) *model.Endpoint { return allowAllEndpoint(b, 1) })
 	testutil.WaitFor(t, 5*time.Second, "a pings b", func() bool { return pingsQuick(a, b.IP) })
 
 	before := k.Ops()
@@ -70,16 +59,7 @@ func TestPolicyChangeWritesOnlyJumps(t *testing.T) {
 func TestLinkFlapReverifies(t *testing.T) {
 	k := openKernel(t, newPinDir(t))
 	watch(t, k)
-	a := newWorkload(t, "10.67.1.1")
-	b := newWorkload(t, "10.67.1.2")
-	testutil.WaitFor(t, 5*time.Second, "monitor sees both interfaces", func() bool {
-		return k.Link(a.HostIface) == model.LinkUp && k.Link(b.HostIface) == model.LinkUp
-	})
-	for i, w := range []*testutil.Workload{a, b} {
-		if err := k.ApplyEndpoint(allowAllEndpoint(w, i)); err != nil {
-			t.Fatal(err)
-		}
-	}
+	a, b := programmedPair(t, k, "10.67.1.1", "10.67.1.2", func(b *testutil.Workload) *model.Endpoint { return allowAllEndpoint(b, 1) })
 	testutil.WaitFor(t, 5*time.Second, "a pings b", func() bool { return pingsQuick(a, b.IP) })
 	before := k.Ops()
 	testutil.Run(t, "ip", "link", "set", b.HostIface, "down")
@@ -136,20 +116,15 @@ func TestNamespaceRoundTripReattaches(t *testing.T) {
 func namespaceRoundTrip(t *testing.T, legacy bool) {
 	k := openKernelWith(t, Options{PinDir: newPinDir(t), ForceLegacyTC: legacy})
 	watch(t, k)
-	a := newWorkload(t, "10.67.3.1")
-	b := newWorkload(t, "10.67.3.2")
+	ipA, ipB := "10.67.3.1", "10.67.3.2"
 	if legacy {
-		a, b = newWorkload(t, "10.67.4.1"), newWorkload(t, "10.67.4.2")
+		ipA, ipB = "10.67.4.1", "10.67.4.2"
 	}
-	testutil.WaitFor(t, 5*time.Second, "monitor sees both interfaces", func() bool {
-		return k.Link(a.HostIface) == model.LinkUp && k.Link(b.HostIface) == model.LinkUp
+	var epB *model.Endpoint
+	a, b := programmedPair(t, k, ipA, ipB, func(b *testutil.Workload) *model.Endpoint {
+		epB = endpointFor(b, 1, denyAll(), allowAll())
+		return epB
 	})
-	epB := endpointFor(b, 1, denyAll(), allowAll())
-	for _, ep := range []*model.Endpoint{allowAllEndpoint(a, 0), epB} {
-		if err := k.ApplyEndpoint(ep); err != nil {
-			t.Fatal(err)
-		}
-	}
 	ifindex := ifindexOf(t, b.HostIface)
 	park := fmt.Sprintf("dpdpark%d-%v", os.Getpid()%100000, legacy)
 	testutil.Run(t, "ip", "netns", "add", park)
@@ -211,4 +186,22 @@ func TestRemovalAfterRecreateKeepsFailClosed(t *testing.T) {
 	if _, attached := k.BPF().AttachedCurrent(ifindex, w.HostIface); !attached {
 		t.Fatal("after the old endpoint's removal the new interface has no entry programs")
 	}
+}
+
+// programmedPair creates workloads at ipA and ipB, waits until the monitor
+// knows both, and applies an allow-all endpoint to a and epB(b) to b.
+func programmedPair(t *testing.T, k *Kernel, ipA, ipB string, epB func(b *testutil.Workload) *model.Endpoint) (a, b *testutil.Workload) {
+	t.Helper()
+	a, b = newWorkload(t, ipA), newWorkload(t, ipB)
+	testutil.WaitFor(t, 5*time.Second, "monitor sees both interfaces", func() bool {
+		_, okA := k.mon.Ifindex(a.HostIface)
+		_, okB := k.mon.Ifindex(b.HostIface)
+		return okA && okB && k.Link(a.HostIface) == model.LinkUp && k.Link(b.HostIface) == model.LinkUp
+	})
+	for _, ep := range []*model.Endpoint{allowAllEndpoint(a, 0), epB(b)} {
+		if err := k.ApplyEndpoint(ep); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return a, b
 }
