@@ -1,9 +1,7 @@
 package dataplane
 
 import (
-	"bytes"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/dpd-dev/dpd/dataplane/felixconv"
@@ -148,10 +146,7 @@ func missingReason(missing []string) string {
 // compare by content hash (stored by resolve), which is what kernels key
 // their programs by.
 func sameEndpoint(a, b *model.Endpoint) bool {
-	return a.ID == b.ID && a.Iface == b.Iface &&
-		bytes.Equal(a.MAC, b.MAC) &&
-		slices.Equal(a.IPv4Nets, b.IPv4Nets) &&
-		slices.Equal(a.IPv6Nets, b.IPv6Nets) &&
+	return a.ID == b.ID && a.SameInterface(b) &&
 		a.Ingress.Hash() == b.Ingress.Hash() &&
 		a.Egress.Hash() == b.Egress.Hash()
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/dpd-dev/dpd/dataplane/memkernel"
 	"github.com/dpd-dev/dpd/dataplane/model"
+	"github.com/dpd-dev/dpd/internal/testutil"
 	"github.com/dpd-dev/dpd/proto/felix"
 )
 
@@ -42,14 +43,6 @@ func memSetMessages() []*felix.ToDataplane {
 	return msgs
 }
 
-func liveHeap() uint64 {
-	var ms runtime.MemStats
-	runtime.GC()
-	runtime.GC()
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc
-}
-
 // ipsetBytesPerMember programs the cold start's sets and returns the heap
 // they hold after GC, per member. memberless leaves the kernel's copy out.
 func ipsetBytesPerMember(tb testing.TB, memberless bool) float64 {
@@ -61,9 +54,9 @@ func ipsetBytesPerMember(tb testing.TB, memberless bool) float64 {
 	})
 	h.session()
 	h.send(inSync())
-	before := liveHeap()
+	before := testutil.LiveHeap()
 	h.send(memSetMessages()...)
-	after := liveHeap()
+	after := testutil.LiveHeap()
 	if n := len(h.k.IPSets()); n != memSets {
 		tb.Fatalf("kernel has %d sets, want %d", n, memSets)
 	}

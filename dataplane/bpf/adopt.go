@@ -3,6 +3,7 @@ package bpf
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 
@@ -218,14 +219,7 @@ func (d *Dataplane) EntryOwners(ifindex int) (ours, foreign bool) {
 	if len(attached) == 0 {
 		return false, false // the common case: a new interface
 	}
-	mine := map[ebpf.MapID]bool{}
-	for _, m := range []*ebpf.Map{d.objs.DpdIfstate, d.objs.DpdJump} {
-		if info, err := m.Info(); err == nil {
-			if id, ok := info.ID(); ok {
-				mine[id] = true
-			}
-		}
-	}
+	mine := maps.Clone(d.ownMapIDs)
 	for _, r := range d.retiredIDs() {
 		mine[r] = true
 	}

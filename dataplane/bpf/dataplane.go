@@ -66,8 +66,11 @@ type Dataplane struct {
 	// want describes the loaded programs, to recognise attachments that
 	// are already current (same tag, same maps). Immutable after Open.
 	want map[*ebpf.Program]progIdentity
-	// ownIDs are the kernel ids of the programs in want. Immutable after Open.
-	ownIDs map[ebpf.ProgramID]bool
+	// ownIDs are the kernel ids of the programs in want, ownMapIDs those
+	// of dpd_ifstate and dpd_jump, which entry programs of this Dataplane
+	// use. Immutable after Open.
+	ownIDs    map[ebpf.ProgramID]bool
+	ownMapIDs map[ebpf.MapID]bool
 
 	traceMu sync.Mutex // serialises trace runs: dpd_trace has one entry
 
@@ -157,6 +160,16 @@ func (d *Dataplane) init() error {
 	d.ownIDs = map[ebpf.ProgramID]bool{}
 	for _, id := range d.want {
 		d.ownIDs[id.id] = true
+	}
+	d.ownMapIDs = map[ebpf.MapID]bool{}
+	for _, m := range []*ebpf.Map{d.objs.DpdIfstate, d.objs.DpdJump} {
+		info, err := m.Info()
+		if err != nil {
+			return fmt.Errorf("map info: %w", err)
+		}
+		if id, ok := info.ID(); ok {
+			d.ownMapIDs[id] = true
+		}
 	}
 	// A restart finds the previous epilogue installed; an equivalent one
 	// stays, so starting writes nothing to dpd_jump.

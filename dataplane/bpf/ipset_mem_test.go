@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/dpd-dev/dpd/dataplane/model"
+	"github.com/dpd-dev/dpd/internal/testutil"
 )
 
 // Issue 7's cold start: 100 sets of 1,000 members.
@@ -13,14 +14,6 @@ const (
 	memSets       = 100
 	memSetMembers = 1000
 )
-
-func liveHeap() uint64 {
-	var ms runtime.MemStats
-	runtime.GC()
-	runtime.GC()
-	runtime.ReadMemStats(&ms)
-	return ms.HeapAlloc
-}
 
 // memSetMembersOf is set s of the cold start, in the order the engine
 // sends members (sorted).
@@ -42,18 +35,18 @@ func ipsetHeapPerMember(tb testing.TB) (replaced, reopened float64) {
 	opts := Options{PinDir: pinDir, Sizes: MapSizes{Conntrack: 1024, IPSets: 4 * memSets * memSetMembers,
 		IfState: 64, RuleCounters: 256, Chain: 64}}
 	const total = memSets * memSetMembers
-	before := liveHeap()
+	before := testutil.LiveHeap()
 	d := openTest(tb, opts)
 	for s := range memSets {
 		mustNil(tb, d.ReplaceIPSet(memSetName(s), model.IPSetIP, memSetMembersOf(s)))
 	}
-	replaced = float64(int64(liveHeap())-int64(before)) / total
+	replaced = float64(int64(testutil.LiveHeap())-int64(before)) / total
 	// openTest's cleanup keeps d reachable: the delta below is d2's alone.
 	mustNil(tb, d.Close())
-	before = liveHeap()
+	before = testutil.LiveHeap()
 	d2 := openTest(tb, opts)
-	reopened = float64(int64(liveHeap())-int64(before)) / total
-	if n := countAllMembers(tb, d2); n != total {
+	reopened = float64(int64(testutil.LiveHeap())-int64(before)) / total
+	if n := countMembers(tb, d2); n != total {
 		tb.Fatalf("%d members in dpd_ipsets after reopen, want %d", n, total)
 	}
 	runtime.KeepAlive(d2)
@@ -61,19 +54,6 @@ func ipsetHeapPerMember(tb testing.TB) (replaced, reopened float64) {
 }
 
 func memSetName(s int) string { return "s:" + string(rune('a'+s/26)) + string(rune('a'+s%26)) }
-
-func countAllMembers(tb testing.TB, d *Dataplane) int {
-	tb.Helper()
-	var k ipsetKey
-	var v uint32
-	n := 0
-	it := d.Maps().IPSets.Iterate()
-	for it.Next(&k, &v) {
-		n++
-	}
-	mustNil(tb, it.Err())
-	return n
-}
 
 // TestIPSetMemoryPerMember bounds the heap the BPF layer keeps per IP set
 // member, with real maps (issue 7: ~300 bytes in three maps).

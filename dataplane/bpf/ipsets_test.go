@@ -27,8 +27,8 @@ func inSet(t *testing.T, d *Dataplane, id uint32, addr string) bool {
 	return d.Maps().IPSets.Lookup(&k, &v) == nil
 }
 
-func countMembers(t *testing.T, d *Dataplane) int {
-	t.Helper()
+func countMembers(tb testing.TB, d *Dataplane) int {
+	tb.Helper()
 	var k ipsetKey
 	var v uint32
 	n := 0
@@ -36,7 +36,7 @@ func countMembers(t *testing.T, d *Dataplane) int {
 	for it.Next(&k, &v) {
 		n++
 	}
-	mustNil(t, it.Err())
+	mustNil(tb, it.Err())
 	return n
 }
 

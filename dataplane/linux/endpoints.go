@@ -1,12 +1,10 @@
 package linux
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"net/netip"
 	"os"
-	"slices"
 	"time"
 
 	"github.com/dpd-dev/dpd/dataplane"
@@ -42,7 +40,7 @@ type endpointState struct {
 	lastApply time.Time
 
 	// What this process knows without asking the kernel again, until the
-	// next resync or link event on the interface (Resync, linkEvent):
+	// next resync or link event on the interface (Resync, onLink):
 	// attachOK: the entry programs are attached at ifindex (this process
 	// attached them or saw them attached); verified: the last ApplyEndpoint
 	// programmed everything for ep at ifindex.
@@ -73,18 +71,6 @@ func (k *Kernel) Resync() {
 	defer k.mu.Unlock()
 	for _, st := range k.eps {
 		st.attachOK, st.verified = false, false
-	}
-}
-
-// linkEvent forgets what was verified on iface: a link that went down
-// lost its routes; one that went away and came back under the same ifindex
-// (moved to another namespace and back: the monitor may report only the
-// return) lost its attachments too.
-func (k *Kernel) linkEvent(iface string) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if st := k.eps[iface]; st != nil {
-		st.verified, st.attachOK = false, false
 	}
 }
 
@@ -137,7 +123,7 @@ func (k *Kernel) ApplyEndpoint(ep *model.Endpoint) error {
 	prev := st.ep
 	st.ep, st.adopted = ep, false
 	ifindex, ok := k.mon.Ifindex(ep.Iface)
-	if ok && st.verified && st.ifindex == ifindex && sameInterfaceConfig(prev, ep) {
+	if ok && st.verified && st.ifindex == ifindex && prev.SameInterface(ep) {
 		return k.installBothLocked(st)
 	}
 	st.verified = false
@@ -215,13 +201,6 @@ func (k *Kernel) installBothLocked(st *endpointState) error {
 	}
 	st.lastApply = time.Now()
 	return nil
-}
-
-// sameInterfaceConfig: a and b need the same interface-level programming
-// (everything but policy).
-func sameInterfaceConfig(a, b *model.Endpoint) bool {
-	return a != nil && b != nil && a.Iface == b.Iface && bytes.Equal(a.MAC, b.MAC) &&
-		slices.Equal(a.IPv4Nets, b.IPv4Nets)
 }
 
 // attachLocked attaches the entry programs unless they already are, as

@@ -43,22 +43,28 @@ func (k *Kernel) WatchLinks(ctx context.Context, report func(model.LinkUpdate)) 
 		wg.Wait()
 	}()
 	return k.mon.Run(ctx, func(u model.LinkUpdate) {
-		k.linkEvent(u.Name)
 		k.onLink(u)
 		report(u)
 	})
 }
 
-// onLink keeps a reported workload interface fail-closed unless it is
-// programmed (or adopted as programmed), and forgets the fail-closed state
-// of one that went away.
+// onLink forgets what was verified on the interface, keeps a reported
+// workload interface fail-closed unless it is programmed (or adopted as
+// programmed), and forgets the fail-closed state of one that went away.
 func (k *Kernel) onLink(u model.LinkUpdate) {
-	if !k.mon.Matches(u.Name) {
-		return
-	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	st := k.eps[u.Name]
+	if st != nil {
+		// A link that went down lost its routes; one that went away and
+		// came back under the same ifindex (moved to another namespace and
+		// back: the monitor may report only the return) lost its
+		// attachments too. The next apply verifies everything.
+		st.verified, st.attachOK = false, false
+	}
+	if !k.mon.Matches(u.Name) {
+		return
+	}
 	if u.State == model.LinkAbsent {
 		if st != nil && st.ep == nil && !st.ready {
 			if err := k.dropStateLocked(u.Name, st, nil); err != nil {

@@ -1,8 +1,10 @@
 package model
 
 import (
+	"bytes"
 	"net"
 	"net/netip"
+	"slices"
 )
 
 // Direction of a hook, from the workload's point of view.
@@ -41,6 +43,13 @@ type Endpoint struct {
 	IPv6Nets []netip.Prefix
 	Ingress  DirectionPolicy
 	Egress   DirectionPolicy
+}
+
+// SameInterface reports whether e and o ask the same of their interface
+// besides policy: name, MAC and addresses.
+func (e *Endpoint) SameInterface(o *Endpoint) bool {
+	return e != nil && o != nil && e.Iface == o.Iface && bytes.Equal(e.MAC, o.MAC) &&
+		slices.Equal(e.IPv4Nets, o.IPv4Nets) && slices.Equal(e.IPv6Nets, o.IPv6Nets)
 }
 
 // Policy returns the policy for direction d.
