@@ -149,14 +149,10 @@ func (d *Dataplane) PinnedLinks() ([]string, error) {
 	return names, nil
 }
 
-// ourTCXLinks lists the TCX links on the hook whose program is a dpd entry.
-func ourTCXLinks(ifindex int, h hook) ([]link.ID, []ebpf.ProgramID, error) {
-	return ourTCXLinksKnown(ifindex, h, nil)
-}
-
-// ourTCXLinks is the package's ourTCXLinks recognising this Dataplane's own
-// entry programs by id, without opening them (which reads their info from
-// procfs): the common case of a current attachment costs one query.
+// ourTCXLinks lists the TCX links on the hook whose program is a dpd entry,
+// recognising this Dataplane's own entry programs by id, without opening
+// them (which reads their info from procfs): the common case of a current
+// attachment costs one query.
 func (d *Dataplane) ourTCXLinks(ifindex int, h hook) ([]link.ID, []ebpf.ProgramID, error) {
 	return ourTCXLinksKnown(ifindex, h, d.ownIDs)
 }

@@ -26,7 +26,7 @@ func inspectHooks(t *testing.T, d *Dataplane, ifindex int) hookState {
 	t.Helper()
 	var s hookState
 	for i, h := range d.hooks() {
-		links, progs, err := ourTCXLinks(ifindex, h)
+		links, progs, err := ourTCXLinksKnown(ifindex, h, nil)
 		mustNil(t, err)
 		if len(links) > 1 {
 			t.Fatalf("%d dpd tcx links on %s", len(links), h.suffix)

@@ -207,7 +207,7 @@ func (k *Kernel) installBothLocked(st *endpointState) error {
 // they are after a restart or a fail-closed attach. An attachment this
 // process made or checked at this ifindex is trusted until the next resync.
 func (k *Kernel) attachLocked(st *endpointState, iface string) error {
-	if st.attachOK && st.mode != "" {
+	if st.attachOK {
 		return nil
 	}
 	// A fresh interface has nothing attached to look for (and Attach is

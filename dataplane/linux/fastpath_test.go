@@ -125,7 +125,6 @@ func namespaceRoundTrip(t *testing.T, legacy bool) {
 		epB = endpointFor(b, 1, denyAll(), allowAll())
 		return epB
 	})
-	ifindex := ifindexOf(t, b.HostIface)
 	park := fmt.Sprintf("dpdpark%d-%v", os.Getpid()%100000, legacy)
 	testutil.Run(t, "ip", "netns", "add", park)
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", park).Run() })
@@ -134,9 +133,9 @@ func namespaceRoundTrip(t *testing.T, legacy bool) {
 	testutil.Run(t, "ip", "-n", park, "link", "set", "dev", b.HostIface, "netns", "1")
 	testutil.Run(t, "ip", "link", "set", b.HostIface, "up")
 	testutil.WaitFor(t, 5*time.Second, "monitor sees b back", func() bool { return k.Link(b.HostIface) == model.LinkUp })
-	if got := ifindexOf(t, b.HostIface); got != ifindex {
-		t.Skipf("the kernel gave b a new ifindex (%d, was %d): not the case under test", got, ifindex)
-	}
+	// The kernel normally hands b its old ifindex back, the case under test;
+	// should it not, the assertions below hold all the same.
+	ifindex := ifindexOf(t, b.HostIface)
 	if err := k.ApplyEndpoint(epB); err != nil {
 		t.Fatal(err)
 	}
