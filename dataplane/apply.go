@@ -189,7 +189,9 @@ func (e *Engine) apply(now time.Time) {
 		if took > slowApply {
 			level = slog.LevelInfo
 		}
-		e.log.Log(context.Background(), level, "apply pass", append([]any{"took", took.Round(time.Microsecond), "failed", p.failed}, p.phases...)...)
+		if ctx := context.Background(); e.log.Enabled(ctx, level) {
+			e.log.Log(ctx, level, "apply pass", append([]any{"took", took.Round(time.Microsecond), "failed", p.failed}, p.phases...)...)
+		}
 		e.met.applyDuration.Observe(took.Seconds())
 		e.lastApply = now
 		e.lastApplyErr = p.firstErr
