@@ -6,7 +6,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/dpd-dev/dpd/dataplane"
+	"github.com/dpd-dev/dpd/dataplane/engine"
 	"github.com/dpd-dev/dpd/dataplane/model"
 	dpdv1 "github.com/dpd-dev/dpd/proto/dpd/v1"
 )
@@ -20,7 +20,7 @@ type ruleEntry struct {
 
 // ruleTable collects the counter tables of eps' installed programs, in
 // evaluation order per endpoint and direction, each counter id once.
-func ruleTable(kv kernelView, eps []dataplane.EndpointInfo) []*ruleEntry {
+func ruleTable(kv kernelView, eps []engine.EndpointInfo) []*ruleEntry {
 	var out []*ruleEntry
 	byID := map[uint64]*ruleEntry{}
 	for i := range eps {
@@ -78,7 +78,7 @@ func (s *inspectService) GetCounters(_ context.Context, req *dpdv1.GetCountersRe
 		if !ok {
 			return nil, status.Errorf(codes.NotFound, "endpoint %q not found", id)
 		}
-		eps = []dataplane.EndpointInfo{ep}
+		eps = []engine.EndpointInfo{ep}
 	}
 	table := ruleTable(s.kernel, eps)
 	return &dpdv1.GetCountersResponse{Counters: readCounters(s.kernel, table, true, req.GetNonzero())}, nil

@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/dpd-dev/dpd/dataplane"
+	"github.com/dpd-dev/dpd/dataplane/engine"
 	"github.com/dpd-dev/dpd/server/policysync"
 	"github.com/oklog/run"
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,7 +23,7 @@ import (
 type Daemon struct {
 	cfg    Config
 	reg    *prometheus.Registry
-	engine *dataplane.Engine
+	engine *engine.Engine
 	server *Server
 	binder *policysync.Binder // nil without --policysync-dir
 	pipe   *pipeController    // nil unless --felix-pipe
@@ -34,11 +34,11 @@ type Daemon struct {
 
 // NewDaemon builds a daemon over kernel. Metrics go to a registry of its
 // own (with Go and process collectors), never the global default.
-func NewDaemon(cfg Config, kernel dataplane.Kernel) (*Daemon, error) {
+func NewDaemon(cfg Config, kernel engine.Kernel) (*Daemon, error) {
 	cfg = cfg.withDefaults()
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	eng := dataplane.New(dataplane.Options{Kernel: kernel, Name: cfg.Dataplane, Log: cfg.Log, Registry: reg})
+	eng := engine.New(engine.Options{Kernel: kernel, Name: cfg.Dataplane, Log: cfg.Log, Registry: reg})
 	// Controllers (gRPC or pipe) reach the engine through front, which also
 	// feeds policy sync when it is on.
 	var front Engine = eng

@@ -5,7 +5,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/dpd-dev/dpd/dataplane"
+	"github.com/dpd-dev/dpd/dataplane/engine"
 	dpdv1 "github.com/dpd-dev/dpd/proto/dpd/v1"
 	"github.com/dpd-dev/dpd/proto/felix"
 	"google.golang.org/grpc/codes"
@@ -85,7 +85,7 @@ func (s *inspectService) GetEndpoint(_ context.Context, req *dpdv1.GetEndpointRe
 
 // endpoint adds what the linux kernel knows of ep: interface index, attach
 // mode, installed programs and, if asked, its rule counters.
-func (s *inspectService) endpoint(ep *dataplane.EndpointInfo, counters bool) *dpdv1.Endpoint {
+func (s *inspectService) endpoint(ep *engine.EndpointInfo, counters bool) *dpdv1.Endpoint {
 	out := endpointProto(ep)
 	if s.kernel == nil {
 		return out
@@ -98,12 +98,12 @@ func (s *inspectService) endpoint(ep *dataplane.EndpointInfo, counters bool) *dp
 		out.KernelReady = det.Ready
 	}
 	if counters {
-		out.Counters = readCounters(s.kernel, ruleTable(s.kernel, []dataplane.EndpointInfo{*ep}), false, false)
+		out.Counters = readCounters(s.kernel, ruleTable(s.kernel, []engine.EndpointInfo{*ep}), false, false)
 	}
 	return out
 }
 
-func endpointProto(ep *dataplane.EndpointInfo) *dpdv1.Endpoint {
+func endpointProto(ep *engine.EndpointInfo) *dpdv1.Endpoint {
 	return &dpdv1.Endpoint{
 		Id: &felix.WorkloadEndpointID{
 			OrchestratorId: ep.ID.Orchestrator,

@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/dpd-dev/dpd/dataplane"
+	"github.com/dpd-dev/dpd/dataplane/engine"
 	"github.com/dpd-dev/dpd/dataplane/model"
 	dpdv1 "github.com/dpd-dev/dpd/proto/dpd/v1"
 )
@@ -20,7 +20,7 @@ const defaultMaxMembers = 10
 
 // queryError maps an engine query failure to a status.
 func queryError(err error) error {
-	if errors.Is(err, dataplane.ErrStopped) {
+	if errors.Is(err, engine.ErrStopped) {
 		return status.Error(codes.Unavailable, "dpd is shutting down")
 	}
 	return status.FromContextError(err).Err()
@@ -103,7 +103,7 @@ func (s *inspectService) ListRoutes(ctx context.Context, _ *dpdv1.ListRoutesRequ
 	resp := &dpdv1.ListRoutesResponse{Routes: make([]*dpdv1.Route, len(routes))}
 	for i, r := range routes {
 		pr := &dpdv1.Route{
-			Dst: r.Dst.String(), Types: dataplane.RouteTypeNames(r.Types), DstNodeName: r.DstNodeName,
+			Dst: r.Dst.String(), Types: engine.RouteTypeNames(r.Types), DstNodeName: r.DstNodeName,
 			PoolType: poolTypeName(r.PoolType), NatOutgoing: r.NATOutgoing, LocalWorkload: r.LocalWorkload,
 			SameSubnet: r.SameSubnet,
 		}

@@ -6,10 +6,10 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	bpfdp "github.com/dpd-dev/dpd/dataplane/bpf"
-	"github.com/dpd-dev/dpd/dataplane/bpf/polprog"
 	"github.com/dpd-dev/dpd/dataplane/linux"
 	"github.com/dpd-dev/dpd/dataplane/model"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf/polprog"
 )
 
 // KernelInspector is what Inspect's kernel questions (attach mode, program
@@ -19,7 +19,7 @@ import (
 type KernelInspector interface {
 	Endpoint(iface string) (linux.EndpointDetails, bool)
 	Rules(iface string, dir model.Direction) ([]polprog.RuleInfo, bool)
-	BPF() *bpfdp.Dataplane
+	BPF() *tcbpf.Datapath
 }
 
 var _ KernelInspector = (*linux.Kernel)(nil)
@@ -29,7 +29,7 @@ var _ KernelInspector = (*linux.Kernel)(nil)
 type kernelView interface {
 	endpoint(iface string) (linux.EndpointDetails, bool)
 	rules(iface string, dir model.Direction) ([]polprog.RuleInfo, bool)
-	trace(ifindex int, dir model.Direction, frame []byte) (bpfdp.TraceResult, error)
+	trace(ifindex int, dir model.Direction, frame []byte) (tcbpf.TraceResult, error)
 	readCounter(id uint64) (packets, bytes uint64, err error)
 	mapUsage() ([]mapUsage, error)
 	conntrackEntries() (int, error)
@@ -57,7 +57,7 @@ func (v linuxView) rules(iface string, dir model.Direction) ([]polprog.RuleInfo,
 	return v.k.Rules(iface, dir)
 }
 
-func (v linuxView) trace(ifindex int, dir model.Direction, frame []byte) (bpfdp.TraceResult, error) {
+func (v linuxView) trace(ifindex int, dir model.Direction, frame []byte) (tcbpf.TraceResult, error) {
 	// model.Egress is abi.DirFromWEP (0), model.Ingress abi.DirToWEP (1).
 	return v.k.BPF().Trace(ifindex, int(dir), frame)
 }

@@ -5,13 +5,13 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/dpd-dev/dpd/dataplane"
-	"github.com/dpd-dev/dpd/dataplane/bpf/polprog"
+	"github.com/dpd-dev/dpd/dataplane/engine"
 	"github.com/dpd-dev/dpd/dataplane/model"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf/polprog"
 )
 
 func TestKernelCollector(t *testing.T) {
-	eng := fakeEngine{eps: map[string]dataplane.EndpointInfo{"a": {ID: model.WorkloadID{Workload: "a"}, Iface: "calia"}}}
+	eng := fakeEngine{eps: map[string]engine.EndpointInfo{"a": {ID: model.WorkloadID{Workload: "a"}, Iface: "calia"}}}
 	var rules []polprog.RuleInfo
 	counters := map[uint64][2]uint64{}
 	for i := range 5 {

@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/dpd-dev/dpd/dataplane"
+	"github.com/dpd-dev/dpd/dataplane/engine"
 	"github.com/dpd-dev/dpd/proto/felix"
 	"github.com/dpd-dev/dpd/server/felixpipe"
 )
@@ -83,7 +83,7 @@ func (p *pipeController) run(ctx context.Context) error {
 
 // read submits every frame on in; a frame that does not decode is
 // rejected like any invalid message and reading goes on.
-func (p *pipeController) read(ctx context.Context, sess dataplane.Session) error {
+func (p *pipeController) read(ctx context.Context, sess engine.Session) error {
 	fr := felixpipe.NewReader(p.in, p.maxFrame)
 	for {
 		msg := &felix.ToDataplane{}

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dpd-dev/dpd/dataplane"
+	"github.com/dpd-dev/dpd/dataplane/engine"
 	"github.com/dpd-dev/dpd/dataplane/model"
 	dpdv1 "github.com/dpd-dev/dpd/proto/dpd/v1"
 	"github.com/dpd-dev/dpd/proto/felix"
@@ -20,14 +20,14 @@ import (
 	"google.golang.org/grpc/reflection"
 )
 
-// Engine is what the services need of *dataplane.Engine.
+// Engine is what the services need of *engine.Engine.
 type Engine interface {
-	NewSession(peer string) dataplane.Session
-	Status() dataplane.StatusInfo
-	Endpoints() []dataplane.EndpointInfo
-	Endpoint(id string) (dataplane.EndpointInfo, bool)
-	Policies(ctx context.Context) ([]dataplane.PolicyInfo, error)
-	IPSets(ctx context.Context, id string, maxMembers int) ([]dataplane.IPSetInfo, error)
+	NewSession(peer string) engine.Session
+	Status() engine.StatusInfo
+	Endpoints() []engine.EndpointInfo
+	Endpoint(id string) (engine.EndpointInfo, bool)
+	Policies(ctx context.Context) ([]engine.PolicyInfo, error)
+	IPSets(ctx context.Context, id string, maxMembers int) ([]engine.IPSetInfo, error)
 	Services(ctx context.Context) ([]model.Service, error)
 	Routes(ctx context.Context) ([]model.Route, error)
 }

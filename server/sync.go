@@ -7,10 +7,10 @@ import (
 	"log/slog"
 	"sync"
 
-	"github.com/dpd-dev/dpd/dataplane"
-	"github.com/dpd-dev/dpd/dataplane/felixconv"
+	"github.com/dpd-dev/dpd/dataplane/engine"
 	dpdv1 "github.com/dpd-dev/dpd/proto/dpd/v1"
 	"github.com/dpd-dev/dpd/proto/felix"
+	"github.com/dpd-dev/dpd/server/felixconv"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
@@ -157,7 +157,7 @@ func peerName(ctx context.Context) string {
 // syncStream is one Sync stream bound to its engine session.
 type syncStream struct {
 	stream dpdv1.Dataplane_SyncServer
-	sess   dataplane.Session
+	sess   engine.Session
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	log    *slog.Logger
@@ -210,7 +210,7 @@ func (st *syncStream) handle(msg *felix.ToDataplane) error {
 // logged and rejected (the engine counts it in dpd_invalid_messages_total
 // and errors its endpoint). The gRPC stream and the Felix pipe share it,
 // so both feed the engine identically.
-func submitValidated(ctx context.Context, sess dataplane.Session, msg *felix.ToDataplane, log *slog.Logger) error {
+func submitValidated(ctx context.Context, sess engine.Session, msg *felix.ToDataplane, log *slog.Logger) error {
 	verr := felixconv.Validate(msg)
 	if verr == nil {
 		return sess.Submit(ctx, msg)

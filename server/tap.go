@@ -3,7 +3,7 @@ package server
 import (
 	"context"
 
-	"github.com/dpd-dev/dpd/dataplane"
+	"github.com/dpd-dev/dpd/dataplane/engine"
 	"github.com/dpd-dev/dpd/proto/felix"
 	"github.com/dpd-dev/dpd/server/policysync"
 )
@@ -16,14 +16,14 @@ type tapEngine struct {
 	proc *policysync.Processor
 }
 
-func (t tapEngine) NewSession(peer string) dataplane.Session {
+func (t tapEngine) NewSession(peer string) engine.Session {
 	s := t.Engine.NewSession(peer)
 	t.proc.StartEpoch()
 	return &tapSession{Session: s, proc: t.proc}
 }
 
 type tapSession struct {
-	dataplane.Session
+	engine.Session
 	proc *policysync.Processor
 }
 

@@ -9,11 +9,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/dpd-dev/dpd/dataplane"
-	bpfdp "github.com/dpd-dev/dpd/dataplane/bpf"
-	"github.com/dpd-dev/dpd/dataplane/bpf/abi"
-	"github.com/dpd-dev/dpd/dataplane/bpf/polprog"
+	"github.com/dpd-dev/dpd/dataplane/engine"
 	"github.com/dpd-dev/dpd/dataplane/model"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf/polprog"
 	dpdv1 "github.com/dpd-dev/dpd/proto/dpd/v1"
 )
 
@@ -49,11 +49,11 @@ func (s *inspectService) Trace(_ context.Context, req *dpdv1.TraceRequest) (*dpd
 
 // traceInput checks the request. A missing address on the endpoint's side
 // defaults to the endpoint's first IPv4 address.
-func (s *inspectService) traceInput(req *dpdv1.TraceRequest) (dataplane.EndpointInfo, model.Direction, tracePacket, error) {
+func (s *inspectService) traceInput(req *dpdv1.TraceRequest) (engine.EndpointInfo, model.Direction, tracePacket, error) {
 	var pkt tracePacket
 	bad := func(f string, a ...any) error { return status.Errorf(codes.InvalidArgument, f, a...) }
 	if req.GetEndpoint() == "" {
-		return dataplane.EndpointInfo{}, 0, pkt, bad("endpoint is required")
+		return engine.EndpointInfo{}, 0, pkt, bad("endpoint is required")
 	}
 	ep, ok := s.engine.Endpoint(req.GetEndpoint())
 	if !ok {
@@ -117,7 +117,7 @@ func parseDirection(s string) (model.Direction, error) {
 
 // explainTrace turns the final dpd_state of a trace run into a verdict and
 // the deciding rule.
-func explainTrace(res bpfdp.TraceResult, rules []polprog.RuleInfo, dir model.Direction) *dpdv1.TraceResponse {
+func explainTrace(res tcbpf.TraceResult, rules []polprog.RuleInfo, dir model.Direction) *dpdv1.TraceResponse {
 	st := res.State
 	resp := &dpdv1.TraceResponse{TcReturn: int32(res.Ret), Verdict: "deny"}
 	if !res.Reached {

@@ -10,12 +10,12 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/dpd-dev/dpd/dataplane"
-	bpfdp "github.com/dpd-dev/dpd/dataplane/bpf"
-	"github.com/dpd-dev/dpd/dataplane/bpf/abi"
-	"github.com/dpd-dev/dpd/dataplane/bpf/polprog"
+	"github.com/dpd-dev/dpd/dataplane/engine"
 	"github.com/dpd-dev/dpd/dataplane/linux"
 	"github.com/dpd-dev/dpd/dataplane/model"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf/polprog"
 	dpdv1 "github.com/dpd-dev/dpd/proto/dpd/v1"
 )
 
@@ -60,17 +60,17 @@ func TestExplainTrace(t *testing.T) {
 		{CounterID: 13, Tier: "default", Index: -1, Action: model.ActionDeny, Synthetic: polprog.SyntheticTierDefault},
 		{CounterID: 14, Index: -1, Action: model.ActionDeny, Synthetic: polprog.SyntheticNoMatch},
 	}
-	st := func(flags uint32, verdict uint32, rule uint64) bpfdp.TraceResult {
-		return bpfdp.TraceResult{Reached: true, State: bpfdp.State{Ifindex: 5, Flags: flags, Verdict: verdict, RuleId: rule}}
+	st := func(flags uint32, verdict uint32, rule uint64) tcbpf.TraceResult {
+		return tcbpf.TraceResult{Reached: true, State: tcbpf.State{Ifindex: 5, Flags: flags, Verdict: verdict, RuleId: rule}}
 	}
 	tests := []struct {
 		name                      string
-		res                       bpfdp.TraceResult
+		res                       tcbpf.TraceResult
 		verdict, decidedBy, inExp string
 		ruleID                    string
 	}{
-		{"not ready", bpfdp.TraceResult{Ret: abi.TCActShot}, "deny", "not ready", "not ready", ""},
-		{"no backend", bpfdp.TraceResult{State: bpfdp.State{Flags: abi.StNoBackend}}, "deny", "service: no backend", "without a ready backend", ""},
+		{"not ready", tcbpf.TraceResult{Ret: abi.TCActShot}, "deny", "not ready", "not ready", ""},
+		{"no backend", tcbpf.TraceResult{State: tcbpf.State{Flags: abi.StNoBackend}}, "deny", "service: no backend", "without a ready backend", ""},
 		{"no policy", st(abi.StNoPolicy, 0, 0), "deny", "no policy", "no policy program", ""},
 		{"allowed by rule 0", st(abi.StEpilogue, abi.VerdictAllow, 11), "allow", "policy", `rule 0 (id r0, allow) of policy "default/web" in tier "default"`, "r0"},
 		{"denied by rule 1", st(abi.StEpilogue, abi.VerdictDeny, 12), "deny", "policy", `rule 1 (id r1, deny)`, "r1"},
@@ -97,16 +97,16 @@ func TestExplainTrace(t *testing.T) {
 // fakeEngine answers Endpoint; the rest of Engine is unused here.
 type fakeEngine struct {
 	Engine
-	eps map[string]dataplane.EndpointInfo
+	eps map[string]engine.EndpointInfo
 }
 
-func (f fakeEngine) Endpoint(id string) (dataplane.EndpointInfo, bool) {
+func (f fakeEngine) Endpoint(id string) (engine.EndpointInfo, bool) {
 	ep, ok := f.eps[id]
 	return ep, ok
 }
 
-func (f fakeEngine) Endpoints() []dataplane.EndpointInfo {
-	var out []dataplane.EndpointInfo
+func (f fakeEngine) Endpoints() []engine.EndpointInfo {
+	var out []engine.EndpointInfo
 	for _, ep := range f.eps {
 		out = append(out, ep)
 	}
@@ -132,10 +132,10 @@ func (k *fakeKernel) rules(_ string, d model.Direction) ([]polprog.RuleInfo, boo
 	return r, ok
 }
 
-func (k *fakeKernel) trace(ifindex int, d model.Direction, frame []byte) (bpfdp.TraceResult, error) {
+func (k *fakeKernel) trace(ifindex int, d model.Direction, frame []byte) (tcbpf.TraceResult, error) {
 	k.ifindex, k.dir, k.frame = ifindex, d, frame
-	return bpfdp.TraceResult{Ret: abi.TCActShot, Reached: true,
-		State: bpfdp.State{Ifindex: 7, Flags: abi.StEpilogue, Verdict: abi.VerdictDeny, RuleId: 2}}, nil
+	return tcbpf.TraceResult{Ret: abi.TCActShot, Reached: true,
+		State: tcbpf.State{Ifindex: 7, Flags: abi.StEpilogue, Verdict: abi.VerdictDeny, RuleId: 2}}, nil
 }
 
 func (k *fakeKernel) readCounter(id uint64) (uint64, uint64, error) {
@@ -144,7 +144,7 @@ func (k *fakeKernel) readCounter(id uint64) (uint64, uint64, error) {
 }
 
 func TestTraceHandler(t *testing.T) {
-	eng := fakeEngine{eps: map[string]dataplane.EndpointInfo{"k8s/ns/web/eth0": {
+	eng := fakeEngine{eps: map[string]engine.EndpointInfo{"k8s/ns/web/eth0": {
 		ID: model.WorkloadID{Orchestrator: "k8s", Workload: "ns/web", Endpoint: "eth0"}, Iface: "caliweb", IPv4Nets: []string{"10.65.0.2/32"}}}}
 	k := &fakeKernel{rulesFor: map[model.Direction][]polprog.RuleInfo{model.Ingress: {
 		{CounterID: 1, Tier: "default", Policy: "default/web", Kind: "policy", Index: 0, RuleID: "a", Action: model.ActionAllow},

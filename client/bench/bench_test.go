@@ -7,12 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dpd-dev/dpd/dataplane/felixconv"
+	"github.com/dpd-dev/dpd/server/felixconv"
 )
 
 const sampleOutput = `goos: linux
 goarch: amd64
-pkg: github.com/dpd-dev/dpd/dataplane/bpf
+pkg: github.com/dpd-dev/dpd/dataplane/tcbpf
 BenchmarkEntry/trivial-2         	  100000	        21.49 ns/op	        15.00 ns/pkt
 BenchmarkEntry/ct_hit-2          	  100000	        93.44 ns/op	        74.00 ns/pkt
 BenchmarkEntry/ct_hit-2          	  100000	        90.00 ns/op	        70.00 ns/pkt
@@ -25,7 +25,7 @@ BenchmarkSyncIngestRaw   	   20000	      8920 ns/op	    112040 msgs/s
 BenchmarkBroken-2   	   garbage
 --- FAIL: BenchmarkOther
 PASS
-ok  	github.com/dpd-dev/dpd/dataplane/bpf	0.207s
+ok  	github.com/dpd-dev/dpd/dataplane/tcbpf	0.207s
 `
 
 func TestParseBench(t *testing.T) {

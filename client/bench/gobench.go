@@ -19,8 +19,8 @@ import (
 // Options.SourceDir after the daemon phases (so they have the machine to
 // themselves) and parsed here:
 //
-//	P4  ./dataplane/bpf          BenchmarkEntry   trivial, ct_hit, ct_reply, policy_deny (ns/pkt)
-//	P4  ./dataplane/bpf/polprog  BenchmarkPolicy  noop, <kind>/n=<rules>/<first|last> (ns/op)
+//	P4  ./dataplane/tcbpf          BenchmarkEntry   trivial, ct_hit, ct_reply, policy_deny (ns/pkt)
+//	P4  ./dataplane/tcbpf/polprog  BenchmarkPolicy  noop, <kind>/n=<rules>/<first|last> (ns/op)
 //	P5  ./server                 BenchmarkSyncIngest, BenchmarkSyncIngestRaw (msgs/s)
 type goBench struct {
 	pkg, pattern, benchtime string
@@ -132,8 +132,8 @@ func (r *runner) goBenchmarks(ctx context.Context) error {
 		r.res.Packets.GoVersion = strings.TrimSpace(string(out))
 	}
 	sets := []goBench{
-		{pkg: "./dataplane/bpf/", pattern: "^BenchmarkEntry$", benchtime: s.BPFBenchTime},
-		{pkg: "./dataplane/bpf/polprog/", pattern: "^BenchmarkPolicy$", benchtime: s.BPFBenchTime},
+		{pkg: "./dataplane/tcbpf/", pattern: "^BenchmarkEntry$", benchtime: s.BPFBenchTime},
+		{pkg: "./dataplane/tcbpf/polprog/", pattern: "^BenchmarkPolicy$", benchtime: s.BPFBenchTime},
 		{pkg: "./server/", pattern: "^BenchmarkSyncIngest(Raw)?$", benchtime: s.IngestBenchTime},
 	}
 	all := benchResults{}

@@ -7,8 +7,8 @@ import (
 	"log/slog"
 	"strings"
 
-	"github.com/dpd-dev/dpd/dataplane/bpf/abi"
 	"github.com/dpd-dev/dpd/dataplane/linux"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
 	"github.com/dpd-dev/dpd/server"
 )
 

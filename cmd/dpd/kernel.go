@@ -3,7 +3,7 @@ package main
 import (
 	"fmt"
 
-	"github.com/dpd-dev/dpd/dataplane"
+	"github.com/dpd-dev/dpd/dataplane/engine"
 	"github.com/dpd-dev/dpd/dataplane/linux"
 	"github.com/dpd-dev/dpd/dataplane/memkernel"
 	"github.com/dpd-dev/dpd/server"
@@ -13,7 +13,7 @@ import (
 // over it. This is the one place dataplane implementations are wired.
 func newDaemon(c config) (*server.Daemon, func(), error) {
 	cfg := c.Config
-	var k dataplane.Kernel
+	var k engine.Kernel
 	closeKernel := func() {}
 	switch cfg.Dataplane {
 	case "memory":

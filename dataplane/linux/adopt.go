@@ -10,9 +10,9 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 
-	"github.com/dpd-dev/dpd/dataplane/bpf/abi"
-	"github.com/dpd-dev/dpd/dataplane/bpf/polprog"
 	"github.com/dpd-dev/dpd/dataplane/model"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf/polprog"
 )
 
 // A restarted dpd finds the previous one's work in the kernel: entry

@@ -1,7 +1,7 @@
-// Package linux is the Linux dataplane: it implements dataplane.Kernel by
+// Package linux is the Linux dataplane: it implements engine.Kernel by
 // composing the netlink side (dataplane/linux/nl: interface monitor, routes,
-// neighbours, sysctls) with the BPF side (dataplane/bpf: entry programs,
-// pinned maps, attach; dataplane/bpf/polprog: compiled policy programs).
+// neighbours, sysctls) with the BPF side (dataplane/tcbpf: entry programs,
+// pinned maps, attach; dataplane/tcbpf/polprog: compiled policy programs).
 //
 // Policy programs are shared by content hash: endpoints whose direction
 // policy hashes alike run one loaded program, reference-counted; a policy
@@ -18,7 +18,7 @@
 //     apply after InSync, which then finds unchanged endpoints already in
 //     place: no load, no jump write, no attach, no ifstate or netlink write
 //     (Ops counts them). Map layouts that changed are migrated with their
-//     contents (dataplane/bpf).
+//     contents (dataplane/tcbpf).
 //   - Fail closed (failclosed.go). A workload interface nothing has
 //     programmed gets the entry programs with a dpd_ifstate entry lacking
 //     READY, so it drops everything until its policy is in.

@@ -7,11 +7,11 @@ import (
 	"os"
 	"time"
 
-	"github.com/dpd-dev/dpd/dataplane"
-	bpfdp "github.com/dpd-dev/dpd/dataplane/bpf"
-	"github.com/dpd-dev/dpd/dataplane/bpf/abi"
+	"github.com/dpd-dev/dpd/dataplane/engine"
 	"github.com/dpd-dev/dpd/dataplane/linux/nl"
 	"github.com/dpd-dev/dpd/dataplane/model"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
 )
 
 // CrashAfterAttachEnv is a test hook: when set to "1", dpd exits with
@@ -31,7 +31,7 @@ type endpointState struct {
 	ifindex   int // 0 while the interface is absent
 	slot      uint32
 	hasSlot   bool
-	mode      bpfdp.AttachMode
+	mode      tcbpf.AttachMode
 	inst      [2]*sharedProg // installed program per direction; nil: none known
 	ready     bool           // ifstate says READY
 	ifsSlot   uint32         // the slot the ifstate entry names
@@ -62,9 +62,9 @@ func (k *Kernel) newEndpointStateLocked() *endpointState {
 	return &endpointState{fresh: k.applied}
 }
 
-var _ dataplane.Resyncer = (*Kernel)(nil)
+var _ engine.Resyncer = (*Kernel)(nil)
 
-// Resync implements dataplane.Resyncer: the next ApplyEndpoint of every
+// Resync implements engine.Resyncer: the next ApplyEndpoint of every
 // interface re-reads the kernel instead of trusting what this process did.
 func (k *Kernel) Resync() {
 	k.mu.Lock()

@@ -9,9 +9,9 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/dpd-dev/dpd/dataplane/bpf/abi"
 	"github.com/dpd-dev/dpd/dataplane/linux/nl"
 	"github.com/dpd-dev/dpd/dataplane/model"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
 )
 
 // Fail closed: a workload interface (one matching InterfacePrefix) that

@@ -11,7 +11,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/dpd-dev/dpd/dataplane/bpf/polprog"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf/polprog"
 )
 
 // DefaultGCInterval is how often garbage collection runs after the first.

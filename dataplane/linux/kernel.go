@@ -9,10 +9,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/dpd-dev/dpd/dataplane"
-	bpfdp "github.com/dpd-dev/dpd/dataplane/bpf"
+	"github.com/dpd-dev/dpd/dataplane/engine"
 	"github.com/dpd-dev/dpd/dataplane/linux/nl"
 	"github.com/dpd-dev/dpd/dataplane/model"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf"
 )
 
 // Options configure New.
@@ -30,7 +30,7 @@ type Options struct {
 	Log        *slog.Logger
 }
 
-// Kernel implements dataplane.Kernel on Linux. The engine calls it from one
+// Kernel implements engine.Kernel on Linux. The engine calls it from one
 // goroutine; Inspect may read concurrently, so state is under mu.
 type Kernel struct {
 	opts Options
@@ -39,8 +39,8 @@ type Kernel struct {
 	cfg  *nl.Configurer
 
 	mu    sync.Mutex
-	bpf   *bpfdp.Dataplane          // guarded by mu; reopened only before the first endpoint
-	sizes bpfdp.MapSizes            // guarded by mu
+	bpf   *tcbpf.Datapath           // guarded by mu; reopened only before the first endpoint
+	sizes tcbpf.MapSizes            // guarded by mu
 	eps   map[string]*endpointState // by interface name; guarded by mu
 	slots slotAllocator             // guarded by mu
 	progs map[progKey]*sharedProg   // loaded policy programs by content; guarded by mu
@@ -102,9 +102,9 @@ func New(opts Options) (*Kernel, error) {
 	if opts.GCInterval <= 0 {
 		opts.GCInterval = DefaultGCInterval
 	}
-	sizes, pinned := bpfdp.PinnedSizes(opts.PinDir)
+	sizes, pinned := tcbpf.PinnedSizes(opts.PinDir)
 	if !pinned {
-		sizes = bpfdp.DefaultMapSizes()
+		sizes = tcbpf.DefaultMapSizes()
 	}
 	k := &Kernel{
 		opts:      opts,
@@ -134,7 +134,7 @@ func New(opts Options) (*Kernel, error) {
 }
 
 func (k *Kernel) openBPFLocked() error {
-	d, err := bpfdp.Open(bpfdp.Options{
+	d, err := tcbpf.Open(tcbpf.Options{
 		PinDir:        k.opts.PinDir,
 		ForceLegacyTC: k.opts.ForceLegacyTC,
 		Sizes:         k.sizes,
@@ -182,7 +182,7 @@ func (k *Kernel) Close() error {
 }
 
 // BPF exposes the BPF side for Inspect (trace, counters).
-func (k *Kernel) BPF() *bpfdp.Dataplane {
+func (k *Kernel) BPF() *tcbpf.Datapath {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.bpf
@@ -199,7 +199,7 @@ func (k *Kernel) Configure(cfg map[string]string) error {
 	if err := k.configureTunnel(cfg); err != nil {
 		return err
 	}
-	sizes, err := bpfdp.MapSizesFromConfig(cfg)
+	sizes, err := tcbpf.MapSizesFromConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("map sizes: %w", err)
 	}
@@ -277,7 +277,7 @@ func (k *Kernel) logOnceLocked(key, msg string) {
 	}
 }
 
-// ReplaceIPSet implements dataplane.IPSetKernel.
+// ReplaceIPSet implements engine.IPSetKernel.
 func (k *Kernel) ReplaceIPSet(id string, typ model.IPSetType, members []model.IPSetMember) error {
 	k.mu.Lock()
 	k.knownSets[id] = true
@@ -285,7 +285,7 @@ func (k *Kernel) ReplaceIPSet(id string, typ model.IPSetType, members []model.IP
 	return k.BPF().ReplaceIPSet(id, typ, members)
 }
 
-// UpdateIPSet implements dataplane.IPSetKernel.
+// UpdateIPSet implements engine.IPSetKernel.
 func (k *Kernel) UpdateIPSet(id string, added, removed []model.IPSetMember) error {
 	k.mu.Lock()
 	k.knownSets[id] = true
@@ -293,7 +293,7 @@ func (k *Kernel) UpdateIPSet(id string, added, removed []model.IPSetMember) erro
 	return k.BPF().UpdateIPSet(id, added, removed)
 }
 
-// RemoveIPSet implements dataplane.IPSetKernel.
+// RemoveIPSet implements engine.IPSetKernel.
 func (k *Kernel) RemoveIPSet(id string) error {
 	if err := k.BPF().RemoveIPSet(id); err != nil {
 		return err
@@ -313,4 +313,4 @@ func (k *Kernel) knownSetsLocked() []string {
 	return out
 }
 
-var _ dataplane.Kernel = (*Kernel)(nil)
+var _ engine.Kernel = (*Kernel)(nil)

@@ -6,10 +6,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/dpd-dev/dpd/dataplane"
-	bpfdp "github.com/dpd-dev/dpd/dataplane/bpf"
-	"github.com/dpd-dev/dpd/dataplane/bpf/polprog"
+	"github.com/dpd-dev/dpd/dataplane/engine"
 	"github.com/dpd-dev/dpd/dataplane/model"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf/polprog"
 )
 
 // Preloading: a batch of endpoints with policies of their own (a cold
@@ -39,7 +39,7 @@ type preloadJob struct {
 // preloadEnv is what the workers need from the kernel, captured under k.mu
 // so that they never read its fields.
 type preloadEnv struct {
-	bpf  *bpfdp.Dataplane // safe for concurrent use; the Resolver of Compile
+	bpf  *tcbpf.Datapath // safe for concurrent use; the Resolver of Compile
 	maps polprog.Maps
 	// gcMark is k.ops.GCRemovals at the capture: a collection since then
 	// may have deleted counters a worker's Load created.
@@ -211,4 +211,4 @@ func (k *Kernel) releasePreloadsBeforeLocked(t time.Time) {
 	}
 }
 
-var _ dataplane.PolicyPreloader = (*Kernel)(nil)
+var _ engine.PolicyPreloader = (*Kernel)(nil)

@@ -6,8 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/dpd-dev/dpd/dataplane/bpf/polprog"
 	"github.com/dpd-dev/dpd/dataplane/model"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf/polprog"
 	"github.com/dpd-dev/dpd/internal/testutil"
 )
 

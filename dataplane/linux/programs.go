@@ -6,9 +6,9 @@ import (
 	"path/filepath"
 	"time"
 
-	bpfdp "github.com/dpd-dev/dpd/dataplane/bpf"
-	"github.com/dpd-dev/dpd/dataplane/bpf/polprog"
 	"github.com/dpd-dev/dpd/dataplane/model"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf/polprog"
 )
 
 // progKey identifies a compiled program by what it enforces. The direction
@@ -175,4 +175,4 @@ func (k *Kernel) ProgramCount() int {
 	return len(k.progs)
 }
 
-var _ polprog.Resolver = (*bpfdp.Dataplane)(nil)
+var _ polprog.Resolver = (*tcbpf.Datapath)(nil)

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dpd-dev/dpd/dataplane"
+	"github.com/dpd-dev/dpd/dataplane/engine"
 	"github.com/dpd-dev/dpd/internal/testutil"
 	"github.com/dpd-dev/dpd/proto/felix"
 )
@@ -44,9 +44,9 @@ func snapshot(open []*testutil.Workload, closed []*testutil.Workload) []*felix.T
 }
 
 // engineOn runs an engine over k until stop is called (or the test ends).
-func engineOn(t *testing.T, k *Kernel) (*dataplane.Engine, func()) {
+func engineOn(t *testing.T, k *Kernel) (*engine.Engine, func()) {
 	t.Helper()
-	e := dataplane.New(dataplane.Options{Kernel: k, Name: "linux", Log: quietLog(),
+	e := engine.New(engine.Options{Kernel: k, Name: "linux", Log: quietLog(),
 		ApplyInterval: time.Millisecond, ApplyBurst: 100, RetryMin: 5 * time.Millisecond, RetryMax: 100 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -70,7 +70,7 @@ func engineOn(t *testing.T, k *Kernel) (*dataplane.Engine, func()) {
 
 // connect starts a session that sends msgs and InSync, and waits until the
 // engine has applied it and reports the dataplane in sync.
-func connect(t *testing.T, e *dataplane.Engine, msgs []*felix.ToDataplane) dataplane.Session {
+func connect(t *testing.T, e *engine.Engine, msgs []*felix.ToDataplane) engine.Session {
 	t.Helper()
 	s := e.NewSession("test")
 	go func() {

@@ -6,10 +6,10 @@ import (
 	"net/netip"
 	"slices"
 
-	bpfdp "github.com/dpd-dev/dpd/dataplane/bpf"
-	"github.com/dpd-dev/dpd/dataplane/bpf/abi"
 	"github.com/dpd-dev/dpd/dataplane/linux/nl"
 	"github.com/dpd-dev/dpd/dataplane/model"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
 )
 
 // felix IPPoolType values (model.Route.PoolType).
@@ -93,7 +93,7 @@ func (k *Kernel) RemoveRoute(r *model.Route) error {
 }
 
 // routeInfo is what dpd_routes records for r.
-func routeInfo(r *model.Route) bpfdp.RouteInfo {
+func routeInfo(r *model.Route) tcbpf.RouteInfo {
 	flags := r.Types & (abi.RTRemoteWorkload | abi.RTRemoteHost | abi.RTLocalWorkload |
 		abi.RTLocalHost | abi.RTRemoteTunnel | abi.RTLocalTunnel)
 	if r.PoolType != poolNone {
@@ -108,7 +108,7 @@ func routeInfo(r *model.Route) bpfdp.RouteInfo {
 	if r.TunnelVXLAN || (r.PoolType == poolVXLAN && !r.SameSubnet && r.Types&abi.RTRemoteWorkload != 0) {
 		flags |= abi.RTTunnelVXLAN
 	}
-	info := bpfdp.RouteInfo{Flags: flags, PoolType: r.PoolType}
+	info := tcbpf.RouteInfo{Flags: flags, PoolType: r.PoolType}
 	if r.DstNodeIP.Is4() {
 		info.NextHop = r.DstNodeIP
 	}

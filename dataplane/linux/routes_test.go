@@ -13,9 +13,9 @@ import (
 
 	"github.com/vishvananda/netns"
 
-	"github.com/dpd-dev/dpd/dataplane/bpf/abi"
 	"github.com/dpd-dev/dpd/dataplane/linux/nl"
 	"github.com/dpd-dev/dpd/dataplane/model"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
 	"github.com/dpd-dev/dpd/internal/testutil"
 )
 

@@ -7,8 +7,8 @@ import (
 	"net/netip"
 	"slices"
 
-	bpfdp "github.com/dpd-dev/dpd/dataplane/bpf"
 	"github.com/dpd-dev/dpd/dataplane/model"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf"
 )
 
 // Service NAT: every (service, protocol, port) is a "service port" with an
@@ -38,33 +38,33 @@ type svcPortKey struct {
 // natPort is one programmed service port.
 type natPort struct {
 	id  uint32
-	fes []bpfdp.NATFrontend
-	bes []bpfdp.NATBackend
+	fes []tcbpf.NATFrontend
+	bes []tcbpf.NATBackend
 }
 
 // natTable is the userspace side of the NAT maps. Guarded by Kernel.mu.
 type natTable struct {
 	services map[model.ServiceKey]map[svcPortKey]*natPort
-	owners   map[bpfdp.NATFrontend]*natPort // the port each programmed frontend points at
+	owners   map[tcbpf.NATFrontend]*natPort // the port each programmed frontend points at
 	inUse    map[uint32]bool                // ids programmed, adopted or awaiting the flush
 	next     uint32
 	// adopted are frontends found in the maps at start: a service that
 	// claims one keeps its id, so live connections keep their backends.
-	adopted map[bpfdp.NATFrontend]bpfdp.NATFrontendEntry
+	adopted map[tcbpf.NATFrontend]tcbpf.NATFrontendEntry
 	claimed map[uint32]bool // adopted ids a service took over
-	flush   bpfdp.NATFlowFilter
+	flush   tcbpf.NATFlowFilter
 	release []uint32 // ids freed once flush has run
 }
 
 func newNATTable() natTable {
 	return natTable{
 		services: map[model.ServiceKey]map[svcPortKey]*natPort{},
-		owners:   map[bpfdp.NATFrontend]*natPort{},
+		owners:   map[tcbpf.NATFrontend]*natPort{},
 		inUse:    map[uint32]bool{},
 		next:     1,
-		adopted:  map[bpfdp.NATFrontend]bpfdp.NATFrontendEntry{},
+		adopted:  map[tcbpf.NATFrontend]tcbpf.NATFrontendEntry{},
 		claimed:  map[uint32]bool{},
-		flush:    bpfdp.NATFlowFilter{Services: map[uint32]bool{}, Backends: map[bpfdp.NATFlowBackend]bool{}},
+		flush:    tcbpf.NATFlowFilter{Services: map[uint32]bool{}, Backends: map[tcbpf.NATFlowBackend]bool{}},
 	}
 }
 
@@ -147,7 +147,7 @@ func (k *Kernel) RemoveService(s *model.Service) error {
 }
 
 // newPortLocked takes the id a previous dpd gave one of fes, else a new one.
-func (k *Kernel) newPortLocked(fes []bpfdp.NATFrontend) *natPort {
+func (k *Kernel) newPortLocked(fes []tcbpf.NATFrontend) *natPort {
 	np := &natPort{}
 	for _, f := range fes {
 		if e, ok := k.nat.adopted[f]; ok && !k.nat.claimed[e.ID] {
@@ -160,7 +160,7 @@ func (k *Kernel) newPortLocked(fes []bpfdp.NATFrontend) *natPort {
 				k.log.Warn("read adopted service backends", "id", e.ID, "err", err)
 			}
 			for len(bes) < e.Count {
-				bes = append(bes, bpfdp.NATBackend{})
+				bes = append(bes, tcbpf.NATBackend{})
 			}
 			np.bes = bes
 			return np
@@ -172,11 +172,11 @@ func (k *Kernel) newPortLocked(fes []bpfdp.NATFrontend) *natPort {
 
 // programPortLocked makes np's maps entries fes -> bes, scheduling the
 // flush of connections pinned to backends that left.
-func (k *Kernel) programPortLocked(np *natPort, fes []bpfdp.NATFrontend, bes []bpfdp.NATBackend) error {
+func (k *Kernel) programPortLocked(np *natPort, fes []tcbpf.NATFrontend, bes []tcbpf.NATBackend) error {
 	for _, f := range fes {
 		if o := k.nat.owners[f]; o != nil && o != np {
 			k.log.Warn("service frontend claimed by two services; the last one wins", "frontend", f)
-			o.fes = slices.DeleteFunc(o.fes, func(x bpfdp.NATFrontend) bool { return x == f })
+			o.fes = slices.DeleteFunc(o.fes, func(x tcbpf.NATFrontend) bool { return x == f })
 		}
 		delete(k.nat.adopted, f)
 	}
@@ -193,7 +193,7 @@ func (k *Kernel) programPortLocked(np *natPort, fes []bpfdp.NATFrontend, bes []b
 	}
 	for _, b := range np.bes {
 		if b.Addr.IsValid() && !slices.Contains(bes, b) {
-			k.nat.flush.Backends[bpfdp.NATFlowBackend{ID: np.id, Backend: b}] = true
+			k.nat.flush.Backends[tcbpf.NATFlowBackend{ID: np.id, Backend: b}] = true
 		}
 	}
 	for _, f := range fes {
@@ -277,8 +277,8 @@ func (k *Kernel) gcNATLocked() error {
 
 // portWant is the desired frontends and backends of one service port.
 type portWant struct {
-	fes []bpfdp.NATFrontend
-	bes []bpfdp.NATBackend
+	fes []tcbpf.NATFrontend
+	bes []tcbpf.NATBackend
 }
 
 // desiredPorts derives each translated port's frontends and ready
@@ -302,7 +302,7 @@ func desiredPorts(s *model.Service) map[svcPortKey]portWant {
 		var w portWant
 		for _, a := range addrs {
 			if a.Is4() {
-				f := bpfdp.NATFrontend{Addr: a, Port: sp.Port, Proto: sp.Protocol}
+				f := tcbpf.NATFrontend{Addr: a, Port: sp.Port, Proto: sp.Protocol}
 				if !slices.Contains(w.fes, f) {
 					w.fes = append(w.fes, f)
 				}
@@ -315,13 +315,13 @@ func desiredPorts(s *model.Service) map[svcPortKey]portWant {
 			if perProto[sp.Protocol] > 1 && b.Port != sp.Port {
 				continue // ambiguous without port names
 			}
-			nb := bpfdp.NATBackend{Addr: b.Addr.Unmap(), Port: b.Port}
+			nb := tcbpf.NATBackend{Addr: b.Addr.Unmap(), Port: b.Port}
 			if !slices.Contains(w.bes, nb) {
 				w.bes = append(w.bes, nb)
 			}
 		}
-		slices.SortFunc(w.fes, func(a, b bpfdp.NATFrontend) int { return a.Addr.Compare(b.Addr) })
-		slices.SortFunc(w.bes, func(a, b bpfdp.NATBackend) int {
+		slices.SortFunc(w.fes, func(a, b tcbpf.NATFrontend) int { return a.Addr.Compare(b.Addr) })
+		slices.SortFunc(w.bes, func(a, b tcbpf.NATBackend) int {
 			return cmp.Or(a.Addr.Compare(b.Addr), cmp.Compare(a.Port, b.Port))
 		})
 		if len(w.fes) > 0 {

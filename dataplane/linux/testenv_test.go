@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dpd-dev/dpd/dataplane/bpf/abi"
 	"github.com/dpd-dev/dpd/dataplane/model"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
 	"github.com/dpd-dev/dpd/internal/testutil"
 )
 

@@ -1,4 +1,4 @@
-// Package memkernel is an in-memory dataplane.Kernel. It records the desired
+// Package memkernel is an in-memory engine.Kernel. It records the desired
 // state the engine programs (IP sets with members, endpoints, routes,
 // services, config), counts and logs every call, can inject failures per
 // method, and lets tests declare interfaces absent or down. dpd uses it for

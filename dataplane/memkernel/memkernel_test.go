@@ -9,13 +9,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dpd-dev/dpd/dataplane"
+	"github.com/dpd-dev/dpd/dataplane/engine"
 	"github.com/dpd-dev/dpd/dataplane/memkernel"
 	"github.com/dpd-dev/dpd/dataplane/model"
 	"github.com/dpd-dev/dpd/internal/testutil"
 )
 
-var _ dataplane.Kernel = (*memkernel.Kernel)(nil)
+var _ engine.Kernel = (*memkernel.Kernel)(nil)
 
 func mem(s string) model.IPSetMember { return model.IPSetMember{Prefix: netip.MustParsePrefix(s)} }
 

@@ -1,6 +1,6 @@
 // Package sorted holds set operations on sorted slices, the compact form
 // dpd keeps large sets in (IP set members in the engine and in
-// dataplane/bpf): linear merges instead of per-element maps.
+// dataplane/tcbpf): linear merges instead of per-element maps.
 package sorted
 
 import "slices"

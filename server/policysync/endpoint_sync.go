@@ -3,9 +3,9 @@ package policysync
 import (
 	"sort"
 
-	"github.com/dpd-dev/dpd/dataplane/felixconv"
 	"github.com/dpd-dev/dpd/dataplane/model"
 	"github.com/dpd-dev/dpd/proto/felix"
+	"github.com/dpd-dev/dpd/server/felixconv"
 )
 
 // Join subscribes a client for workload endpoint id. A client already

@@ -5,8 +5,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/dpd-dev/dpd/dataplane/felixconv"
 	"github.com/dpd-dev/dpd/proto/felix"
+	"github.com/dpd-dev/dpd/server/felixconv"
 )
 
 // Metrics are the dpd_policysync_* metrics. A nil *Metrics counts nothing.

@@ -7,9 +7,9 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/dpd-dev/dpd/dataplane/felixconv"
 	"github.com/dpd-dev/dpd/dataplane/model"
 	"github.com/dpd-dev/dpd/proto/felix"
+	"github.com/dpd-dev/dpd/server/felixconv"
 )
 
 // Options configure a Processor.

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dpd-dev/dpd/dataplane"
+	"github.com/dpd-dev/dpd/dataplane/engine"
 	"github.com/dpd-dev/dpd/dataplane/memkernel"
 	"github.com/dpd-dev/dpd/internal/testutil"
 	"github.com/dpd-dev/dpd/server"
@@ -47,7 +47,7 @@ func StartConfig(t testing.TB, cfg server.Config) *Daemon {
 
 // StartKernel is StartConfig over any kernel (the linux one in privileged
 // tests); cfg.Dataplane names it. Kernel stays nil in the result.
-func StartKernel(t testing.TB, cfg server.Config, k dataplane.Kernel) *Daemon {
+func StartKernel(t testing.TB, cfg server.Config, k engine.Kernel) *Daemon {
 	t.Helper()
 	if cfg.Socket == "" {
 		cfg.Socket = SocketPath(t)

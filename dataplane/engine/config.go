@@ -1,0 +1,80 @@
+package engine
+
+import (
+	"maps"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/dpd-dev/dpd/proto/felix"
+)
+
+const defaultReportingInterval = 30 * time.Second
+
+// configManager holds the last ConfigUpdate. The kernel is (re)configured
+// before the first apply and whenever the config changes.
+type configManager struct {
+	cfg        map[string]string
+	dirty      bool // the kernel has not seen cfg yet
+	configured bool // Configure succeeded at least once
+	retry      retryState
+	lastErr    string
+
+	// Parsed values the engine itself uses.
+	reportInterval  time.Duration
+	interfacePrefix []string
+}
+
+func (c *configManager) init() {
+	c.cfg = map[string]string{}
+	c.dirty = true
+	c.reportInterval = defaultReportingInterval
+}
+
+func (c *configManager) copy() map[string]string { return maps.Clone(c.cfg) }
+
+// update stores cfg and reports whether it changed.
+func (c *configManager) update(cfg map[string]string) bool {
+	if maps.Equal(c.cfg, cfg) {
+		return false
+	}
+	c.cfg = maps.Clone(cfg)
+	if c.cfg == nil {
+		c.cfg = map[string]string{}
+	}
+	c.dirty = true
+	c.retry.reset()
+	c.reportInterval = parseSeconds(c.cfg["ReportingIntervalSecs"], defaultReportingInterval)
+	c.interfacePrefix = nil
+	for _, p := range strings.Split(c.cfg["InterfacePrefix"], ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			c.interfacePrefix = append(c.interfacePrefix, p)
+		}
+	}
+	return true
+}
+
+// parseSeconds reads a positive number of seconds (fractions allowed);
+// anything else gives def.
+func parseSeconds(s string, def time.Duration) time.Duration {
+	if s == "" {
+		return def
+	}
+	f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	if err != nil || f <= 0 || f > 24*3600 {
+		return def
+	}
+	return time.Duration(f * float64(time.Second))
+}
+
+func (e *Engine) onConfigUpdate(u *felix.ConfigUpdate) error {
+	old := e.cfg.reportInterval
+	if e.cfg.update(u.GetConfig()) {
+		if e.cfg.reportInterval != old {
+			e.rescheduleHeartbeat()
+		}
+		e.log.Info("config updated", "keys", len(e.cfg.cfg),
+			"reporting_interval", e.cfg.reportInterval, "interface_prefix", e.cfg.interfacePrefix)
+	}
+	return nil
+}

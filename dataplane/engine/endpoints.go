@@ -1,0 +1,234 @@
+package engine
+
+import (
+	"reflect"
+	"time"
+
+	"github.com/dpd-dev/dpd/dataplane/model"
+	"github.com/dpd-dev/dpd/proto/felix"
+	"github.com/dpd-dev/dpd/server/felixconv"
+)
+
+// Endpoint statuses, as Felix reports them.
+const (
+	statusUp    = "up"
+	statusDown  = "down"
+	statusError = "error"
+)
+
+// wepEntry is one workload endpoint.
+type wepEntry struct {
+	id  model.WorkloadID
+	fid *felix.WorkloadEndpointID
+	raw *felix.WorkloadEndpoint // last received, echoed in status updates
+
+	spec    *felixconv.WorkloadEndpoint // nil until a valid update arrives
+	invalid string                      // reason the last update was rejected; cleared by a valid one
+	stale   bool                        // not re-sent yet in the current epoch
+	removed bool                        // WorkloadEndpointRemove seen (or swept)
+
+	desired     *model.Endpoint // last resolution, for Inspect
+	applied     *model.Endpoint // what the kernel enforces (nil: nothing)
+	appliedSets []string
+
+	force       bool // resync: re-apply even if unchanged
+	linkChanged bool // the interface changed: re-apply if it is up now
+	retry       retryState
+
+	status, reason string
+	receivedAt     time.Time // content change not yet "up", for the latency metric
+	lastProgrammed time.Time
+}
+
+// endpointManager holds workload endpoints and the indexes from policies,
+// profiles, IP sets and interfaces to the endpoints that use them.
+type endpointManager struct {
+	eps   map[model.WorkloadID]*wepEntry
+	dirty map[model.WorkloadID]struct{}
+
+	polUsers  refIndex[felixconv.PolicyKey]
+	profUsers refIndex[string]
+	setUsers  refIndex[string] // from the last resolution
+	byIface   refIndex[string]
+	// appliedSetRefs counts applied endpoints per referenced set: a removed
+	// set leaves the kernel only when this drops to zero.
+	appliedSetRefs map[string]int
+
+	happy        map[model.WorkloadID]struct{}
+	counts       map[string]int                // endpoints per status
+	touched      map[model.WorkloadID]struct{} // changed since the last publish
+	happyTouched map[model.WorkloadID]struct{} // happiness flipped since the last report
+}
+
+func (m *endpointManager) init() {
+	m.eps = map[model.WorkloadID]*wepEntry{}
+	m.dirty = map[model.WorkloadID]struct{}{}
+	m.polUsers.init()
+	m.profUsers.init()
+	m.setUsers.init()
+	m.byIface.init()
+	m.appliedSetRefs = map[string]int{}
+	m.happy = map[model.WorkloadID]struct{}{}
+	m.counts = map[string]int{}
+	m.touched = map[model.WorkloadID]struct{}{}
+	m.happyTouched = map[model.WorkloadID]struct{}{}
+}
+
+func (m *endpointManager) markDirty(id model.WorkloadID) {
+	m.dirty[id] = struct{}{}
+	m.touched[id] = struct{}{}
+}
+
+func (m *endpointManager) dirtyUsers(users map[model.WorkloadID]struct{}) {
+	for id := range users {
+		m.markDirty(id)
+	}
+}
+
+func (m *endpointManager) dirtySetUsers(setID string) { m.dirtyUsers(m.setUsers.users(setID)) }
+
+func (m *endpointManager) linkChanged(iface string) {
+	for id := range m.byIface.users(iface) {
+		m.eps[id].linkChanged = true
+		m.markDirty(id)
+	}
+}
+
+func (m *endpointManager) entry(id model.WorkloadID) *wepEntry {
+	ent := m.eps[id]
+	if ent == nil {
+		ent = &wepEntry{id: id}
+		m.eps[id] = ent
+	}
+	return ent
+}
+
+func (m *endpointManager) markStale() {
+	for _, ent := range m.eps {
+		if !ent.removed {
+			ent.stale = true
+		}
+	}
+}
+
+func (m *endpointManager) sweep() int {
+	n := 0
+	for id, ent := range m.eps {
+		if ent.stale && !ent.removed {
+			ent.removed, ent.stale = true, false
+			ent.retry.reset()
+			m.markDirty(id)
+			n++
+		}
+	}
+	return n
+}
+
+func (m *endpointManager) markAllForResync() {
+	for id, ent := range m.eps {
+		if !ent.removed {
+			ent.force = true
+			m.markDirty(id)
+		}
+	}
+}
+
+// markInvalid records a rejected update for id: status "error" with the
+// reason; what the kernel enforces stays.
+func (m *endpointManager) markInvalid(id model.WorkloadID, fid *felix.WorkloadEndpointID, raw *felix.WorkloadEndpoint, reason string) {
+	ent := m.entry(id)
+	ent.fid = fid
+	if raw != nil {
+		ent.raw = raw
+	}
+	ent.invalid = reason
+	ent.stale, ent.removed = false, false
+	ent.retry.reset()
+	m.markDirty(id)
+}
+
+// forget drops a removed endpoint from every index.
+func (m *endpointManager) forget(id model.WorkloadID) {
+	ent := m.eps[id]
+	m.setStatusCount(ent, "")
+	delete(m.eps, id)
+	delete(m.dirty, id)
+	m.polUsers.set(id, nil)
+	m.profUsers.set(id, nil)
+	m.setUsers.set(id, nil)
+	m.byIface.set(id, nil)
+	m.touched[id] = struct{}{}
+}
+
+// setStatusCount moves ent between the per-status counts and the happy set.
+func (m *endpointManager) setStatusCount(ent *wepEntry, status string) {
+	if ent.status != "" {
+		m.counts[ent.status]--
+	}
+	if status != "" {
+		m.counts[status]++
+	}
+	wasHappy, isHappy := ent.status == statusUp, status == statusUp
+	if wasHappy != isHappy {
+		if isHappy {
+			m.happy[ent.id] = struct{}{}
+		} else {
+			delete(m.happy, ent.id)
+		}
+		m.happyTouched[ent.id] = struct{}{}
+	}
+	ent.status = status
+}
+
+// onWorkloadUpdate stores an endpoint. Unchanged content (re-sent in a
+// resync) only clears the stale mark: it is not re-applied.
+func (e *Engine) onWorkloadUpdate(u *felix.WorkloadEndpointUpdate, recv time.Time) error {
+	id, err := felixconv.Endpoint(u.GetId())
+	if err != nil {
+		return err
+	}
+	m := &e.weps
+	ent := m.entry(id)
+	ent.fid, ent.raw = u.GetId(), u.GetEndpoint()
+	m.touched[id] = struct{}{}
+	parsed, perr := felixconv.WorkloadEndpointUpdate(u)
+	if perr != nil {
+		m.markInvalid(id, u.GetId(), u.GetEndpoint(), perr.Error())
+		return perr
+	}
+	sp := &parsed
+	wasLive := !ent.removed
+	ent.stale, ent.removed = false, false
+	if wasLive && ent.invalid == "" && ent.spec != nil && reflect.DeepEqual(ent.spec, sp) {
+		return nil
+	}
+	ent.invalid = ""
+	ent.spec = sp
+	ent.receivedAt = recv
+	ent.retry.reset()
+	var pols []felixconv.PolicyKey
+	for _, t := range sp.Tiers {
+		pols = append(pols, t.Ingress...)
+		pols = append(pols, t.Egress...)
+	}
+	m.polUsers.set(id, pols)
+	m.profUsers.set(id, sp.Profiles)
+	m.byIface.set(id, []string{sp.Iface})
+	m.markDirty(id)
+	return nil
+}
+
+func (e *Engine) onWorkloadRemove(r *felix.WorkloadEndpointRemove) error {
+	id, err := felixconv.Endpoint(r.GetId())
+	if err != nil {
+		return err
+	}
+	ent := e.weps.eps[id]
+	if ent == nil || ent.removed {
+		return nil
+	}
+	ent.removed, ent.stale = true, false
+	ent.retry.reset()
+	e.weps.markDirty(id)
+	return nil
+}

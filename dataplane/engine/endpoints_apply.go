@@ -1,0 +1,197 @@
+package engine
+
+import (
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/dpd-dev/dpd/dataplane/model"
+)
+
+// sortedDirty lists the dirty endpoints in the order of their names.
+func (m *endpointManager) sortedDirty() []model.WorkloadID {
+	type named struct {
+		id   model.WorkloadID
+		name string
+	}
+	l := make([]named, 0, len(m.dirty))
+	for id := range m.dirty {
+		l = append(l, named{id, id.String()})
+	}
+	slices.SortFunc(l, func(a, b named) int { return strings.Compare(a.name, b.name) })
+	ids := make([]model.WorkloadID, len(l))
+	for i := range l {
+		ids[i] = l[i].id
+	}
+	return ids
+}
+
+func (m *endpointManager) readyWork(now time.Time) bool {
+	for id := range m.dirty {
+		if m.eps[id].retry.due(now) {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *endpointManager) nextRetry() (next time.Time) {
+	for id := range m.dirty {
+		if r := m.eps[id].retry; r.failing() {
+			next = earliest(next, r.at)
+		}
+	}
+	return next
+}
+
+func (m *endpointManager) failing() (n int) {
+	for id := range m.dirty {
+		if m.eps[id].retry.failing() {
+			n++
+		}
+	}
+	return n
+}
+
+// applyEndpointRemovals removes endpoints that went away. It runs before
+// any upsert, so a re-used interface is cleared before its new owner is
+// programmed, and before set removals, so no applied policy references a
+// removed set.
+func (e *Engine) applyEndpointRemovals(now time.Time, p *pass) {
+	m := &e.weps
+	for _, id := range m.sortedDirty() {
+		ent := m.eps[id]
+		if !ent.removed || !ent.retry.due(now) {
+			continue
+		}
+		if ent.applied != nil {
+			p.did = true
+			if err := e.k.RemoveEndpoint(ent.applied); err != nil {
+				ent.retry.fail(now, e.opts.RetryMin, e.opts.RetryMax)
+				ent.reason = "remove: " + err.Error()
+				p.fail("endpoint", id.String(), err)
+				continue
+			}
+			e.setApplied(ent, nil, nil)
+		}
+		m.forget(id)
+		e.emitWorkloadRemove(ent)
+	}
+}
+
+// applyEndpointUpserts evaluates every dirty endpoint that is due. The
+// kernel may first prepare the policies of those that will be applied all
+// at once (PolicyPreloader): loading programs in parallel beats one at a
+// time inside each ApplyEndpoint.
+func (e *Engine) applyEndpointUpserts(now time.Time, p *pass) {
+	e.resolved = map[string]*resolution{}
+	defer func() { e.resolved = nil }()
+	var due []*wepEntry
+	for _, id := range e.weps.sortedDirty() {
+		if ent := e.weps.eps[id]; !ent.removed && ent.retry.due(now) {
+			due = append(due, ent)
+		}
+	}
+	if pre, ok := e.k.(PolicyPreloader); ok {
+		var eps []*model.Endpoint
+		for _, ent := range due {
+			if ent.invalid != "" || ent.spec == nil {
+				continue
+			}
+			if desired, _, missing := e.resolve(ent); missing == "" && (ent.applied == nil || !sameEndpoint(desired, ent.applied)) {
+				eps = append(eps, desired)
+			}
+		}
+		if len(eps) > 0 {
+			pre.PreloadPolicies(eps)
+		}
+		p.phase("preload")
+	}
+	for _, ent := range due {
+		e.evalEndpoint(ent, now, p)
+	}
+}
+
+// evalEndpoint resolves ent, applies it if the kernel's copy differs (or a
+// resync or link change asks for it) and sets its status. An endpoint that
+// is invalid or references something missing keeps whatever the kernel
+// enforces and waits: the index re-queues it when the reference arrives.
+func (e *Engine) evalEndpoint(ent *wepEntry, now time.Time, p *pass) {
+	m := &e.weps
+	settle := func() {
+		ent.force, ent.linkChanged = false, false
+		ent.retry.reset()
+		delete(m.dirty, ent.id)
+	}
+	if ent.invalid != "" || ent.spec == nil {
+		e.setStatus(ent, statusError, "invalid: "+ent.invalid)
+		settle()
+		return
+	}
+	desired, sets, missing := e.resolve(ent)
+	m.setUsers.set(ent.id, sets)
+	ent.desired = desired
+	if missing != "" {
+		e.setStatus(ent, statusError, missing)
+		settle()
+		return
+	}
+	for _, s := range sets {
+		if !e.ipsets.programmed(s) {
+			e.setStatus(ent, statusError, "ip set "+s+" is not programmed yet")
+			settle()
+			return
+		}
+	}
+	link := e.k.Link(ent.spec.Iface)
+	if ent.force || ent.applied == nil || (ent.linkChanged && link == model.LinkUp) || !sameEndpoint(desired, ent.applied) {
+		p.did = true
+		if err := e.k.ApplyEndpoint(desired); err != nil {
+			ent.retry.fail(now, e.opts.RetryMin, e.opts.RetryMax)
+			p.fail("endpoint", ent.id.String(), err)
+			e.setStatus(ent, statusError, "apply: "+err.Error())
+			return // stays dirty; retried after the backoff
+		}
+		e.setApplied(ent, desired, sets)
+		ent.lastProgrammed = now
+	}
+	settle()
+	if link != model.LinkUp {
+		e.setStatus(ent, statusDown, "interface "+ent.spec.Iface+" is "+link.String())
+		return
+	}
+	e.setStatus(ent, statusUp, "")
+	if !ent.receivedAt.IsZero() {
+		e.met.latency.Observe(now.Sub(ent.receivedAt).Seconds())
+		ent.receivedAt = time.Time{}
+	}
+}
+
+// setApplied records what the kernel now enforces for ent and keeps the
+// per-set reference counts that hold back set removals.
+func (e *Engine) setApplied(ent *wepEntry, ep *model.Endpoint, sets []string) {
+	m := &e.weps
+	for _, s := range sets {
+		m.appliedSetRefs[s]++
+	}
+	for _, s := range ent.appliedSets {
+		m.appliedSetRefs[s]--
+		if m.appliedSetRefs[s] <= 0 {
+			delete(m.appliedSetRefs, s)
+			e.ipsets.undefer(s)
+		}
+	}
+	ent.applied, ent.appliedSets = ep, sets
+}
+
+// setStatus updates ent's status and reason; a change of status (not of
+// reason alone) is reported to the session.
+func (e *Engine) setStatus(ent *wepEntry, status, reason string) {
+	ent.reason = reason
+	e.weps.touched[ent.id] = struct{}{}
+	if ent.status == status {
+		return
+	}
+	e.weps.setStatusCount(ent, status)
+	e.emitWorkloadStatus(ent)
+}

@@ -1,0 +1,152 @@
+package engine
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/dpd-dev/dpd/dataplane/model"
+	"github.com/dpd-dev/dpd/server/felixconv"
+)
+
+// resolution is what an endpoint's policy references resolve to; endpoints
+// with the same references share it within an apply pass.
+type resolution struct {
+	ingress, egress model.DirectionPolicy // with Digest filled in
+	sets            []string
+	missing         string
+}
+
+// resolve builds the endpoint's model with its policy: per direction, the
+// tiers that have policies for that direction (in order, with their
+// default action), then the profiles. It returns the IP sets the rules
+// reference and, if anything referenced is missing, a reason naming it.
+// During an apply pass (e.resolved set) endpoints with the same tier and
+// profile references share one resolution, so a policy used by a thousand
+// endpoints is resolved and hashed once.
+func (e *Engine) resolve(ent *wepEntry) (*model.Endpoint, []string, string) {
+	sp := ent.spec
+	var r *resolution
+	if e.resolved != nil {
+		key := referenceKey(sp)
+		if r = e.resolved[key]; r == nil {
+			r = e.resolveRefs(sp)
+			e.resolved[key] = r
+		}
+	} else {
+		r = e.resolveRefs(sp)
+	}
+	ep := &model.Endpoint{
+		ID:       ent.id,
+		Iface:    sp.Iface,
+		MAC:      sp.MAC,
+		IPv4Nets: sp.IPv4Nets,
+		IPv6Nets: sp.IPv6Nets,
+		Ingress:  r.ingress,
+		Egress:   r.egress,
+	}
+	return ep, r.sets, r.missing
+}
+
+// resolveRefs resolves sp's tier and profile references.
+func (e *Engine) resolveRefs(sp *felixconv.WorkloadEndpoint) *resolution {
+	var in, out model.DirectionPolicy
+	var missing []string
+	for _, t := range sp.Tiers {
+		if len(t.Ingress) > 0 {
+			in.Tiers = append(in.Tiers, e.resolveTier(t, t.Ingress, model.Ingress, &missing))
+		}
+		if len(t.Egress) > 0 {
+			out.Tiers = append(out.Tiers, e.resolveTier(t, t.Egress, model.Egress, &missing))
+		}
+	}
+	for _, name := range sp.Profiles {
+		pr := e.profiles.get(name)
+		if pr == nil {
+			missing = append(missing, "profile "+name)
+			continue
+		}
+		in.Profiles = append(in.Profiles, model.PolicyRules{Name: name, Kind: "profile", Rules: pr.inbound})
+		out.Profiles = append(out.Profiles, model.PolicyRules{Name: name, Kind: "profile", Rules: pr.outbound})
+	}
+	r := &resolution{ingress: in.WithDigest(), egress: out.WithDigest()}
+	r.sets = (&model.Endpoint{Ingress: in, Egress: out}).ReferencedSets()
+	for _, id := range r.sets {
+		if !e.ipsets.exists(id) {
+			missing = append(missing, "ip set "+id)
+		}
+	}
+	r.missing = missingReason(missing)
+	return r
+}
+
+// referenceKey identifies sp's tier and profile references: equal keys
+// resolve to the same policy.
+func referenceKey(sp *felixconv.WorkloadEndpoint) string {
+	var b strings.Builder
+	keys := func(ks []felixconv.PolicyKey) {
+		for _, k := range ks {
+			b.WriteString(k.Kind)
+			b.WriteByte(1)
+			b.WriteString(k.Namespace)
+			b.WriteByte(1)
+			b.WriteString(k.Name)
+			b.WriteByte(2)
+		}
+		b.WriteByte(3)
+	}
+	for _, t := range sp.Tiers {
+		b.WriteString(t.Name)
+		b.WriteByte(0)
+		b.WriteString(t.DefaultAction.String())
+		b.WriteByte(0)
+		keys(t.Ingress)
+		keys(t.Egress)
+	}
+	b.WriteByte(4)
+	for _, p := range sp.Profiles {
+		b.WriteString(p)
+		b.WriteByte(0)
+	}
+	return b.String()
+}
+
+// resolveTier resolves one tier's policies for direction d. A policy is
+// named "tier/policy" in the model, as kernels and traces expect.
+func (e *Engine) resolveTier(t felixconv.TierRef, keys []felixconv.PolicyKey, d model.Direction, missing *[]string) model.Tier {
+	tier := model.Tier{Name: t.Name, DefaultAction: t.DefaultAction}
+	for _, k := range keys {
+		pol := e.policies.get(k)
+		if pol == nil {
+			*missing = append(*missing, "policy "+k.String())
+			continue
+		}
+		rules := pol.outbound
+		if d == model.Ingress {
+			rules = pol.inbound
+		}
+		tier.Policies = append(tier.Policies, model.PolicyRules{Name: t.Name + "/" + k.String(), Kind: "policy", Rules: rules})
+	}
+	return tier
+}
+
+// missingReason names up to five missing references.
+func missingReason(missing []string) string {
+	if len(missing) == 0 {
+		return ""
+	}
+	const show = 5
+	r := "missing " + strings.Join(missing[:min(len(missing), show)], ", ")
+	if len(missing) > show {
+		r += fmt.Sprintf(" and %d more", len(missing)-show)
+	}
+	return r
+}
+
+// sameEndpoint reports whether a and b enforce the same thing. Policies
+// compare by content hash (stored by resolve), which is what kernels key
+// their programs by.
+func sameEndpoint(a, b *model.Endpoint) bool {
+	return a.ID == b.ID && a.SameInterface(b) &&
+		a.Ingress.Hash() == b.Ingress.Hash() &&
+		a.Egress.Hash() == b.Egress.Hash()
+}

@@ -1,0 +1,93 @@
+package engine
+
+// This file fixes the engine's API for the server, the CLI and tests; the
+// signatures are the contract. The bodies live in engine.go, session.go and
+// snapshot.go.
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/dpd-dev/dpd/dataplane/model"
+	"github.com/dpd-dev/dpd/proto/felix"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Options configures an Engine. Zero values get the documented defaults.
+type Options struct {
+	Kernel Kernel
+	// Name of the dataplane for status ("memory" or "linux").
+	Name string
+	Log  *slog.Logger
+	// Registry receives the engine's dpd_* metrics; nil means none.
+	Registry prometheus.Registerer
+	// InboxSize bounds the inbox (default 1024). A full inbox blocks the
+	// sender: backpressure, never drops.
+	InboxSize int
+	// MaxBatch is how many messages one loop iteration drains (default 100).
+	MaxBatch int
+	// ApplyInterval and ApplyBurst form the token bucket that throttles
+	// applies (default: 100 applies/s, burst 10).
+	ApplyInterval time.Duration
+	ApplyBurst    int
+	// RetryMin/RetryMax bound the backoff after a failed apply (default
+	// 50 ms .. 30 s).
+	RetryMin, RetryMax time.Duration
+	// ResyncInterval forces a full resync to repair drift (default 5 min).
+	ResyncInterval time.Duration
+	// HeartbeatFirst is the delay of the first ProcessStatusUpdate (default
+	// 1 s, at most 10 s); later ones follow ReportingIntervalSecs (default 30).
+	HeartbeatFirst time.Duration
+	Now            func() time.Time
+}
+
+// EndpointInfo is the engine's view of one workload endpoint, for Inspect.
+type EndpointInfo struct {
+	ID             model.WorkloadID
+	Iface          string
+	Status         string // "up", "down", "error"
+	Reason         string
+	LastProgrammed time.Time
+	IPv4Nets       []string
+	ProfileIDs     []string
+	Tiers          []string
+	Dirty          bool
+}
+
+// StatusInfo is the engine's summary, for Inspect GetStatus.
+type StatusInfo struct {
+	Dataplane                           string
+	SessionID                           uint64
+	SessionPeer                         string
+	SessionSince                        time.Time
+	Connected                           bool
+	ControllerInSync                    bool
+	DataplaneInSync                     bool
+	MessagesReceived                    uint64
+	InvalidMessages                     uint64
+	Endpoints, Up, Down, Errored, Dirty int
+	Policies, Profiles, IPSets, Routes  int
+	Services, HostEndpoints             int
+	LastApply                           time.Time
+	LastApplyError                      string
+}
+
+// Session is one controller connection's view of the engine: messages in,
+// status out. Its outbox is unbounded (statuses are never dropped and a slow
+// reader never stalls the engine).
+type Session interface {
+	// ID is unique per engine lifetime.
+	ID() uint64
+	// Submit queues a validated message; it blocks while the inbox is full
+	// and returns ctx.Err() if ctx ends first.
+	Submit(ctx context.Context, msg *felix.ToDataplane) error
+	// Reject records a message that failed validation: it is counted, and the
+	// endpoint it concerns (if any) goes to status "error" with reason.
+	Reject(ctx context.Context, msg *felix.ToDataplane, reason error) error
+	// Out carries FromDataplane messages for this session, closed when the
+	// session ends.
+	Out() <-chan *felix.FromDataplane
+	// Close ends the session. The dataplane keeps enforcing the last state.
+	Close()
+}

@@ -1,0 +1,288 @@
+package engine
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/dpd-dev/dpd/dataplane/memkernel"
+	"github.com/dpd-dev/dpd/internal/testutil"
+	"github.com/dpd-dev/dpd/proto/felix"
+	"github.com/dpd-dev/dpd/server/felixconv"
+)
+
+const waitTimeout = 10 * time.Second
+
+// harness runs an engine against a memkernel for one test.
+type harness struct {
+	t    testing.TB
+	k    *memkernel.Kernel
+	e    *Engine
+	ctx  context.Context
+	sess *collector
+}
+
+// collector reads one session's Out into a list.
+type collector struct {
+	Session
+	mu     sync.Mutex
+	msgs   []*felix.FromDataplane // guarded by mu
+	closed bool                   // guarded by mu
+}
+
+func fastOptions(k *memkernel.Kernel) Options {
+	return Options{
+		Kernel:         k,
+		Log:            slog.New(slog.NewTextHandler(io.Discard, nil)),
+		ApplyInterval:  time.Microsecond,
+		ApplyBurst:     1000,
+		RetryMin:       5 * time.Millisecond,
+		RetryMax:       40 * time.Millisecond,
+		HeartbeatFirst: 10 * time.Second,
+	}
+}
+
+func newHarness(t testing.TB, tweak ...func(*Options)) *harness {
+	t.Helper()
+	k := memkernel.New()
+	opts := fastOptions(k)
+	for _, f := range tweak {
+		f(&opts)
+	}
+	e := New(opts)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(waitTimeout):
+			t.Errorf("Run did not return")
+		}
+	})
+	h := &harness{t: t, k: k, e: e, ctx: ctx}
+	testutil.WaitFor(t, waitTimeout, "engine watching links", func() bool { return k.Watchers() == 1 })
+	return h
+}
+
+// session starts a new session and collects its output.
+func (h *harness) session() *collector {
+	c := &collector{Session: h.e.NewSession("test")}
+	go func() {
+		for m := range c.Out() {
+			c.mu.Lock()
+			c.msgs = append(c.msgs, m)
+			c.mu.Unlock()
+		}
+		c.mu.Lock()
+		c.closed = true
+		c.mu.Unlock()
+	}()
+	h.sess = c
+	return c
+}
+
+// send validates and submits msgs on the current session, then flushes.
+func (h *harness) send(msgs ...*felix.ToDataplane) {
+	h.t.Helper()
+	for _, m := range msgs {
+		if err := felixconv.Validate(m); err != nil {
+			h.t.Fatalf("test message invalid: %v", err)
+		}
+		if err := h.sess.Submit(h.ctx, m); err != nil {
+			h.t.Fatalf("submit: %v", err)
+		}
+	}
+	h.flush()
+}
+
+func (h *harness) flush() {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(h.ctx, waitTimeout)
+	defer cancel()
+	if err := h.e.Flush(ctx); err != nil {
+		h.t.Fatalf("flush: %v", err)
+	}
+}
+
+func (c *collector) snapshot() []*felix.FromDataplane {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]*felix.FromDataplane(nil), c.msgs...)
+}
+
+func (c *collector) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
+}
+
+// waitFor waits until pred holds for the messages received so far.
+func (c *collector) waitFor(t testing.TB, what string, pred func([]*felix.FromDataplane) bool) []*felix.FromDataplane {
+	t.Helper()
+	var got []*felix.FromDataplane
+	testutil.WaitFor(t, waitTimeout, what, func() bool {
+		got = c.snapshot()
+		return pred(got)
+	})
+	return got
+}
+
+// statuses returns the workload statuses sent for endpoint wl, in order.
+func statuses(msgs []*felix.FromDataplane, wl string) []string {
+	var out []string
+	for _, m := range msgs {
+		if u := m.GetWorkloadEndpointStatusUpdate(); u != nil && u.GetId().GetWorkloadId() == wl {
+			out = append(out, u.GetStatus().GetStatus())
+		}
+	}
+	return out
+}
+
+func count(msgs []*felix.FromDataplane, pred func(*felix.FromDataplane) bool) int {
+	n := 0
+	for _, m := range msgs {
+		if pred(m) {
+			n++
+		}
+	}
+	return n
+}
+
+func isInSync(m *felix.FromDataplane) bool    { return m.GetDataplaneInSync() != nil }
+func isHeartbeat(m *felix.FromDataplane) bool { return m.GetProcessStatusUpdate() != nil }
+func isHappy(m *felix.FromDataplane) bool     { return m.GetHappyEndpoints() != nil }
+
+// writes sums the kernel calls that change state (everything but Link).
+func writes(calls map[string]int) int {
+	n := 0
+	for m, c := range calls {
+		if m != memkernel.MethodLink {
+			n += c
+		}
+	}
+	return n
+}
+
+// endpointStatus reads the engine's published status of workload wl.
+func (h *harness) endpointStatus(wl string) (string, string) {
+	info, ok := h.e.Endpoint(wl)
+	if !ok {
+		return "", ""
+	}
+	return info.Status, info.Reason
+}
+
+func (h *harness) noViolations() {
+	h.t.Helper()
+	if v := h.k.Violations(); len(v) > 0 {
+		h.t.Fatalf("dependency violations: %v", v)
+	}
+}
+
+// --- message builders ---
+
+// td wraps a Felix payload message in a ToDataplane.
+func td(p proto.Message) *felix.ToDataplane { return testutil.ToDataplane(p) }
+
+func inSync() *felix.ToDataplane { return td(&felix.InSync{}) }
+
+func config(kv ...string) *felix.ToDataplane {
+	c := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		c[kv[i]] = kv[i+1]
+	}
+	return td(&felix.ConfigUpdate{Config: c})
+}
+
+func ipset(id string, members ...string) *felix.ToDataplane {
+	return td(&felix.IPSetUpdate{Id: id, Type: felix.IPSetUpdate_IP, Members: members})
+}
+
+func ipsetDelta(id string, added, removed []string) *felix.ToDataplane {
+	return td(&felix.IPSetDeltaUpdate{Id: id, AddedMembers: added, RemovedMembers: removed})
+}
+
+func ipsetRemove(id string) *felix.ToDataplane { return td(&felix.IPSetRemove{Id: id}) }
+
+// allowFrom is an allow rule matching sources in the given sets (none: any).
+func allowFrom(sets ...string) *felix.Rule { return &felix.Rule{Action: "allow", SrcIpSetIds: sets} }
+
+func denyPort(port int32) *felix.Rule {
+	return &felix.Rule{Action: "deny", Protocol: &felix.Protocol{NumberOrName: &felix.Protocol_Name{Name: "tcp"}},
+		DstPorts: []*felix.PortRange{{First: port, Last: port}}}
+}
+
+func policy(name string, in ...*felix.Rule) *felix.ToDataplane {
+	return td(&felix.ActivePolicyUpdate{Id: &felix.PolicyID{Name: name},
+		Policy: &felix.Policy{InboundRules: in, OutboundRules: []*felix.Rule{allowFrom()}}})
+}
+
+func policyRemove(name string) *felix.ToDataplane {
+	return td(&felix.ActivePolicyRemove{Id: &felix.PolicyID{Name: name}})
+}
+
+func profile(name string, in ...*felix.Rule) *felix.ToDataplane {
+	return td(&felix.ActiveProfileUpdate{Id: &felix.ProfileID{Name: name},
+		Profile: &felix.Profile{InboundRules: in, OutboundRules: []*felix.Rule{allowFrom()}}})
+}
+
+func wepID(wl string) *felix.WorkloadEndpointID {
+	return &felix.WorkloadEndpointID{OrchestratorId: "k8s", WorkloadId: wl, EndpointId: "eth0"}
+}
+
+// wep is workload wl on interface "cali"+wl using policies (ingress, tier
+// "default") and profiles.
+func wep(wl, ip string, policies []string, profiles ...string) *felix.ToDataplane {
+	ep := &felix.WorkloadEndpoint{State: "active", Name: "cali" + wl, ProfileIds: profiles,
+		Ipv4Nets: []string{ip + "/32"}}
+	if len(policies) > 0 {
+		ti := &felix.TierInfo{Name: "default"}
+		for _, p := range policies {
+			ti.IngressPolicies = append(ti.IngressPolicies, &felix.PolicyID{Name: p})
+		}
+		ep.Tiers = []*felix.TierInfo{ti}
+	}
+	return td(&felix.WorkloadEndpointUpdate{Id: wepID(wl), Endpoint: ep})
+}
+
+func wepRemove(wl string) *felix.ToDataplane {
+	return td(&felix.WorkloadEndpointRemove{Id: wepID(wl)})
+}
+
+func route(dst string) *felix.ToDataplane {
+	return td(&felix.RouteUpdate{Dst: dst, DstNodeName: "node2", DstNodeIp: "192.168.0.2",
+		Types: felix.RouteType_REMOTE_WORKLOAD})
+}
+
+func routeRemove(dst string) *felix.ToDataplane { return td(&felix.RouteRemove{Dst: dst}) }
+
+func service(ns, name, clusterIP string) *felix.ToDataplane {
+	return td(&felix.ServiceUpdate{Namespace: ns, Name: name, Type: "ClusterIP", ClusterIps: []string{clusterIP},
+		Ports: []*felix.ServicePort{{Protocol: "TCP", Port: 80}}})
+}
+
+func backends(ns, name string, ips ...string) *felix.ToDataplane {
+	u := &felix.ServiceBackendsUpdate{Namespace: ns, Name: name}
+	for _, ip := range ips {
+		u.Backends = append(u.Backends, &felix.ServiceBackend{Ip: ip, Port: 8080, Protocol: "TCP", Ready: true})
+	}
+	return td(u)
+}
+
+func hostMeta(host, ip string) *felix.ToDataplane {
+	return td(&felix.HostMetadataUpdate{Hostname: host, Ipv4Addr: ip})
+}
+
+func vtep(node, mac, ip, parent string) *felix.ToDataplane {
+	return td(&felix.VXLANTunnelEndpointUpdate{Node: node, Mac: mac, Ipv4Addr: ip, ParentDeviceIp: parent})
+}

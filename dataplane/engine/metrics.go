@@ -1,0 +1,79 @@
+package engine
+
+import (
+	"errors"
+	"log/slog"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the engine's dpd_* metrics. They always exist; they are
+// registered only when Options.Registry is set.
+type metrics struct {
+	received      *prometheus.CounterVec
+	invalid       *prometheus.CounterVec
+	batch         prometheus.Histogram
+	applyDuration prometheus.Histogram
+	applyFailures *prometheus.CounterVec
+	dirty         prometheus.Gauge
+	happy         prometheus.Gauge
+	latency       prometheus.Histogram
+	inboxFull     prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer, log *slog.Logger) *metrics {
+	m := &metrics{
+		received: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dpd_messages_received_total",
+			Help: "Messages received from the controller, by payload type.",
+		}, []string{"payload"}),
+		invalid: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dpd_invalid_messages_total",
+			Help: "Messages rejected as invalid, by payload type.",
+		}, []string{"payload"}),
+		batch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "dpd_batch_size",
+			Help:    "Messages handled per engine loop iteration.",
+			Buckets: []float64{1, 2, 5, 10, 20, 50, 100, 200, 500, 1000},
+		}),
+		applyDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "dpd_apply_duration_seconds",
+			Help:    "Duration of apply passes that changed the kernel.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 18),
+		}),
+		applyFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dpd_apply_failures_total",
+			Help: "Failed kernel calls, by object kind; each is retried with backoff.",
+		}, []string{"kind"}),
+		dirty: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "dpd_dirty_endpoints",
+			Help: "Workload endpoints waiting to be applied.",
+		}),
+		happy: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "dpd_happy_endpoints",
+			Help: "Workload endpoints fully programmed with their interface up.",
+		}),
+		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "dpd_endpoint_programming_latency_seconds",
+			Help:    "From receiving a WorkloadEndpointUpdate to the endpoint being up.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18),
+		}),
+		inboxFull: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dpd_inbox_full_total",
+			Help: "Times a sender blocked because the engine inbox was full.",
+		}),
+	}
+	if reg == nil {
+		return m
+	}
+	for _, c := range []prometheus.Collector{m.received, m.invalid, m.batch, m.applyDuration,
+		m.applyFailures, m.dirty, m.happy, m.latency, m.inboxFull} {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				log.Warn("register metric", "err", err)
+			}
+		}
+	}
+	return m
+}

@@ -1,0 +1,266 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/dpd-dev/dpd/dataplane/model"
+	"github.com/dpd-dev/dpd/proto/felix"
+)
+
+// item is one inbox entry: a message (valid or rejected) from a session,
+// or a Flush barrier.
+type item struct {
+	sess   *session
+	msg    *felix.ToDataplane
+	reject error         // non-nil: msg failed validation
+	flush  chan struct{} // non-nil: a Flush barrier
+	recv   time.Time
+}
+
+// session implements Session. Its outbox is an unbounded queue drained by
+// a pump goroutine into out, so the engine loop never blocks on a slow
+// reader.
+type session struct {
+	e     *Engine
+	id    uint64
+	peer  string
+	since time.Time
+
+	out       chan *felix.FromDataplane
+	done      chan struct{} // closed by Close
+	pumpDone  chan struct{} // closed when the pump has closed out
+	notify    chan struct{} // cap 1: the queue grew
+	closeOnce sync.Once
+
+	mu    sync.Mutex
+	queue []*felix.FromDataplane // guarded by mu
+	seq   uint64                 // guarded by mu
+
+	// Owned by the engine's Run goroutine.
+	reported     bool // statuses and the full happy report were sent
+	dpInSyncSent bool
+	happySent    map[model.WorkloadID]struct{}
+	hbNext       time.Time // next heartbeat
+	hbLast       time.Time // last heartbeat (zero: none yet)
+}
+
+// NewSession starts a controller session: a new mark-and-sweep epoch. Only
+// one session is active; an open one is closed first (its Out closes).
+func (e *Engine) NewSession(peer string) Session {
+	e.mu.Lock()
+	if e.sess != nil {
+		e.sess.Close()
+	}
+	e.nextSessionID++
+	s := &session{
+		e:        e,
+		id:       e.nextSessionID,
+		peer:     peer,
+		since:    e.now(),
+		out:      make(chan *felix.FromDataplane),
+		done:     make(chan struct{}),
+		pumpDone: make(chan struct{}),
+		notify:   make(chan struct{}, 1),
+	}
+	e.sess = s
+	e.mu.Unlock()
+	go s.pump()
+	e.nudge()
+	return s
+}
+
+func (s *session) ID() uint64                       { return s.id }
+func (s *session) Out() <-chan *felix.FromDataplane { return s.out }
+
+func (s *session) isClosed() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Close ends the session; Out is closed when Close returns. Statuses not
+// yet read are dropped: the next session gets a full report.
+func (s *session) Close() {
+	s.closeOnce.Do(func() {
+		close(s.done)
+		<-s.pumpDone
+		s.e.nudge()
+	})
+}
+
+func (s *session) Submit(ctx context.Context, msg *felix.ToDataplane) error {
+	if msg == nil {
+		return errors.New("submit: nil message")
+	}
+	return s.e.enqueue(ctx, item{sess: s, msg: msg, recv: s.e.now()})
+}
+
+func (s *session) Reject(ctx context.Context, msg *felix.ToDataplane, reason error) error {
+	if reason == nil {
+		reason = errors.New("invalid message")
+	}
+	if msg == nil {
+		msg = &felix.ToDataplane{}
+	}
+	return s.e.enqueue(ctx, item{sess: s, msg: msg, reject: reason, recv: s.e.now()})
+}
+
+// enqueue puts it in the inbox, blocking while the inbox is full.
+func (e *Engine) enqueue(ctx context.Context, it item) error {
+	if it.sess.isClosed() {
+		return ErrSessionClosed
+	}
+	select {
+	case <-e.stop:
+		return ErrStopped
+	default:
+	}
+	select {
+	case e.inbox <- it:
+		return nil
+	default:
+	}
+	e.blockedSenders.Add(1)
+	defer e.blockedSenders.Add(-1)
+	e.met.inboxFull.Inc()
+	select {
+	case e.inbox <- it:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-it.sess.done:
+		return ErrSessionClosed
+	case <-e.stop:
+		return ErrStopped
+	}
+}
+
+// BlockedSenders reports how many Submit/Reject calls wait on a full inbox.
+func (e *Engine) BlockedSenders() int { return int(e.blockedSenders.Load()) }
+
+// enqueueOut numbers m and queues it for the reader; dropped once closed.
+func (s *session) enqueueOut(m *felix.FromDataplane) {
+	if s.isClosed() {
+		return
+	}
+	s.mu.Lock()
+	s.seq++
+	m.SequenceNumber = s.seq
+	s.queue = append(s.queue, m)
+	s.mu.Unlock()
+	select {
+	case s.notify <- struct{}{}:
+	default:
+	}
+}
+
+func (s *session) pump() {
+	defer close(s.pumpDone)
+	defer close(s.out)
+	for {
+		s.mu.Lock()
+		if len(s.queue) == 0 {
+			s.mu.Unlock()
+			select {
+			case <-s.notify:
+				continue
+			case <-s.done:
+				return
+			}
+		}
+		m := s.queue[0]
+		s.queue[0] = nil
+		s.queue = s.queue[1:]
+		s.mu.Unlock()
+		select {
+		case s.out <- m:
+		case <-s.done:
+			return
+		}
+	}
+}
+
+// syncSession starts a new epoch when a newer session exists.
+func (e *Engine) syncSession() {
+	e.mu.Lock()
+	s := e.sess
+	e.mu.Unlock()
+	if s != nil && s != e.loopSess {
+		e.startEpoch(s)
+	}
+}
+
+// startEpoch begins the mark-and-sweep for s: everything known is stale
+// until re-sent; what is still stale at s's InSync is removed.
+func (e *Engine) startEpoch(s *session) {
+	e.loopSess = s
+	e.sessInSync = false
+	s.hbNext = s.since.Add(e.opts.HeartbeatFirst)
+	e.ipsets.markStale()
+	e.policies.markStale()
+	e.profiles.markStale()
+	e.weps.markStale()
+	e.heps.markStale()
+	e.routes.markStale()
+	e.services.markStale()
+	e.hostMeta.markStale()
+	e.vteps.markStale()
+	e.acks.markStale()
+	e.log.Info("controller session started", "session", s.id, "peer", s.peer)
+}
+
+// onInSync ends the current epoch's snapshot: what was not re-sent goes.
+func (e *Engine) onInSync() {
+	if e.sessInSync {
+		return // a repeated InSync changes nothing
+	}
+	e.sessInSync = true
+	e.everInSync = true
+	var swept int
+	for _, id := range e.ipsets.sweep() {
+		swept++
+		e.weps.dirtySetUsers(id)
+	}
+	for _, k := range e.policies.sweep() {
+		swept++
+		e.weps.dirtyUsers(e.weps.polUsers.users(k))
+	}
+	for _, k := range e.profiles.sweep() {
+		swept++
+		e.weps.dirtyUsers(e.weps.profUsers.users(k))
+	}
+	swept += e.weps.sweep()
+	swept += e.heps.sweep()
+	swept += len(e.routes.sweep())
+	swept += e.services.sweep()
+	swept += len(e.hostMeta.sweep())
+	swept += len(e.vteps.sweep())
+	swept += e.acks.sweep()
+	e.log.Info("controller in sync", "removed_stale", swept)
+}
+
+// handle routes one inbox item. Items of a session that a newer one has
+// replaced are dropped: the newer session re-sends the full state.
+func (e *Engine) handle(it item) {
+	if it.flush != nil {
+		e.flushWaiters = append(e.flushWaiters, it.flush)
+		return
+	}
+	if it.sess != e.loopSess {
+		e.syncSession()
+		if it.sess != e.loopSess {
+			return
+		}
+	}
+	if it.reject != nil {
+		e.onReject(it.msg, it.reject)
+		return
+	}
+	e.dispatch(it.msg, it.recv)
+}

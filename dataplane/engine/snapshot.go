@@ -1,0 +1,149 @@
+package engine
+
+import (
+	"net/netip"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/dpd-dev/dpd/dataplane/model"
+)
+
+// snapshotStore is what Inspect reads: the loop publishes into it after
+// every iteration, readers copy out under mu. Only endpoints that changed
+// are re-published, so the cost per iteration follows the change.
+type snapshotStore struct {
+	mu     sync.Mutex
+	eps    map[model.WorkloadID]EndpointInfo // guarded by mu
+	status StatusInfo                        // guarded by mu; session fields filled on read
+}
+
+func (s *snapshotStore) init() { s.eps = map[model.WorkloadID]EndpointInfo{} }
+
+// publish copies changed loop state into the snapshot.
+func (e *Engine) publish() {
+	m := &e.weps
+	infos := make(map[model.WorkloadID]*EndpointInfo, len(m.touched))
+	for id := range m.touched {
+		if ent := m.eps[id]; ent != nil {
+			info := endpointInfo(ent, m)
+			infos[id] = &info
+		} else {
+			infos[id] = nil
+		}
+	}
+	m.touched = map[model.WorkloadID]struct{}{}
+	st := StatusInfo{
+		Dataplane:        e.opts.Name,
+		ControllerInSync: e.sessInSync,
+		DataplaneInSync:  e.loopSess != nil && e.loopSess.dpInSyncSent,
+		Endpoints:        len(m.eps),
+		Up:               m.counts[statusUp],
+		Down:             m.counts[statusDown],
+		Errored:          m.counts[statusError],
+		Dirty:            len(m.dirty),
+		Policies:         e.policies.len(),
+		Profiles:         e.profiles.len(),
+		IPSets:           e.ipsets.count(),
+		Routes:           e.routes.count(),
+		Services:         e.services.obj.count(),
+		HostEndpoints:    e.heps.count(),
+		LastApply:        e.lastApply,
+		LastApplyError:   e.lastApplyErr,
+	}
+	e.snap.mu.Lock()
+	defer e.snap.mu.Unlock()
+	for id, info := range infos {
+		if info == nil {
+			delete(e.snap.eps, id)
+		} else {
+			e.snap.eps[id] = *info
+		}
+	}
+	e.snap.status = st
+}
+
+func endpointInfo(ent *wepEntry, m *endpointManager) EndpointInfo {
+	_, dirty := m.dirty[ent.id]
+	info := EndpointInfo{
+		ID:             ent.id,
+		Iface:          ent.raw.GetName(),
+		Status:         ent.status,
+		Reason:         ent.reason,
+		LastProgrammed: ent.lastProgrammed,
+		Dirty:          dirty || ent.removed,
+	}
+	if ent.spec != nil {
+		info.Iface = ent.spec.Iface
+		info.IPv4Nets = prefixStrings(ent.spec.IPv4Nets)
+		info.ProfileIDs = append([]string(nil), ent.spec.Profiles...)
+		for _, t := range ent.spec.Tiers {
+			info.Tiers = append(info.Tiers, t.Name)
+		}
+	}
+	return info
+}
+
+func prefixStrings(ps []netip.Prefix) []string {
+	if len(ps) == 0 {
+		return nil
+	}
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.String()
+	}
+	return out
+}
+
+// Status summarises the engine for Inspect.
+func (e *Engine) Status() StatusInfo {
+	e.snap.mu.Lock()
+	st := e.snap.status
+	e.snap.mu.Unlock()
+	if st.Dataplane == "" {
+		st.Dataplane = e.opts.Name
+	}
+	st.MessagesReceived = e.received.Load()
+	st.InvalidMessages = e.invalid.Load()
+	e.mu.Lock()
+	if s := e.sess; s != nil {
+		st.SessionID, st.SessionPeer, st.SessionSince = s.id, s.peer, s.since
+		st.Connected = !s.isClosed()
+	}
+	e.mu.Unlock()
+	return st
+}
+
+// Endpoints lists every workload endpoint, sorted by id.
+func (e *Engine) Endpoints() []EndpointInfo {
+	e.snap.mu.Lock()
+	out := make([]EndpointInfo, 0, len(e.snap.eps))
+	for _, info := range e.snap.eps {
+		out = append(out, info)
+	}
+	e.snap.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].ID.String() < out[j].ID.String() })
+	return out
+}
+
+// Endpoint finds one endpoint by "orch/workload/endpoint" or a unique
+// workload id.
+func (e *Engine) Endpoint(id string) (EndpointInfo, bool) {
+	e.snap.mu.Lock()
+	defer e.snap.mu.Unlock()
+	if parts := strings.Split(id, "/"); len(parts) == 3 {
+		wid := model.WorkloadID{Orchestrator: parts[0], Workload: parts[1], Endpoint: parts[2]}
+		if info, ok := e.snap.eps[wid]; ok {
+			return info, true
+		}
+	}
+	var found EndpointInfo
+	n := 0
+	for wid, info := range e.snap.eps {
+		if wid.Workload == id || wid.String() == id {
+			found = info
+			n++
+		}
+	}
+	return found, n == 1
+}

@@ -1,0 +1,178 @@
+package tcbpf
+
+import (
+	"bufio"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf/btf"
+
+	"github.com/dpd-dev/dpd/bpf"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
+)
+
+// TestBTFLayout checks the structs of the compiled object against abi.go,
+// so the policy compiler's offsets cannot drift from the C layout.
+func TestBTFLayout(t *testing.T) {
+	spec, err := bpf.LoadDpd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name    string
+		size    uint32
+		members map[string]uint32 // byte offsets
+	}{
+		{"dpd_state", abi.StateSize, map[string]uint32{
+			"saddr": abi.StateSaddr, "daddr": abi.StateDaddr, "sport": abi.StateSport, "dport": abi.StateDport,
+			"proto": abi.StateProto, "family": abi.StateFamily, "icmp_type": abi.StateICMPType,
+			"icmp_code": abi.StateICMPCode, "ifindex": abi.StateIfindex, "dir": abi.StateDir,
+			"verdict": abi.StateVerdict, "chain_pos": abi.StateChainPos, "rule_id": abi.StateRuleID,
+			"pol_scratch": abi.StatePolScratch, "pkt_len": abi.StatePktLen, "flags": abi.StateFlags,
+			"trace": abi.StateTrace, "nat_addr": abi.StateNATAddr, "nat_port": abi.StateNATPort,
+			"nat_svc": abi.StateNATSvc, "dst_route": abi.StateDstRoute,
+		}},
+		{"dpd_ipset_key", abi.IPSetKeySize, map[string]uint32{
+			"prefixlen": abi.IPSetKeyPrefixLen, "set_id": abi.IPSetKeySetID, "proto": abi.IPSetKeyProto,
+			"port": abi.IPSetKeyPort, "addr": abi.IPSetKeyAddr,
+		}},
+		{"dpd_ct_key", abi.CTKeySize, map[string]uint32{
+			"saddr": abi.CTKeySaddr, "daddr": abi.CTKeyDaddr, "sport": abi.CTKeySport, "dport": abi.CTKeyDport,
+			"proto": abi.CTKeyProto, "dir": abi.CTKeyDir, "ifindex": abi.CTKeyIfindex,
+		}},
+		{"dpd_ct_val", abi.CTValSize, map[string]uint32{
+			"created": abi.CTValCreated, "last_seen": abi.CTValLastSeen, "flags": abi.CTValFlags,
+			"nat_addr": abi.CTValNATAddr, "nat_port": abi.CTValNATPort, "nat_svc": abi.CTValNATSvc,
+		}},
+		{"dpd_nat_fe_key", abi.NATFrontendKeySize, map[string]uint32{"addr": 0, "port": 16, "proto": 18}},
+		{"dpd_nat_fe_val", abi.NATFrontendValSize, map[string]uint32{"svc_id": 0, "count": 4, "flags": 8}},
+		{"dpd_nat_fe_bits", abi.NATFEBits / 8, map[string]uint32{"bits": 0}},
+		{"dpd_nat_be_key", abi.NATBackendKeySize, map[string]uint32{"svc_id": 0, "ordinal": 4}},
+		{"dpd_nat_be_val", abi.NATBackendValSize, map[string]uint32{"addr": 0, "port": 16, "flags": 20}},
+		{"dpd_route_key", abi.RouteKeySize, map[string]uint32{"prefixlen": 0, "family": 4, "addr": 8}},
+		{"dpd_route_val", abi.RouteValSize, map[string]uint32{"flags": 0, "pool_type": 4, "next_hop": 8}},
+		{"dpd_counter", abi.CounterSize, map[string]uint32{"packets": 0, "bytes": 8}},
+		{"dpd_ipset_name", abi.IPSetNameLen, map[string]uint32{"name": 0}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var s *btf.Struct
+			if err := spec.Types.TypeByName(tc.name, &s); err != nil {
+				t.Fatalf("struct %s not in BTF: %v", tc.name, err)
+			}
+			if s.Size != tc.size {
+				t.Errorf("sizeof %s = %d, abi says %d", tc.name, s.Size, tc.size)
+			}
+			seen := map[string]bool{}
+			for _, m := range s.Members {
+				seen[m.Name] = true
+				want, ok := tc.members[m.Name]
+				if !ok {
+					continue // padding fields have no abi constant
+				}
+				if got := m.Offset.Bytes(); got != want {
+					t.Errorf("%s.%s at %d, abi says %d", tc.name, m.Name, got, want)
+				}
+			}
+			for name := range tc.members {
+				if !seen[name] {
+					t.Errorf("%s has no member %s", tc.name, name)
+				}
+			}
+		})
+	}
+}
+
+// TestHeaderDefines checks every #define of dpd_abi.h against abi.go.
+func TestHeaderDefines(t *testing.T) {
+	goVals := map[string]int64{
+		"DPD_DIR_FROM_WEP": abi.DirFromWEP, "DPD_DIR_TO_WEP": abi.DirToWEP,
+		"DPD_VERDICT_NONE": abi.VerdictNone, "DPD_VERDICT_ALLOW": abi.VerdictAllow, "DPD_VERDICT_DENY": abi.VerdictDeny,
+		"DPD_JUMP_EPILOGUE": abi.JumpEpilogue, "DPD_JUMP_POL_BASE": abi.JumpPolBase,
+		"DPD_IF_READY": abi.IfReady, "DPD_IF_WORKLOAD": abi.IfWorkload,
+		"DPD_TRACE_MARK": abi.TraceMark,
+		"DPD_ST_TCP_SYN": abi.StTCPSyn, "DPD_ST_TCP_ACK": abi.StTCPAck, "DPD_ST_TCP_FIN": abi.StTCPFin,
+		"DPD_ST_TCP_RST": abi.StTCPRst, "DPD_ST_FRAGMENT": abi.StFragment, "DPD_ST_CT_FWD": abi.StCTFwd,
+		"DPD_ST_CT_REV": abi.StCTRev, "DPD_ST_NO_POLICY": abi.StNoPolicy, "DPD_ST_EPILOGUE": abi.StEpilogue,
+		"DPD_ST_CT_RELATED":    abi.StCTRelated,
+		"DPD_CT_F_ESTABLISHED": abi.CTFEstablished, "DPD_CT_F_CLOSING": abi.CTFClosing,
+		"DPD_CT_TIMEOUT_TCP_EST_S": abi.CTTimeoutTCPEstS, "DPD_CT_TIMEOUT_TCP_OTHER_S": abi.CTTimeoutTCPOtherS,
+		"DPD_CT_TIMEOUT_UDP_S": abi.CTTimeoutUDPS, "DPD_CT_TIMEOUT_ICMP_S": abi.CTTimeoutICMPS,
+		"DPD_CT_TIMEOUT_OTHER_S": abi.CTTimeoutOtherS, "DPD_CT_REFRESH_NS": abi.CTRefreshNS,
+		"DPD_IPSET_NAME_LEN": abi.IPSetNameLen,
+		"DPD_DIR_NAT":        abi.DirNAT, "DPD_CT_F_NAT_FWD": abi.CTFNATFwd, "DPD_CT_F_HAIRPIN": abi.CTFHairpin,
+		"DPD_HAIRPIN_ADDR": abi.HairpinAddr, "DPD_ST_NAT": abi.StNAT, "DPD_ST_HAIRPIN": abi.StHairpin,
+		"DPD_ST_NO_BACKEND": abi.StNoBackend, "DPD_ROUTE_KEY_FIXED_BITS": abi.RouteKeyFixedBits,
+		"DPD_RT_REMOTE_WORKLOAD": abi.RTRemoteWorkload, "DPD_RT_REMOTE_HOST": abi.RTRemoteHost,
+		"DPD_RT_LOCAL_WORKLOAD": abi.RTLocalWorkload, "DPD_RT_LOCAL_HOST": abi.RTLocalHost,
+		"DPD_RT_REMOTE_TUNNEL": abi.RTRemoteTunnel, "DPD_RT_LOCAL_TUNNEL": abi.RTLocalTunnel,
+		"DPD_RT_IN_POOL": abi.RTInPool, "DPD_RT_NAT_OUTGOING": abi.RTNATOutgoing,
+		"DPD_RT_SAME_SUBNET": abi.RTSameSubnet, "DPD_RT_TUNNEL_VXLAN": abi.RTTunnelVXLAN,
+		"DPD_NAT_FE_BITS": abi.NATFEBits, "DPD_NAT_FE_HASH_MUL": abi.NATFEHashMul,
+		"DPD_NAT_FE_HASH_SHIFT": abi.NATFEHashShift,
+		"DPD_IPSET_IDX_WORDS":   abi.IPSetIdxWords, "DPD_IPSET_IDX_SLOTS": abi.IPSetIdxSlots,
+	}
+	f, err := os.Open("../../bpf/include/dpd_abi.h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	re := regexp.MustCompile(`^#define\s+(DPD_\w+)\s+(.+?)\s*(/\*.*)?$`)
+	shift := regexp.MustCompile(`^\(1u << (\d+)\)$`)
+	found := map[string]bool{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		m := re.FindStringSubmatch(strings.TrimSpace(sc.Text()))
+		if m == nil || m[1] == "DPD_ABI_H" {
+			continue
+		}
+		name, expr := m[1], m[2]
+		var v int64
+		if s := shift.FindStringSubmatch(expr); s != nil {
+			n, _ := strconv.Atoi(s[1])
+			v = 1 << n
+		} else if v, err = strconv.ParseInt(expr, 0, 64); err != nil {
+			t.Errorf("%s: cannot read value %q", name, expr)
+			continue
+		}
+		found[name] = true
+		want, ok := goVals[name]
+		if !ok {
+			t.Errorf("%s = %d has no abi.go mirror in this test", name, v)
+			continue
+		}
+		if want != v {
+			t.Errorf("%s = %d in C, %d in abi.go", name, v, want)
+		}
+	}
+	for name := range goVals {
+		if !found[name] {
+			t.Errorf("%s missing from dpd_abi.h", name)
+		}
+	}
+}
+
+// TestCTTimeout pins the Go copy of the rule in dpd_ct_timeout_ns.
+func TestCTTimeout(t *testing.T) {
+	tests := []struct {
+		proto uint8
+		flags uint32
+		want  int
+	}{
+		{6, 0, abi.CTTimeoutTCPOtherS},
+		{6, abi.CTFEstablished, abi.CTTimeoutTCPEstS},
+		{6, abi.CTFEstablished | abi.CTFClosing, abi.CTTimeoutTCPOtherS},
+		{6, abi.CTFClosing, abi.CTTimeoutTCPOtherS},
+		{17, 0, abi.CTTimeoutUDPS},
+		{1, 0, abi.CTTimeoutICMPS},
+		{47, 0, abi.CTTimeoutOtherS},
+	}
+	for _, tc := range tests {
+		if got := CTTimeout(tc.proto, tc.flags); got.Seconds() != float64(tc.want) {
+			t.Errorf("CTTimeout(%d, %#x) = %s, want %ds", tc.proto, tc.flags, got, tc.want)
+		}
+	}
+}

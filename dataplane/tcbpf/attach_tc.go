@@ -1,0 +1,157 @@
+package tcbpf
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// Legacy TC: a clsact qdisc with one direct-action cls_bpf filter per
+// direction. dpd's filters are recognised by priority and handle; priority 1
+// runs them before anything else on the hook.
+const (
+	tcParentIngress = netlink.HANDLE_MIN_INGRESS
+	tcParentEgress  = netlink.HANDLE_MIN_EGRESS
+	tcPriority      = 1
+	tcHandle        = 0xd9d
+)
+
+func isOurFilter(f netlink.Filter) (*netlink.BpfFilter, bool) {
+	bf, ok := f.(*netlink.BpfFilter)
+	if !ok {
+		return nil, false
+	}
+	a := bf.Attrs()
+	return bf, a.Priority == tcPriority && a.Handle == tcHandle
+}
+
+func (d *Datapath) ensureClsact(ifindex int) error {
+	q := &netlink.GenericQdisc{
+		QdiscAttrs: netlink.QdiscAttrs{
+			LinkIndex: ifindex,
+			Handle:    netlink.MakeHandle(0xffff, 0),
+			Parent:    netlink.HANDLE_CLSACT,
+		},
+		QdiscType: "clsact",
+	}
+	if err := d.nl.QdiscAdd(q); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("add clsact: %w", err)
+	}
+	return nil
+}
+
+func (d *Datapath) attachTC(ifindex int) error {
+	l, err := d.nl.LinkByIndex(ifindex)
+	if err != nil {
+		return fmt.Errorf("link %d: %w", ifindex, err)
+	}
+	if err := d.ensureClsact(ifindex); err != nil {
+		return err
+	}
+	for _, h := range d.hooks() {
+		prog, _ := d.entryProgram(h.dir)
+		if err := d.attachTCHook(l, h, prog); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *Datapath) attachTCHook(l netlink.Link, h hook, prog *ebpf.Program) error {
+	filters, err := d.nl.FilterList(l, h.parent)
+	if err != nil {
+		return fmt.Errorf("list tc %s filters: %w", h.suffix, err)
+	}
+	for _, f := range filters {
+		if bf, ok := isOurFilter(f); ok && d.isCurrent(ebpf.ProgramID(bf.Id), prog) {
+			return nil
+		}
+	}
+	info := d.want[prog]
+	// Replace swaps the program of an existing filter with the same
+	// priority and handle atomically, or creates it.
+	f := &netlink.BpfFilter{
+		FilterAttrs: netlink.FilterAttrs{
+			LinkIndex: l.Attrs().Index,
+			Parent:    h.parent,
+			Handle:    tcHandle,
+			Priority:  tcPriority,
+			Protocol:  unix.ETH_P_ALL,
+		},
+		Fd:           prog.FD(),
+		Name:         info.name,
+		DirectAction: true,
+	}
+	if err := d.nl.FilterReplace(f); err != nil {
+		return fmt.Errorf("tc %s filter: %w", h.suffix, err)
+	}
+	return nil
+}
+
+// detachTC removes dpd's filters, then the clsact qdisc if no filter is
+// left on it. A missing interface has nothing left to remove.
+func (d *Datapath) detachTC(ifindex int) error {
+	l, err := d.nl.LinkByIndex(ifindex)
+	if err != nil {
+		var nf netlink.LinkNotFoundError
+		if errors.As(err, &nf) || errors.Is(err, unix.ENODEV) {
+			return nil
+		}
+		return fmt.Errorf("link %d: %w", ifindex, err)
+	}
+	remaining, removed := 0, 0
+	for _, h := range d.hooks() {
+		filters, ok := listFilters(d.nl, l, h.parent)
+		if !ok {
+			return nil // no clsact: nothing of ours
+		}
+		for _, f := range filters {
+			if _, ok := isOurFilter(f); !ok {
+				remaining++
+				continue
+			}
+			if err := d.nl.FilterDel(f); err != nil && !errors.Is(err, unix.ENOENT) {
+				return fmt.Errorf("delete tc %s filter: %w", h.suffix, err)
+			}
+			removed++
+		}
+	}
+	// Only a qdisc dpd emptied is removed; the qdisc dump this needs walks
+	// every device on the node, so it is kept off the common path.
+	if remaining > 0 || removed == 0 || !hasClsact(d.nl, l) {
+		return nil
+	}
+	q := &netlink.GenericQdisc{
+		QdiscAttrs: netlink.QdiscAttrs{LinkIndex: ifindex, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT},
+		QdiscType:  "clsact",
+	}
+	if err := d.nl.QdiscDel(q); err != nil && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("delete clsact: %w", err)
+	}
+	return nil
+}
+
+// listFilters lists one hook's filters of one device (a per-device dump,
+// unlike RTM_GETQDISC); ok is false when the device has no clsact qdisc.
+func listFilters(h *netlink.Handle, l netlink.Link, parent uint32) ([]netlink.Filter, bool) {
+	fs, err := h.FilterList(l, parent)
+	return fs, err == nil
+}
+
+// hasClsact dumps the qdiscs, which walks every device on the node: call it
+// only off the per-endpoint path.
+func hasClsact(h *netlink.Handle, l netlink.Link) bool {
+	qs, err := h.QdiscList(l)
+	if err != nil {
+		return false
+	}
+	for _, q := range qs {
+		if q.Type() == "clsact" {
+			return true
+		}
+	}
+	return false
+}

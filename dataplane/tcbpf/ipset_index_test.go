@@ -1,0 +1,85 @@
+package tcbpf
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"testing"
+
+	"github.com/dpd-dev/dpd/dataplane/model"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
+)
+
+// idxSlots asks dpd_ipset_idx the way a compiled policy does.
+func idxSlots(t *testing.T, d *Datapath, a netip.Addr) idxVal {
+	t.Helper()
+	k := make([]byte, abi.IPSetIdxKeySize)
+	binary.NativeEndian.PutUint32(k, uint32(abi.IPSetIdxKeyFixedBits+a.BitLen()))
+	copy(k[abi.IPSetIdxKeyAddr:], a.AsSlice())
+	var v idxVal
+	if err := d.IPSetIndex().Lookup(k, &v); err != nil {
+		return idxVal{}
+	}
+	return v
+}
+
+// TestIPSetIndex changes random sets at random and checks, for a pool of
+// addresses, that the index answers exactly what one dpd_ipsets lookup per
+// set answers; then that a reopened Datapath rebuilds the same index.
+func TestIPSetIndex(t *testing.T) {
+	pinDir := testPinDir(t)
+	d := openTest(t, Options{PinDir: pinDir})
+	rng := rand.New(rand.NewPCG(1, 2))
+	pool := []string{"10.0.0.0/8", "10.1.0.0/16", "10.1.2.0/24", "10.1.2.3/32", "10.1.2.4/32", "10.9.9.9/32",
+		"192.168.0.0/16", "192.168.1.1/32", "0.0.0.0/0", "fd00::/16", "fd00::1/128", "fd00::2/128"}
+	addrs := []string{"10.1.2.3", "10.1.2.4", "10.1.2.5", "10.9.9.9", "10.200.0.1", "192.168.1.1", "8.8.8.8",
+		"fd00::1", "fd00::2", "fd01::1"}
+	names := []string{"s:a", "s:b", "s:c", "s:d", "s:e"}
+	check := func(step string) {
+		t.Helper()
+		for _, as := range addrs {
+			a := netip.MustParseAddr(as)
+			got := idxSlots(t, d, a)
+			var want idxVal
+			for _, n := range names {
+				id, ok := d.SetID(n)
+				if !ok {
+					continue
+				}
+				k, err := memberKey(id, model.IPSetMember{Prefix: netip.PrefixFrom(a, a.BitLen())})
+				mustNil(t, err)
+				var v uint32
+				if d.Maps().IPSets.Lookup(&k, &v) == nil {
+					want[(id-1)/64] |= 1 << ((id - 1) % 64)
+				}
+			}
+			if got != want {
+				t.Errorf("%s: %s in slots %x, dpd_ipsets says %x", step, as, got, want)
+			}
+		}
+	}
+	for step := range 60 {
+		n := names[rng.IntN(len(names))]
+		var ms []string
+		for range rng.IntN(4) {
+			ms = append(ms, pool[rng.IntN(len(pool))])
+		}
+		switch rng.IntN(4) {
+		case 0:
+			mustNil(t, d.RemoveIPSet(n))
+		case 1:
+			if _, ok := d.SetID(n); ok {
+				mustNil(t, d.UpdateIPSet(n, members(ms[:len(ms)/2]...), members(ms[len(ms)/2:]...)))
+				break
+			}
+			fallthrough
+		default:
+			mustNil(t, d.ReplaceIPSet(n, model.IPSetNet, members(ms...)))
+		}
+		check(fmt.Sprintf("step %d", step))
+	}
+	mustNil(t, d.Close())
+	d = openTest(t, Options{PinDir: pinDir})
+	check("reopened")
+}

@@ -1,0 +1,244 @@
+package polprog
+
+import (
+	"fmt"
+
+	"github.com/cilium/ebpf/asm"
+
+	"github.com/dpd-dev/dpd/dataplane/model"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
+)
+
+// Code of the indexed strategy. The head classifies the packet in every
+// dimension and stores the class ids in pol_scratch (they survive tail
+// calls). Every chunk looks up the bitmap of each class once and keeps the
+// pointers on its stack. Blocks are grouped by bitmap word: at the start
+// of a group (and wherever a jump lands) R7 is loaded with the AND of the
+// dimensions' words and R8 with its upper half; a zero word skips the
+// whole group. Each rule then costs one bit test unless it is a candidate.
+//
+// Chunks are cut only between groups, so R7/R8 are valid wherever a rule
+// tests its bit.
+
+// Per-program maps of the indexed strategy; Load creates them.
+const (
+	mapCls  = "dpd_pol_cls"  // LPM_TRIE classification key -> u32 class
+	mapBits = "dpd_pol_bits" // ARRAY class -> bitmap of words u64
+)
+
+// Registers of the walk (callee-saved, untouched by rule code).
+const (
+	rWord = asm.R7 // AND of the current word
+	rHigh = asm.R8 // rWord >> 32, for bits 32-63 (jset immediates are 32-bit)
+)
+
+// Stack of the indexed strategy, below the common layout (regs.go).
+const (
+	stackClsKey  = -104 // classification key (clsKeySize bytes; data 8-aligned)
+	stackBitsKey = -108 // u32 class id for dpd_pol_bits
+	stackDimPtr  = -144 // 4 x 8 bytes: bitmap pointer of dimension slot i at stackDimPtr + 8*i
+)
+
+func nLabel(i int) string { return fmt.Sprintf("n%d", i) }
+
+// reloadAt reports whether block i loads the word registers on entry: the
+// first rule at or after a group start or a block where Pass rules land
+// (blocks without a bit do not use the registers).
+func (p *plan) reloadAt(i int) bool {
+	return p.idx.reload[i]
+}
+
+// markReloads fills idx.reload.
+func (p *plan) markReloads() {
+	ix := p.idx
+	ix.reload = make([]bool, len(p.blocks))
+	pending := false
+	for i := range p.blocks {
+		pending = pending || ix.groupStart(i) || p.passTarget[i]
+		if ix.bitOf[i] >= 0 && pending {
+			ix.reload[i], pending = true, false
+		}
+	}
+}
+
+// contLabel is where a block that does not decide continues with block j:
+// past j's reload when j is in the same group (the registers are valid).
+func (p *plan) contLabel(j int) string {
+	if j < len(p.blocks) && !p.idx.groupStart(j) {
+		return nLabel(j)
+	}
+	return blockLabel(j)
+}
+
+// walkEntry emits the start of block i under the indexed strategy: the
+// reload when needed, then the bit test. It returns the label where the
+// block continues when it does not decide.
+func (g *gen) walkEntry(i int) string {
+	p, ix := g.p, g.p.idx
+	if p.reloadAt(i) {
+		w := ix.bitOf[i] / 64
+		g.reload(w, p.skipTarget(i, w))
+	}
+	g.s.label(nLabel(i))
+	next := p.contLabel(i + 1)
+	bit := ix.bitOf[i]
+	if bit < 0 {
+		return next
+	}
+	reg, b := rWord, bit%64
+	if b >= 32 {
+		reg, b = rHigh, b-32
+	}
+	cand := g.local()
+	g.s.emit(asm.JSet.Imm32(reg, int32(uint32(1)<<b), cand), asm.Ja.Label(next))
+	g.s.label(cand)
+	return next
+}
+
+// skipTarget is where a zero word w continues from block i: the first later
+// block that decides without a bit, or the next group.
+func (p *plan) skipTarget(i, w int) string {
+	for k := i + 1; k < len(p.blocks); k++ {
+		if bit := p.idx.bitOf[k]; bit >= 0 {
+			if bit/64 > w {
+				return blockLabel(k)
+			}
+			continue
+		}
+		b := &p.blocks[k]
+		if b.kind == blockNoMatch || (b.kind == blockTierDefault && b.action == model.ActionDeny) {
+			return blockLabel(k)
+		}
+	}
+	return blockLabel(len(p.blocks) - 1)
+}
+
+// reload sets rWord to the AND of the dimensions' word w and rHigh to its
+// upper half, or jumps to skip when it is zero.
+func (g *gen) reload(w int, skip string) {
+	g.needs.walk = true
+	for n, d := range g.p.idx.dims {
+		r := rWord
+		if n > 0 {
+			r = asm.R1
+		}
+		g.s.emit(
+			asm.LoadMem(r, asm.RFP, int16(stackDimPtr+8*d.slot), asm.DWord),
+			asm.LoadMem(r, r, int16(8*w), asm.DWord),
+		)
+		if n > 0 {
+			g.s.emit(asm.And.Reg(rWord, asm.R1))
+		}
+	}
+	g.s.emit(
+		asm.JEq.Imm(rWord, 0, skip),
+		asm.Mov.Reg(rHigh, rWord),
+		asm.RSh.Imm(rHigh, 32),
+	)
+}
+
+// classify (head only) looks the packet up in every dimension and stores
+// the class ids in pol_scratch.
+func (p *plan) classify(s *stream) {
+	for _, d := range p.idx.dims {
+		done := fmt.Sprintf("cls%d", d.slot)
+		key := int16(stackClsKey)
+		s.emit(
+			asm.StoreImm(asm.RFP, key+clsKeyDim, int64(d.kind), asm.Byte),
+			asm.StoreImm(asm.RFP, key+clsKeyFamily+1, 0, asm.Half), // pad
+		)
+		if d.kind.port() {
+			have := fmt.Sprintf("clsports%d", d.slot)
+			s.emit(ldState(asm.R1, abi.StateProto, asm.Byte))
+			for _, pp := range portProtos {
+				s.emit(asm.JEq.Imm(asm.R1, int32(pp), have))
+			}
+			s.emit(asm.Mov.Imm(asm.R1, int32(d.noPorts)), asm.Ja.Label(done))
+			s.label(have)
+			port := abi.StateDport
+			if d.kind == dimSport {
+				port = abi.StateSport
+			}
+			s.emit(
+				asm.StoreImm(asm.RFP, key+clsKeyPrefixLen, clsKeyFixedBits+16, asm.Word),
+				asm.StoreImm(asm.RFP, key+clsKeyFamily, 0, asm.Byte),
+				ldState(asm.R1, port, asm.Half),
+				asm.HostTo(asm.BE, asm.R1, asm.Half),
+				asm.StoreMem(asm.RFP, key+clsKeyData, asm.R1, asm.Half),
+			)
+		} else {
+			plen := fmt.Sprintf("clsplen%d", d.slot)
+			addr := abi.StateSaddr
+			if d.kind == dimDaddr {
+				addr = abi.StateDaddr
+			}
+			s.emit(
+				ldState(asm.R1, abi.StateFamily, asm.Byte),
+				asm.StoreMem(asm.RFP, key+clsKeyFamily, asm.R1, asm.Byte),
+				asm.Mov.Imm(asm.R2, clsKeyFixedBits+32),
+				asm.JNE.Imm(asm.R1, 6, plen),
+				asm.Mov.Imm(asm.R2, clsKeyFixedBits+128),
+			)
+			s.label(plen)
+			s.emit(
+				asm.StoreMem(asm.RFP, key+clsKeyPrefixLen, asm.R2, asm.Word),
+				ldState(asm.R1, addr, asm.DWord),
+				asm.StoreMem(asm.RFP, key+clsKeyData, asm.R1, asm.DWord),
+				ldState(asm.R1, addr+8, asm.DWord),
+				asm.StoreMem(asm.RFP, key+clsKeyData+8, asm.R1, asm.DWord),
+			)
+		}
+		s.emit(ldMap(asm.R1, mapCls))
+		s.emit(stackPtr(asm.R2, int(key))...)
+		s.emit(
+			asm.FnMapLookupElem.Call(),
+			asm.Mov.Imm(asm.R1, int32(d.miss)),
+			asm.JEq.Imm(asm.R0, 0, done),
+			asm.LoadMem(asm.R1, asm.R0, 0, asm.Word),
+		)
+		s.label(done)
+		s.emit(asm.StoreMem(rState, int16(abi.StatePolScratch+4*d.slot), asm.R1, asm.Word))
+	}
+}
+
+// bitmapPtrs (every chunk that walks) looks up the bitmap of each
+// dimension's class and keeps the pointer on the stack. A missing class
+// cannot happen (ids come from the program's own trie); it fails closed.
+func (p *plan) bitmapPtrs(s *stream) {
+	for _, d := range p.idx.dims {
+		ok := fmt.Sprintf("dimptr%d", d.slot)
+		s.emit(
+			ldState(asm.R1, abi.StatePolScratch+4*d.slot, asm.Word),
+			asm.StoreMem(asm.RFP, stackBitsKey, asm.R1, asm.Word),
+			ldMap(asm.R1, mapBits),
+		)
+		s.emit(stackPtr(asm.R2, stackBitsKey)...)
+		s.emit(
+			asm.FnMapLookupElem.Call(),
+			asm.JNE.Imm(asm.R0, 0, ok),
+			asm.Mov.Imm(asm.R0, abi.TCActShot),
+			asm.Return(),
+		)
+		s.label(ok)
+		s.emit(asm.StoreMem(asm.RFP, int16(stackDimPtr+8*d.slot), asm.R0, asm.DWord))
+	}
+}
+
+// groupSpans splits the blocks into chunks, cutting only at group starts.
+func (p *plan) groupSpans(codes []blockCode, budget, reserve int) []span {
+	var starts []int
+	var groups []blockCode
+	for i := range codes {
+		if p.idx.groupStart(i) {
+			starts = append(starts, i)
+			groups = append(groups, blockCode{})
+		}
+		groups[len(groups)-1].s.slots += codes[i].s.slots
+	}
+	starts = append(starts, len(codes))
+	var out []span
+	for _, sp := range split(groups, budget, reserve) {
+		out = append(out, span{starts[sp.lo], starts[sp.hi]})
+	}
+	return out
+}
