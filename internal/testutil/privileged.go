@@ -24,6 +24,7 @@ func RequirePrivileged(t testing.TB) {
 		reason = "needs bpffs at /sys/fs/bpf: " + err.Error()
 	}
 	if reason == "" {
+		lockPrivileged(t)
 		return
 	}
 	if os.Getenv("CI") == "true" {
