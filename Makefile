@@ -54,6 +54,7 @@ check-generated: generate
 build: deps
 	go build -o bin/dpd ./cmd/dpd
 	go build -o bin/dpdctl ./cmd/dpdctl
+	go build -o bin/dpd-bench ./cmd/dpd-bench
 
 vet:
 	go vet ./...
@@ -73,11 +74,11 @@ e2e: build
 # test is the README's test command and what CI runs (.ci/run).
 test: deps check-generated lint build unit e2e
 
-# bench measures issue 7's figures at node scale against the real daemon
-# (as root): dpdctl starts bin/dpd, drives it, runs the P4/P5 go benchmarks
-# here, and writes every figure of this one run to BENCHMARKS.md.
+# bench measures dpd's required figures at node scale against the real
+# daemon (as root): dpd-bench starts bin/dpd, drives it, runs the P4/P5 go
+# benchmarks here, and writes every figure of this one run to BENCHMARKS.md.
 bench: build
-	bin/dpdctl bench --full --src . --out BENCHMARKS.md --dpd-log bin/bench-dpd.log
+	bin/dpd-bench --full --src . --out BENCHMARKS.md --dpd-log bin/bench-dpd.log
 
 demo: build
 	./examples/demo.sh

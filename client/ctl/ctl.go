@@ -34,11 +34,8 @@ Commands (each takes -o json for scripts):
                        print endpoint statuses until the dataplane is in sync.
                        It takes over from the active controller: what the
                        scenario does not contain is removed.
-  bench [--quick|--full] [--out FILE] [--dpd BIN | --socket PATH [--netns NAME]]
-        [--src DIR] [--dpd-log FILE] [--quiet]
-                       issue 7's node-scale benchmarks (P1-P6) against a real
-                       dpd it starts in a namespace of its own; --out writes
-                       BENCHMARKS.md (root, --dataplane=linux)
+
+The node-scale benchmarks are a command of their own: dpd-bench (make bench).
 
 Global flags:
 `
@@ -99,7 +96,6 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		"counters":  runCounters,
 		"trace":     runTrace,
 		"apply":     runApply,
-		"bench":     runBench,
 	}
 	cmd, ok := cmds[fs.Arg(0)]
 	if !ok {

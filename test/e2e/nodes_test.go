@@ -50,7 +50,9 @@ func Link(t *testing.T, nsA, ipA, nsB, ipB, ifname string) {
 // removes its pin directory, as StartDaemon does.
 func (n *Node) Start(t *testing.T) *Daemon {
 	t.Helper()
-	n.D = launchDaemon(t, fmt.Sprintf("/sys/fs/bpf/dpd-e2e-%d-%s", os.Getpid(), n.Name), n.Name, nil)
+	cfg := daemonConfig(t, fmt.Sprintf("/sys/fs/bpf/dpd-e2e-%d-%s", os.Getpid(), n.Name))
+	cfg.NetNS = n.Name
+	n.D = launchDaemon(t, cfg, true)
 	return n.D
 }
 

@@ -5,13 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -49,10 +47,9 @@ func newNode(t *testing.T) *node {
 		socket: filepath.Join(dir, "dpd.sock"),
 		pin:    fmt.Sprintf("/sys/fs/bpf/dpd-e2e-surv-%d-%d", os.Getpid(), nodeSeq.Add(1)),
 	}
+	// Registered first, so it runs last: after every dpd of the node has
+	// been stopped by its own cleanup.
 	t.Cleanup(func() {
-		if n.cur != nil {
-			n.cur.Stop(t)
-		}
 		if err := os.RemoveAll(n.pin); err != nil {
 			t.Errorf("remove pin dir %s: %v", n.pin, err)
 		}
@@ -65,54 +62,19 @@ func newNode(t *testing.T) *node {
 func (n *node) start(env ...string) *Daemon {
 	t := n.t
 	t.Helper()
-	if dpdBinary == "" {
-		t.Fatalf("cannot start dpd: %v", errBuild)
-	}
 	n.starts++
-	d := &Daemon{
-		Socket:  n.socket,
-		PinDir:  n.pin,
-		LogPath: filepath.Join(n.dir, fmt.Sprintf("dpd-%d.log", n.starts)),
-		done:    make(chan struct{}),
-	}
-	d.Args = []string{"--dataplane=linux", "--socket", d.Socket, "--metrics-addr", "127.0.0.1:0",
-		"--bpf-pin-dir", d.PinDir, "--log-level", "debug"}
-	logFile, err := os.Create(d.LogPath)
-	if err != nil {
-		t.Fatalf("create daemon log: %v", err)
-	}
-	d.logFile = logFile
-	d.cmd = exec.Command(dpdBinary, d.Args...)
-	d.cmd.Env = append(os.Environ(), env...)
-	d.cmd.Stdout, d.cmd.Stderr = logFile, logFile
-	t.Cleanup(func() {
-		if d.client != nil {
-			_ = d.client.Close()
-		}
-		if t.Failed() {
-			d.reportLog(t)
-		}
-		_ = logFile.Close()
-	})
-	if err := d.cmd.Start(); err != nil {
-		t.Fatalf("start dpd: %v", err)
-	}
-	go func() {
-		d.waitErr = d.cmd.Wait()
-		close(d.done)
-	}()
-	n.cur = d
-	d.waitReady(t)
-	return d
+	cfg := daemonConfig(t, n.pin)
+	cfg.Socket = n.socket
+	cfg.LogPath = filepath.Join(n.dir, fmt.Sprintf("dpd-%d.log", n.starts))
+	cfg.Env = env
+	n.cur = launchDaemon(t, cfg, false)
+	return n.cur
 }
 
 // kill9 kills the running dpd with SIGKILL: no cleanup of any kind.
 func (n *node) kill9() {
 	n.t.Helper()
-	d := n.cur
-	d.stopped = true
-	_ = d.cmd.Process.Signal(syscall.SIGKILL)
-	<-d.done
+	n.cur.Kill(n.t)
 	n.cur = nil
 }
 
@@ -127,17 +89,13 @@ func (n *node) stop() {
 func (n *node) waitExit(code int, timeout time.Duration) {
 	t := n.t
 	t.Helper()
-	d := n.cur
-	select {
-	case <-d.done:
-	case <-time.After(timeout):
-		t.Fatalf("dpd did not exit within %s", timeout)
-	}
-	d.stopped = true
+	got, err := n.cur.WaitExit(timeout)
 	n.cur = nil
-	var ee *exec.ExitError
-	if !errors.As(d.waitErr, &ee) || ee.ExitCode() != code {
-		t.Fatalf("dpd exited with %v, want exit code %d", d.waitErr, code)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != code {
+		t.Fatalf("dpd exited with code %d, want %d", got, code)
 	}
 }
 

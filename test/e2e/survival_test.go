@@ -15,8 +15,8 @@ import (
 	"github.com/dpd-dev/dpd/proto/felix"
 )
 
-// The survival tests prove issue 4: traffic between two workloads, a
-// 100 pps ping and an open TCP connection exchanging data every 10 ms,
+// The survival tests prove that enforcement survives the daemon's own
+// lifecycle: traffic between two workloads, a 100 pps ping and an open TCP connection exchanging data every 10 ms,
 // loses nothing when dpd is killed, restarted or its controller
 // reconnects; what the controller no longer sends goes, exactly; a new
 // interface passes nothing until programmed; a crash mid-apply leaves no

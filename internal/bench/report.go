@@ -64,9 +64,9 @@ func (r *Results) Markdown(notes string) string {
 	var b strings.Builder
 	w := func(format string, a ...any) { _, _ = fmt.Fprintf(&b, format, a...) }
 	w("# dpd benchmarks\n\n")
-	w("Every figure below comes from one run of `make bench` (`dpdctl bench --%s`), started %s, %s in all.\n",
+	w("Every figure below comes from one run of `make bench` (`dpd-bench --%s`), started %s, %s in all.\n",
 		r.Scale.Name, r.Started.UTC().Format("2006-01-02 15:04 MST"), r.Elapsed.Round(time.Second))
-	w("The targets are issue 7's. Regenerate with `make bench`; the analysis at the end is kept.\n\n")
+	w("The targets are dpd's node-scale requirements. Regenerate with `make bench`; the analysis at the end is kept.\n\n")
 	r.machineSection(w)
 
 	w("## Results\n\n| figure | what | value | target | met? |\n| --- | --- | --- | --- | --- |\n")
@@ -122,7 +122,7 @@ func (r *Results) machineSection(w writer) {
 func (r *Results) methodSection(w writer) {
 	s, c := r.Scale, r.Cold
 	w("## Method\n\n")
-	w("`dpdctl bench` starts the real daemon, `dpd --dataplane=linux`, with a private socket and BPF pin directory, " +
+	w("`dpd-bench` starts the real daemon, `dpd --dataplane=linux`, with a private socket and BPF pin directory, " +
 		"inside a network namespace of its own so that nothing else on the host sees its interfaces or is seen by it " +
 		"(the kernel work is the same as in the root namespace). It drives dpd through the client library " +
 		"(`client.Session`: snapshot, InSync, then live updates) and reads statuses from the same stream. " +
@@ -230,7 +230,7 @@ func (r *Results) packetDetails(w writer) {
 		kind string
 		n    int
 	}
-	// Issue 7's kinds and sizes always get a row ("-" where the benchmark
+	// The required kinds and sizes always get a row ("-" where the benchmark
 	// has no case); other cases the benchmark has are added.
 	var rows []row
 	for _, kind := range []string{"tcp-ports", "cidr32", "ipsets"} {

@@ -3,16 +3,16 @@ package bench
 import (
 	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/dpd-dev/dpd/internal/daemontest"
 )
 
 // P4 and P5 come from the repository's benchmarks, run with `go test` in
@@ -77,21 +77,16 @@ func (b benchResults) median(name, unit string) float64 {
 	return (vs[len(vs)/2-1] + vs[len(vs)/2]) / 2
 }
 
-// goCommand finds the go command: the option, PATH, then $GOROOT/bin.
+// goCommand finds the go command: the option, else PATH or $GOROOT/bin.
 func goCommand(opt string) (string, error) {
 	if opt != "" {
 		return opt, nil
 	}
-	if p, err := exec.LookPath("go"); err == nil {
-		return p, nil
+	p, err := daemontest.GoCommand()
+	if err != nil {
+		return "", fmt.Errorf("%w: P4 and P5 need it", err)
 	}
-	if root := os.Getenv("GOROOT"); root != "" {
-		p := filepath.Join(root, "bin", "go")
-		if _, err := os.Stat(p); err == nil {
-			return p, nil
-		}
-	}
-	return "", errors.New("no go command in PATH or $GOROOT/bin: P4 and P5 need it")
+	return p, nil
 }
 
 // runGoBench runs one benchmark set and returns its parsed output.

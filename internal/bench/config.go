@@ -29,8 +29,8 @@ type Scale struct {
 	BenchCount      int
 }
 
-// FullScale is issue 7's scale: 1,000 endpoints, 1,000 policies, 100 IP
-// sets of 1,000 members.
+// FullScale is the node scale the targets are set for: 1,000 endpoints,
+// 1,000 policies, 100 IP sets of 1,000 members.
 func FullScale() Scale {
 	return Scale{
 		Name: "full", Endpoints: 1000, Policies: 1000, IPSets: 100, SetMembers: 1000,

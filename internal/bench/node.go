@@ -141,8 +141,8 @@ func inThread(fn func() error) error {
 	return <-errc
 }
 
-// do runs fn with the calling OS thread inside the node's namespace: a
-// process started by fn (exec.Cmd.Start) is born there.
+// do runs fn with the calling OS thread inside the node's namespace (its
+// sysctls and raw netlink requests; dpd enters it with nsenter).
 func (n *node) do(fn func() error) error {
 	return inThread(func() error {
 		if err := netns.Set(n.handle); err != nil {

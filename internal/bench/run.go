@@ -58,7 +58,7 @@ func Run(ctx context.Context, o Options) (res *Results, err error) {
 		r.progress("removed a killed run's %s", what)
 	}
 	phaseErr := r.daemonPhases(ctx)
-	if phaseErr != nil && r.d != nil && r.d.cmd != nil {
+	if phaseErr != nil && r.d != nil && r.d.proc != nil {
 		phaseErr = fmt.Errorf("%w\n%s", phaseErr, r.d.logTail(30))
 	}
 	if err := r.cleanup(); err != nil { // free the machine for the go benchmarks

@@ -5,13 +5,13 @@ import (
 	"errors"
 	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/dpd-dev/dpd/internal/daemontest"
 	"github.com/dpd-dev/dpd/internal/testutil"
 )
 
@@ -20,22 +20,17 @@ import (
 // sane. It never judges a time against a target.
 func TestQuickRun(t *testing.T) {
 	testutil.RequirePrivileged(t)
-	root, err := filepath.Abs("../..")
+	root, err := daemontest.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
-		t.Fatalf("module root: %v", err)
 	}
 	goBin, err := goCommand("")
 	if err != nil {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(t.TempDir(), "dpd")
-	build := exec.Command(goBin, "build", "-o", bin, "./cmd/dpd")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build dpd: %v\n%s", err, out)
+	if err := daemontest.Build("./cmd/dpd", bin); err != nil {
+		t.Fatal(err)
 	}
 
 	// A hang guard, not a timing assertion.

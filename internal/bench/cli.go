@@ -1,9 +1,10 @@
-package ctl
+package bench
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -12,45 +13,74 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
-
-	"github.com/dpd-dev/dpd/client/bench"
 )
 
-// runBench measures dpd at node scale (client/bench) and prints the
-// results table; --out writes BENCHMARKS.md, keeping its hand-written
-// analysis.
-//
-// Usage: bench [--quick|--full] [--out FILE] [--dpd BIN | --socket PATH [--netns NAME]] [--src DIR] [-o json] [--quiet]
-func runBench(_ *globals, args []string, w io.Writer) error {
-	fs := subFlags("bench")
+const usage = `usage: dpd-bench [--quick|--full] [--out FILE] [--dpd BIN | --socket PATH [--netns NAME]]
+                 [--src DIR] [--dpd-log FILE] [-o text|json] [--quiet]
+
+Measures dpd's node-scale figures (P1-P6) against a real dpd it starts in a
+network namespace of its own (root, --dataplane=linux), prints them, and with
+--out writes BENCHMARKS.md, keeping its hand-written analysis.
+
+Flags:
+`
+
+// errUsage marks a command line the user must fix (exit code 2).
+var errUsage = errors.New("usage")
+
+// Main runs dpd-bench with args (without the program name) and returns the
+// exit code: 0 ok, 1 failure, 2 usage.
+func Main(args []string, stdout, stderr io.Writer) int {
+	err := runMain(args, stdout, stderr)
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		printf(stderr, "dpd-bench: %v\n", err)
+		return 2
+	}
+	printf(stderr, "dpd-bench: %v\n", err)
+	return 1
+}
+
+func runMain(args []string, w, stderr io.Writer) error {
+	fs := flag.NewFlagSet("dpd-bench", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
 	quick := fs.Bool("quick", false, "reduced mode: 50 endpoints, 50 policies, 10 IP sets x 100 (under two minutes)")
-	full := fs.Bool("full", false, "issue 7's scale: 1,000 endpoints, 1,000 policies, 100 IP sets x 1,000 (the default)")
+	full := fs.Bool("full", false, "node scale: 1,000 endpoints, 1,000 policies, 100 IP sets x 1,000 (the default)")
 	outFile := fs.String("out", "", "write the report (Markdown) to this file, keeping its hand-written analysis")
-	dpd := fs.String("dpd", "", "dpd binary to start (default: dpd beside dpdctl, else in PATH)")
+	dpd := fs.String("dpd", "", "dpd binary to start (default: dpd beside dpd-bench, else in PATH)")
 	socket := fs.String("socket", "", "attach to the dpd serving this socket instead of starting one (takes over its controller session)")
 	netns := fs.String("netns", "", "with --socket: the named network namespace whose interfaces that dpd watches")
 	src := fs.String("src", "", "dpd source tree: run the P4 and P5 go benchmarks there (needs go)")
 	dpdLog := fs.String("dpd-log", "", "keep the log of the dpd the driver starts in this file")
 	format := fs.String("o", "text", "output format: text or json")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
-	if err := parseSub(fs, args); err != nil {
-		return err
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			printf(stderr, "%s", usage)
+			fs.SetOutput(stderr)
+			fs.PrintDefaults()
+			return err
+		}
+		return fmt.Errorf("%w: %w", errUsage, err)
 	}
-	if err := checkFormat(*format); err != nil {
-		return err
-	}
-	if *quick && *full {
+	switch {
+	case fs.NArg() > 0:
+		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+	case *format != "text" && *format != "json":
+		return fmt.Errorf("%w: -o must be text or json", errUsage)
+	case *quick && *full:
 		return fmt.Errorf("%w: --quick and --full are exclusive", errUsage)
-	}
-	if *netns != "" && *socket == "" {
+	case *netns != "" && *socket == "":
 		return fmt.Errorf("%w: --netns goes with --socket", errUsage)
 	}
-	o := bench.Options{Scale: bench.FullScale(), Socket: *socket, NetNS: *netns, SourceDir: *src, DaemonLog: *dpdLog}
+	o := Options{Scale: FullScale(), Socket: *socket, NetNS: *netns, SourceDir: *src, DaemonLog: *dpdLog}
 	if *quick {
-		o.Scale = bench.QuickScale()
+		o.Scale = QuickScale()
 	}
 	if !*quiet {
-		o.Progress = os.Stderr
+		o.Progress = stderr
 	}
 	if o.Socket == "" {
 		bin, err := findDPD(*dpd)
@@ -65,12 +95,12 @@ func runBench(_ *globals, args []string, w io.Writer) error {
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("read %s: %w", *outFile, err)
 		}
-		notes = bench.Notes(string(old))
+		notes = Notes(string(old))
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	res, runErr := bench.Run(ctx, o)
+	res, runErr := Run(ctx, o)
 	if res == nil {
 		return runErr
 	}
@@ -79,7 +109,7 @@ func runBench(_ *globals, args []string, w io.Writer) error {
 		first, _, _ := strings.Cut(runErr.Error(), "\n")
 		res.Warnings = append(res.Warnings, "the run failed: "+first)
 	}
-	if err := writeBench(w, res, *format); err != nil {
+	if err := writeResults(w, res, *format); err != nil {
 		return err
 	}
 	switch {
@@ -93,13 +123,13 @@ func runBench(_ *globals, args []string, w io.Writer) error {
 			return errors.Join(runErr, fmt.Errorf("write report: %w", err))
 		}
 		if !*quiet {
-			printf(os.Stderr, "wrote %s\n", *outFile)
+			printf(stderr, "wrote %s\n", *outFile)
 		}
 	}
 	return runErr
 }
 
-func anyMeasured(res *bench.Results) bool {
+func anyMeasured(res *Results) bool {
 	for _, f := range res.Figures() {
 		if f.Measured {
 			return true
@@ -108,7 +138,7 @@ func anyMeasured(res *bench.Results) bool {
 	return false
 }
 
-func writeBench(w io.Writer, res *bench.Results, format string) error {
+func writeResults(w io.Writer, res *Results, format string) error {
 	if format == "text" {
 		_, err := io.WriteString(w, res.Text())
 		return err
@@ -116,13 +146,13 @@ func writeBench(w io.Writer, res *bench.Results, format string) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(struct {
-		*bench.Results
-		Figures []bench.Figure
+		*Results
+		Figures []Figure
 	}{res, res.Figures()})
 }
 
 // findDPD resolves the daemon binary: the flag, then dpd beside this
-// executable (bin/dpdctl next to bin/dpd), then PATH.
+// executable (bin/dpd-bench next to bin/dpd), then PATH.
 func findDPD(flagValue string) (string, error) {
 	if flagValue != "" {
 		return filepath.Abs(flagValue)
@@ -136,5 +166,9 @@ func findDPD(flagValue string) (string, error) {
 	if p, err := exec.LookPath("dpd"); err == nil {
 		return p, nil
 	}
-	return "", fmt.Errorf("%w: no dpd beside dpdctl or in PATH; give --dpd BIN or --socket PATH", errUsage)
+	return "", fmt.Errorf("%w: no dpd beside dpd-bench or in PATH; give --dpd BIN or --socket PATH", errUsage)
 }
+
+// printf writes best effort: a closed stdout or stderr is no reason for a
+// failure of its own.
+func printf(w io.Writer, format string, a ...any) { _, _ = fmt.Fprintf(w, format, a...) }

@@ -180,7 +180,8 @@ func formatValue(v float64, unit string) string {
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
-// Figures are the targets of issue 7 with what this run measured.
+// Figures are the required figures, each with its target and what this
+// run measured.
 func (r *Results) Figures() []Figure {
 	p := r.Packets
 	ratio := func(num, den float64) (float64, bool) {
