@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * dpd_ct.h: conntrack keyed by the hook that approved the flow. The
- * timeouts live in dpd_abi.h so the userspace scanner applies the same ones.
+ * dpd_ct.h: conntrack keyed by the hook that approved the flow. Its key,
+ * value and timeouts live in dpd_abi.h, so the userspace scanner reads the
+ * same layout and applies the same timeouts; the map is in dpd_maps.h.
  */
 #ifndef DPD_CT_H
 #define DPD_CT_H
@@ -10,8 +11,8 @@
 #include <linux/in.h>
 #include <bpf/bpf_helpers.h>
 #include "dpd_abi.h"
+#include "dpd_parse_types.h"
 #include "dpd_maps.h"
-#include "dpd_parse.h"
 
 #define DPD_NS_PER_S 1000000000ull
 

@@ -1,10 +1,13 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * dpd_maps.h: every map of the entry object. All are pinned by name under
- * the pin directory (LIBBPF_PIN_BY_NAME), so the policy programs that
- * dataplane/bpf/polprog loads separately and a restarted dpd use the very
- * same instances. max_entries here are placeholders: dataplane/bpf sets
- * every size from its MapSizes before loading.
+ * dpd_maps.h: every map of the entry object, and nothing else. All are
+ * pinned by name under the pin directory (LIBBPF_PIN_BY_NAME), so the
+ * policy programs that dataplane/tcbpf/polprog loads separately and a
+ * restarted dpd use the very same instances. max_entries here are
+ * placeholders: dataplane/tcbpf sets every size from its MapSizes before
+ * loading. Keys and values are include/dpd_abi.h's, shared with userspace.
+ * The IP set index (dpd_ipset_idx) is not here: userspace creates it for
+ * the policy programs alone.
  */
 #ifndef DPD_MAPS_H
 #define DPD_MAPS_H
@@ -94,5 +97,44 @@ struct {
 	__type(value, struct dpd_state);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } dpd_trace SEC(".maps");
+
+/* Frontends; written by userspace (dataplane/tcbpf/nat.go). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 65536);
+	__type(key, struct dpd_nat_fe_key);
+	__type(value, struct dpd_nat_fe_val);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dpd_nat_fe SEC(".maps");
+
+/* Filter of frontend addresses; written by userspace. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct dpd_nat_fe_bits);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dpd_nat_fe_bits SEC(".maps");
+
+/* Backends by (service port id, ordinal); written by userspace. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 262144);
+	__type(key, struct dpd_nat_be_key);
+	__type(value, struct dpd_nat_be_val);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dpd_nat_be SEC(".maps");
+
+/* RouteUpdate destinations; written by userspace (dataplane/tcbpf/routes.go). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 262144);
+	__type(key, struct dpd_route_key);
+	__type(value, struct dpd_route_val);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dpd_routes SEC(".maps");
 
 #endif

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * dpd_nat.h: service DNAT at the client's hooks, and the route map. The
+ * dpd_nat.h: service DNAT at the client's hooks, and route lookups. The
+ * maps are in dpd_maps.h, the translation record in dpd_nat_types.h. The
  * scheme is described with DPD_DIR_NAT in dpd_abi.h:
  *
  *   client dpd_from_wep  frontend hit: pick (new) or reuse (dpd_ct entry with
@@ -29,60 +30,14 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include "dpd_abi.h"
+#include "dpd_nat_types.h"
 #include "dpd_maps.h"
 #include "dpd_parse.h"
 #include "dpd_ct.h"
 
-/* Frontends; written by userspace (dataplane/bpf/nat.go). */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 65536);
-	__type(key, struct dpd_nat_fe_key);
-	__type(value, struct dpd_nat_fe_val);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} dpd_nat_fe SEC(".maps");
-
-/* Filter of frontend addresses; written by userspace. */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct dpd_nat_fe_bits);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} dpd_nat_fe_bits SEC(".maps");
-
-/* Backends by (service port id, ordinal); written by userspace. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 262144);
-	__type(key, struct dpd_nat_be_key);
-	__type(value, struct dpd_nat_be_val);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} dpd_nat_be SEC(".maps");
-
-/* RouteUpdate destinations; written by userspace (dataplane/bpf/routes.go). */
-struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, 262144);
-	__type(key, struct dpd_route_key);
-	__type(value, struct dpd_route_val);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} dpd_routes SEC(".maps");
-
 #define DPD_IP_CSUM_OFF  (ETH_HLEN + offsetof(struct iphdr, check))
 #define DPD_IP_SADDR_OFF (ETH_HLEN + offsetof(struct iphdr, saddr))
 #define DPD_IP_DADDR_OFF (ETH_HLEN + offsetof(struct iphdr, daddr))
-
-/* The translation applied to this packet at dpd_from_wep. */
-struct dpd_nat {
-	__u32 fe_addr;  /* network order */
-	__u16 fe_port;  /* host order */
-	__u16 hairpin;
-	__u32 svc;
-};
 
 /* dpd_l4_off is the offset of the L4 header; the IP header is linear
  * (dpd_parse_ipv4 made it so). Negative: unreadable. */

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * dpd_parse.h: IPv4 + L4 parsing into the facts the policy needs. Headers
- * are read with direct packet access; when they are not in the linear part
- * of the skb they are pulled in first.
+ * dpd_parse.h: IPv4 + L4 parsing into the facts the policy needs (struct
+ * dpd_pkt, in dpd_parse_types.h). Headers are read with direct packet
+ * access; when they are not in the linear part of the skb they are pulled
+ * in first.
  */
 #ifndef DPD_PARSE_H
 #define DPD_PARSE_H
@@ -16,42 +17,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 #include "dpd_abi.h"
-
-/* linux/icmp.h drags in libc headers, so the few ICMP bits are here. */
-#define DPD_ICMP_ECHOREPLY     0
-#define DPD_ICMP_DEST_UNREACH  3
-#define DPD_ICMP_ECHO          8
-#define DPD_ICMP_TIME_EXCEEDED 11
-#define DPD_ICMP_PARAMETERPROB 12
-#define DPD_IP_OFFSET      0x1fff
-
-struct dpd_icmphdr {
-	__u8   type;
-	__u8   code;
-	__sum16 checksum;
-	__be16 id;
-	__be16 seq;
-};
-
-/* The parsed packet. */
-struct dpd_pkt {
-	__u32 saddr; /* network order */
-	__u32 daddr; /* network order */
-	__u16 sport; /* host order; ICMP echo: identifier */
-	__u16 dport; /* host order */
-	__u8  proto;
-	__u8  icmp_type;
-	__u8  icmp_code;
-	__u8  pad;
-	__u32 flags; /* DPD_ST_* */
-	/* ICMP errors (has_inner): the TCP/UDP packet the error is about. */
-	__u32 inner_saddr;
-	__u32 inner_daddr;
-	__u16 inner_sport;
-	__u16 inner_dport;
-	__u8  inner_proto;
-	__u8  has_inner;
-};
+#include "dpd_parse_types.h"
 
 /* dpd_parse_icmp_inner reads the header quoted by an ICMP error at off (the
  * byte after the ICMP header). Errors are rare, so bpf_skb_load_bytes

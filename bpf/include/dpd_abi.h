@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
  * dpd_abi.h: the layout shared by the C entry programs, the Go policy
- * compiler (dataplane/bpf/polprog) and userspace (dataplane/bpf). Every
- * change here must be mirrored in dataplane/bpf/abi/abi.go; a test checks
+ * compiler (dataplane/tcbpf/polprog) and userspace (dataplane/tcbpf). Every
+ * change here must be mirrored in dataplane/tcbpf/abi/abi.go; a test checks
  * the sizes and offsets against the BTF of the compiled object.
  */
 #ifndef DPD_ABI_H
@@ -77,7 +77,7 @@ struct dpd_counter {
 	__u64 bytes;
 };
 
-/* ---- Added by the entry-program owner (dataplane/bpf); mirrored in abi.go. ---- */
+/* ---- Added by the entry-program owner (dataplane/tcbpf); mirrored in abi.go. ---- */
 
 /* skb->mark of an Inspect trace run (BPF_PROG_TEST_RUN with this mark in the
  * __sk_buff context): the entry sets dpd_state.trace, nothing is written to
@@ -146,7 +146,7 @@ struct dpd_ct_val {
 
 /* dpd_ipset_ids: HASH set name -> set id, written only by userspace so a
  * restarted dpd keeps the ids the loaded policy programs use. Names longer
- * than the key are stored as "#" + a hash of the name (see dataplane/bpf). */
+ * than the key are stored as "#" + a hash of the name (see dataplane/tcbpf). */
 #define DPD_IPSET_NAME_LEN 64
 struct dpd_ipset_name {
 	char name[DPD_IPSET_NAME_LEN];
@@ -259,7 +259,7 @@ struct dpd_route_val {
  * dpd_ipsets). Only members without protocol and port are indexed. Covering
  * prefixes are folded into more specific entries, so the longest match alone
  * is the answer: the compiled policy does one lookup per address instead of
- * one per set. Created and pinned by userspace (dataplane/bpf); the entry
+ * one per set. Created and pinned by userspace (dataplane/tcbpf); the entry
  * programs do not use it. The key has the layout of struct dpd_route_key with
  * family always 0: like dpd_ipsets, whose answers the index reproduces
  * exactly, it does not tell the families apart. */
