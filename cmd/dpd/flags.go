@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/dpd-dev/dpd/dataplane/linux"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf"
 	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
 	"github.com/dpd-dev/dpd/server"
 )
@@ -60,7 +61,8 @@ func parseInto(lo *linux.Options, mem *memorySize, gc *gcPercent, args []string,
 	fs.TextVar(&level, "log-level", level, "log level: debug, info, warn or error")
 	fs.IntVar(&cfg.MaxRecvMsgSize, "max-msg-size", cfg.MaxRecvMsgSize, "largest gRPC message accepted, in bytes")
 	fs.StringVar(&lo.PinDir, "bpf-pin-dir", abi.PinDir, "bpffs directory for dpd's pinned maps and links (kept across restarts)")
-	fs.BoolVar(&lo.ForceLegacyTC, "force-legacy-tc", false, "attach with clsact + cls_bpf filters even where TCX works")
+	fs.StringVar(&lo.AttachMode, "attach-mode", tcbpf.AttachAuto, "how entry programs attach: auto (measure the kernel at start: TCX unless its first attach costs a grace period), tcx, or tc (clsact + cls_bpf)")
+	fs.BoolVar(&lo.ForceLegacyTC, "force-legacy-tc", false, "same as --attach-mode=tc (kept for existing configurations)")
 	fs.StringVar(&lo.Hostname, "hostname", "", "this node's name for VXLAN tunnel endpoints when ConfigUpdate has no FelixHostname (default: the OS hostname)")
 	fs.BoolVar(&cfg.FelixPipe, "felix-pipe", false, "be Felix's dataplane driver: ToDataplane on fd 3, FromDataplane on fd 4; the end of fd 3 stops dpd (exit 0)")
 	fs.StringVar(&cfg.PolicySyncDir, "policysync-dir", "", "serve Calico's policy-sync API per workload under this directory (Felix's PolicySyncPathPrefix)")
@@ -95,6 +97,17 @@ func parseInto(lo *linux.Options, mem *memorySize, gc *gcPercent, args []string,
 	case cfg.RuleMetricsLimit <= 0:
 		return cfg, level, fmt.Errorf("--rule-metrics-limit must be positive")
 	}
+	mode, err := tcbpf.ParseAttachMode(lo.AttachMode)
+	if err != nil {
+		return cfg, level, fmt.Errorf("--attach-mode: %w", err)
+	}
+	if lo.ForceLegacyTC {
+		if mode == string(tcbpf.AttachTCX) {
+			return cfg, level, fmt.Errorf("--force-legacy-tc contradicts --attach-mode=tcx")
+		}
+		mode = string(tcbpf.AttachTC)
+	}
+	lo.AttachMode = mode
 	return cfg, level, cfg.Validate()
 }
 

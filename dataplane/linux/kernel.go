@@ -21,6 +21,9 @@ type Options struct {
 	PinDir string
 	// ForceLegacyTC attaches with clsact + filters even where TCX works.
 	ForceLegacyTC bool
+	// AttachMode is "auto" (measure the kernel at start and attach the
+	// cheaper way), "tcx" or "tc"; empty means "tcx" unless ForceLegacyTC.
+	AttachMode string
 	// Hostname is this node's name (whose VTEP and routes are local) when
 	// the ConfigUpdate has no FelixHostname; default os.Hostname().
 	Hostname string
@@ -74,7 +77,29 @@ type Kernel struct {
 	allPools  []netip.Prefix               // as last written; guarded by mu
 	gcDone    bool                         // the post-restart garbage collection ran; guarded by mu
 	logged    map[string]bool              // one-time warnings given; guarded by mu
+
+	attach tcbpf.AttachChoice // the attach mode in force and why; immutable
 }
+
+// chooseAttach resolves opts' attach mode; auto measures the kernel.
+func chooseAttach(opts Options) (tcbpf.AttachChoice, error) {
+	mode := opts.AttachMode
+	if mode == "" {
+		mode = string(tcbpf.AttachTCX)
+		if opts.ForceLegacyTC {
+			mode = string(tcbpf.AttachTC)
+		}
+	}
+	c, err := tcbpf.ChooseAttachMode(mode, tcbpf.MeasureKernelCosts)
+	if err != nil {
+		return c, fmt.Errorf("attach mode: %w", err)
+	}
+	return c, nil
+}
+
+// AttachChoice reports the attach mode in force, why, and the kernel costs
+// it was chosen from (zero when the mode was requested explicitly).
+func (k *Kernel) AttachChoice() tcbpf.AttachChoice { return k.attach }
 
 // New checks the host, starts nothing yet, and opens the BPF side with
 // default map sizes (Configure may resize before the first endpoint).
@@ -99,6 +124,14 @@ func New(opts Options) (*Kernel, error) {
 		_ = cfg.Close()
 		return nil, fmt.Errorf("host config: %w", err)
 	}
+	choice, err := chooseAttach(opts)
+	if err != nil {
+		_ = mon.Close()
+		_ = cfg.Close()
+		return nil, err
+	}
+	opts.ForceLegacyTC = choice.Mode == tcbpf.AttachTC
+	opts.Log.Info("attach mode", "mode", choice.Mode, "reason", choice.Reason)
 	if opts.GCInterval <= 0 {
 		opts.GCInterval = DefaultGCInterval
 	}
@@ -117,6 +150,7 @@ func New(opts Options) (*Kernel, error) {
 		pinned:    map[progKey]*sharedProg{},
 		knownSets: map[string]bool{},
 		started:   time.Now(),
+		attach:    choice,
 
 		gcInterval:       opts.GCInterval,
 		crashAfterAttach: os.Getenv(CrashAfterAttachEnv) == "1",

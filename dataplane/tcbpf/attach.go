@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
@@ -91,12 +92,14 @@ func (d *Datapath) Attach(ifindex int, ifname string) (AttachMode, error) {
 	if ifindex <= 0 || ifname == "" || strings.ContainsRune(ifname, '/') {
 		return "", fmt.Errorf("attach %q (%d): bad interface", ifname, ifindex)
 	}
+	start := time.Now()
 	if !d.opts.ForceLegacyTC {
 		err := d.attachTCX(ifindex, ifname)
 		if err == nil {
 			if err := d.detachTC(ifindex); err != nil {
 				return "", fmt.Errorf("attach %s: remove legacy filters: %w", ifname, err)
 			}
+			d.ops.tcxAttach.observe(start)
 			return AttachTCX, nil
 		}
 		if !errors.Is(err, ebpf.ErrNotSupported) {
@@ -110,6 +113,7 @@ func (d *Datapath) Attach(ifindex int, ifname string) (AttachMode, error) {
 	if err := d.detachTCX(ifindex, ifname); err != nil {
 		return "", fmt.Errorf("attach %s: remove tcx links: %w", ifname, err)
 	}
+	d.ops.tcAttach.observe(start)
 	return AttachTC, nil
 }
 
@@ -117,6 +121,7 @@ func (d *Datapath) Attach(ifindex int, ifname string) (AttachMode, error) {
 // legacy filters (plus the clsact qdisc when nothing else uses it). An
 // interface that is already gone only has its pins removed.
 func (d *Datapath) Detach(ifindex int, ifname string) error {
+	defer d.ops.detach.observe(time.Now())
 	if err := d.detachTCX(ifindex, ifname); err != nil {
 		return fmt.Errorf("detach %s: %w", ifname, err)
 	}

@@ -62,6 +62,8 @@ type Datapath struct {
 	// (a socket per call costs more than the query), opened in the network
 	// namespace of the goroutine that called Open. Safe for concurrent use.
 	nl *netlink.Handle
+	// ops observes what the real attaches and detaches cost.
+	ops opCounters
 
 	// want describes the loaded programs, to recognise attachments that
 	// are already current (same tag, same maps). Immutable after Open.

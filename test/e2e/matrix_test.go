@@ -42,8 +42,8 @@ func TestPacketMatrix(t *testing.T) {
 		legacy bool
 		args   []string
 	}{
-		{"tcx", false, nil},
-		{"legacy-tc", true, []string{"--force-legacy-tc"}},
+		{"tcx", false, []string{"--attach-mode=tcx"}},
+		{"legacy-tc", true, []string{"--attach-mode=tc"}},
 	}
 	// Sequential on purpose: both runs use the same addresses and routes.
 	for _, m := range modes {
@@ -136,10 +136,10 @@ func (e *env) attachMode(t *testing.T) {
 	joined := strings.Join(kinds, ",")
 	if e.legacy {
 		if a.TCIngress == "" || a.TCEgress == "" {
-			t.Errorf("--force-legacy-tc: want tc filters on both hooks of %s: %s", e.b.HostIface, a)
+			t.Errorf("--attach-mode=tc: want tc filters on both hooks of %s: %s", e.b.HostIface, a)
 		}
 		if strings.Contains(joined, "tcx") || len(a.LinkPins) != 0 {
-			t.Errorf("--force-legacy-tc: found TCX attachments on %s: %s", e.b.HostIface, a)
+			t.Errorf("--attach-mode=tc: found TCX attachments on %s: %s", e.b.HostIface, a)
 		}
 	} else {
 		if !strings.Contains(joined, "tcx/ingress") || !strings.Contains(joined, "tcx/egress") {
