@@ -69,7 +69,7 @@ func NewDaemon(cfg Config, kernel engine.Kernel) (*Daemon, error) {
 	if proc != nil {
 		d.binder, err = policysync.NewBinder(policysync.BinderOptions{
 			Dir: cfg.PolicySyncDir, Processor: proc, ServerOptions: srv.serverOptions(),
-			Metrics: psMet, Log: cfg.Log.With("component", "policysync"),
+			MaxWorkloads: cfg.PolicySyncMaxWorkloads, Metrics: psMet, Log: cfg.Log.With("component", "policysync"),
 		})
 		if err != nil {
 			return nil, err

@@ -4,17 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 
+	"github.com/dpd-dev/dpd/internal/ratelog"
 	"github.com/dpd-dev/dpd/proto/felix"
 )
 
@@ -28,8 +31,17 @@ type BinderOptions struct {
 	// PollInterval is how often creds/ is listed (default 250 ms), as
 	// Calico's binder polls.
 	PollInterval time.Duration
-	Metrics      *Metrics
-	Log          *slog.Logger
+	// MaxWorkloads caps the workloads served (DefaultMaxWorkloads); the
+	// credentials files past it are refused until others go.
+	MaxWorkloads int
+	// ConnsPerWorkload bounds concurrent connections on one workload's
+	// socket (DefaultConnsPerWorkload).
+	ConnsPerWorkload int
+	// FDReserve is how many descriptors below RLIMIT_NOFILE policy sync
+	// leaves to the rest of the daemon (DefaultFDReserve).
+	FDReserve int
+	Metrics   *Metrics
+	Log       *slog.Logger
 }
 
 // Binder keeps one socket per credentials file: a file appearing in
@@ -39,9 +51,15 @@ type Binder struct {
 	opts BinderOptions
 	log  *slog.Logger
 
-	mu     sync.Mutex
-	socks  map[string]*workloadSocket // by uid; guarded by mu
-	warned map[string]string          // uid -> last problem logged; guarded by mu
+	budget *fdBudget
+	// creds is the creds/ directory, held open so it can be listed even
+	// when every descriptor is taken (and files removed then noticed).
+	creds *os.File
+
+	mu      sync.Mutex
+	socks   map[string]*workloadSocket // by uid; guarded by mu
+	warned  map[string]string          // uid -> last problem logged; guarded by mu
+	refused map[string]string          // uid -> why it is not served now; guarded by mu
 }
 
 type workloadSocket struct {
@@ -58,20 +76,41 @@ func NewBinder(opts BinderOptions) (*Binder, error) {
 	if opts.Log == nil {
 		opts.Log = slog.Default()
 	}
+	// A node full of bad or excess credentials files logs a few lines per
+	// kind of problem and interval, not one per file; the metrics count
+	// every file.
+	opts.Log = ratelog.Wrap(opts.Log, ratelog.Options{})
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = 250 * time.Millisecond
+	}
+	if opts.MaxWorkloads <= 0 {
+		opts.MaxWorkloads = DefaultMaxWorkloads
+	}
+	if opts.ConnsPerWorkload <= 0 {
+		opts.ConnsPerWorkload = DefaultConnsPerWorkload
+	}
+	if opts.FDReserve <= 0 {
+		opts.FDReserve = DefaultFDReserve
 	}
 	for _, sub := range []string{CredsSubdir, MountSubdir} {
 		if err := os.MkdirAll(filepath.Join(opts.Dir, sub), 0o755); err != nil {
 			return nil, fmt.Errorf("policy-sync dir: %w", err)
 		}
 	}
-	return &Binder{opts: opts, log: opts.Log, socks: map[string]*workloadSocket{}, warned: map[string]string{}}, nil
+	creds, err := os.Open(filepath.Join(opts.Dir, CredsSubdir))
+	if err != nil {
+		return nil, fmt.Errorf("policy-sync dir: %w", err)
+	}
+	b := &Binder{opts: opts, log: opts.Log, budget: newFDBudget(opts.ConnsPerWorkload, opts.FDReserve), creds: creds,
+		socks: map[string]*workloadSocket{}, warned: map[string]string{}, refused: map[string]string{}}
+	opts.Metrics.setLimit(opts.MaxWorkloads)
+	return b, nil
 }
 
 // Run serves the workload sockets until ctx ends, then closes them all.
 func (b *Binder) Run(ctx context.Context) error {
-	b.log.Info("policy-sync serving", "dir", b.opts.Dir)
+	b.log.Info("policy-sync serving", "dir", b.opts.Dir, "max_workloads", b.opts.MaxWorkloads,
+		"conns_per_workload", b.opts.ConnsPerWorkload, "nofile", b.budget.limit(), "fd_reserve", b.opts.FDReserve)
 	t := time.NewTicker(b.opts.PollInterval)
 	defer t.Stop()
 	for {
@@ -79,20 +118,78 @@ func (b *Binder) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			b.closeAll()
-			return nil
+			return b.creds.Close()
 		case <-t.C:
 		}
 	}
 }
 
 // Scan opens sockets for new credentials files and closes those whose file
-// is gone. Run calls it every PollInterval.
+// is gone, removals first so their descriptors serve the newcomers. Run
+// calls it every PollInterval.
 func (b *Binder) Scan() {
-	credsDir := filepath.Join(b.opts.Dir, CredsSubdir)
-	entries, err := os.ReadDir(credsDir)
+	present, err := b.listCreds()
 	if err != nil {
-		b.warnOnce("", fmt.Sprintf("list %s: %v", credsDir, err))
+		b.warnOnce("", "list", err.Error())
 		return
+	}
+	b.mu.Lock()
+	var gone, fresh []string
+	for uid := range b.socks {
+		if !present[uid] {
+			gone = append(gone, uid)
+		}
+	}
+	for uid := range present {
+		if _, ok := b.socks[uid]; !ok {
+			fresh = append(fresh, uid)
+		}
+	}
+	for uid := range b.refused {
+		if !present[uid] {
+			b.opts.Metrics.refusedNow(b.refused[uid], -1)
+			delete(b.refused, uid)
+			delete(b.warned, uid)
+		}
+	}
+	b.mu.Unlock()
+	for _, uid := range gone {
+		b.remove(uid)
+	}
+	if len(fresh) == 0 {
+		return
+	}
+	sort.Strings(fresh) // the same files win on every scan
+	b.mu.Lock()
+	served := len(b.socks)
+	b.mu.Unlock()
+	room := b.budget.room(served)
+	for _, uid := range fresh {
+		switch {
+		case served >= b.opts.MaxWorkloads:
+			b.refuse(uid, reasonLimit, fmt.Sprintf("already serving %d workloads, the most --policysync-max-workloads allows", b.opts.MaxWorkloads))
+			continue
+		case room <= 0:
+			b.refuse(uid, reasonDescriptors, fmt.Sprintf("no descriptors left: %d kept free below RLIMIT_NOFILE %d", b.opts.FDReserve, b.budget.limit()))
+			continue
+		}
+		if err := b.add(uid); err != nil {
+			b.refuse(uid, reasonInvalid, err.Error())
+			continue
+		}
+		served++
+		room--
+	}
+}
+
+// listCreds reads the names of creds/ through the descriptor held open.
+func (b *Binder) listCreds() (map[string]bool, error) {
+	if _, err := b.creds.Seek(0, io.SeekStart); err != nil {
+		return nil, fmt.Errorf("list %s: %w", b.creds.Name(), err)
+	}
+	entries, err := b.creds.ReadDir(-1)
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", b.creds.Name(), err)
 	}
 	present := map[string]bool{}
 	for _, e := range entries {
@@ -101,26 +198,43 @@ func (b *Binder) Scan() {
 			continue
 		}
 		present[uid] = true
-		b.mu.Lock()
-		_, known := b.socks[uid]
-		b.mu.Unlock()
-		if !known {
-			if err := b.add(uid); err != nil {
-				b.warnOnce(uid, err.Error())
-			}
-		}
 	}
+	return present, nil
+}
+
+// Why a credentials file is not served (the reason label of
+// dpd_policysync_refused_total).
+const (
+	reasonLimit       = "limit"
+	reasonDescriptors = "descriptors"
+	reasonInvalid     = "invalid"
+)
+
+// refuse records that uid is not served, counting it once per reason.
+func (b *Binder) refuse(uid, reason, problem string) {
 	b.mu.Lock()
-	var gone []string
-	for uid := range b.socks {
-		if !present[uid] {
-			gone = append(gone, uid)
-		}
-	}
+	prev, was := b.refused[uid]
+	b.refused[uid] = reason
 	b.mu.Unlock()
-	for _, uid := range gone {
-		b.remove(uid)
+	if !was || prev != reason {
+		if was {
+			b.opts.Metrics.refusedNow(prev, -1)
+		}
+		b.opts.Metrics.refusedNow(reason, 1)
+		b.opts.Metrics.refusal(reason)
 	}
+	b.warnOnce(uid, reason, problem)
+}
+
+// Refused lists the credentials files not served, by uid, with the reason.
+func (b *Binder) Refused() map[string]string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make(map[string]string, len(b.refused))
+	for uid, r := range b.refused {
+		out[uid] = r
+	}
+	return out
 }
 
 // Sockets lists the socket paths being served, by uid.
@@ -134,13 +248,15 @@ func (b *Binder) Sockets() map[string]string {
 	return out
 }
 
-func (b *Binder) warnOnce(uid, problem string) {
+// warnOnce logs uid's problem unless it was the last one logged for uid;
+// kind files it with the rate limiter.
+func (b *Binder) warnOnce(uid, kind, problem string) {
 	b.mu.Lock()
 	seen := b.warned[uid] == problem
 	b.warned[uid] = problem
 	b.mu.Unlock()
 	if !seen {
-		b.log.Warn("policy-sync credentials not served", "uid", uid, "problem", problem)
+		b.log.Warn("policy-sync credentials not served", ratelog.Key(kind), "uid", uid, "reason", kind, "problem", problem)
 	}
 }
 
@@ -172,6 +288,7 @@ func (b *Binder) add(uid string) error {
 		lis.Close()
 		return fmt.Errorf("chmod %s: %w", ws.path, err)
 	}
+	lis = newLimitListener(lis, b.opts.ConnsPerWorkload, b.budget)
 	ws.srv = grpc.NewServer(b.opts.ServerOptions...)
 	felix.RegisterPolicySyncServer(ws.srv, &service{proc: b.opts.Processor, creds: creds, met: b.opts.Metrics,
 		log: b.log.With("uid", uid)})
@@ -184,6 +301,10 @@ func (b *Binder) add(uid string) error {
 	b.mu.Lock()
 	b.socks[uid] = ws
 	delete(b.warned, uid)
+	if r, ok := b.refused[uid]; ok {
+		b.opts.Metrics.refusedNow(r, -1)
+		delete(b.refused, uid)
+	}
 	b.mu.Unlock()
 	b.opts.Metrics.workloadAdded(1)
 	b.log.Info("policy-sync socket open", "uid", uid, "workload", creds.WorkloadID().String(), "socket", ws.path)
