@@ -5,15 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+
+	"golang.org/x/sys/unix"
 
 	"google.golang.org/grpc"
 
@@ -52,6 +53,9 @@ type Binder struct {
 	log  *slog.Logger
 
 	budget *fdBudget
+	// root is the policy-sync directory (O_PATH): everything below it is
+	// opened from it without following links.
+	root int
 	// creds is the creds/ directory, held open so it can be listed even
 	// when every descriptor is taken (and files removed then noticed).
 	creds *os.File
@@ -64,14 +68,15 @@ type Binder struct {
 
 type workloadSocket struct {
 	creds      Credentials
-	path       string
-	dir        string
-	createdDir bool // dpd made mount/<uid>/ and removes it again
+	path       string // for humans: dpd never uses it
+	ino        uint64 // the socket's inode: only it is removed
+	createdDir bool   // dpd made mount/<uid>/ and removes it again
 	srv        *grpc.Server
 	served     chan struct{} // closed when Serve returned
 }
 
-// NewBinder creates <Dir>/creds and <Dir>/mount if absent.
+// NewBinder creates <Dir>/creds and <Dir>/mount if absent. Dir itself is
+// the operator's and may be reached through links; nothing below it is.
 func NewBinder(opts BinderOptions) (*Binder, error) {
 	if opts.Log == nil {
 		opts.Log = slog.Default()
@@ -92,19 +97,63 @@ func NewBinder(opts BinderOptions) (*Binder, error) {
 	if opts.FDReserve <= 0 {
 		opts.FDReserve = DefaultFDReserve
 	}
-	for _, sub := range []string{CredsSubdir, MountSubdir} {
-		if err := os.MkdirAll(filepath.Join(opts.Dir, sub), 0o755); err != nil {
-			return nil, fmt.Errorf("policy-sync dir: %w", err)
-		}
-	}
-	creds, err := os.Open(filepath.Join(opts.Dir, CredsSubdir))
-	if err != nil {
+	if err := os.MkdirAll(opts.Dir, 0o755); err != nil {
 		return nil, fmt.Errorf("policy-sync dir: %w", err)
 	}
-	b := &Binder{opts: opts, log: opts.Log, budget: newFDBudget(opts.ConnsPerWorkload, opts.FDReserve), creds: creds,
+	root, err := unix.Open(opts.Dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("policy-sync dir: open %s: %w", opts.Dir, err)
+	}
+	for _, sub := range []string{CredsSubdir, MountSubdir} {
+		if err := unix.Mkdirat(root, sub, 0o755); err != nil && !errors.Is(err, unix.EEXIST) {
+			closeFD(root)
+			return nil, fmt.Errorf("policy-sync dir: create %s: %w", sub, err)
+		}
+	}
+	b := &Binder{opts: opts, log: opts.Log, budget: newFDBudget(opts.ConnsPerWorkload, opts.FDReserve), root: root,
 		socks: map[string]*workloadSocket{}, warned: map[string]string{}, refused: map[string]string{}}
+	if err := b.openCreds(); err != nil {
+		closeFD(root)
+		return nil, fmt.Errorf("policy-sync dir: %w", err)
+	}
+	if fd, err := openBeneath(root, MountSubdir, unix.O_PATH|unix.O_DIRECTORY); err != nil {
+		b.close()
+		return nil, fmt.Errorf("policy-sync dir: %w", err)
+	} else {
+		closeFD(fd)
+	}
 	opts.Metrics.setLimit(opts.MaxWorkloads)
 	return b, nil
+}
+
+// openCreds (re)opens creds/, refusing a link.
+func (b *Binder) openCreds() error {
+	fd, err := openBeneath(b.root, CredsSubdir, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return err
+	}
+	if b.creds != nil {
+		b.creds.Close()
+	}
+	b.creds = os.NewFile(uintptr(fd), filepath.Join(b.opts.Dir, CredsSubdir))
+	return nil
+}
+
+// credsReplaced reports whether creds/ is no longer the directory held.
+func (b *Binder) credsReplaced() bool {
+	var held unix.Stat_t
+	if err := unix.Fstat(int(b.creds.Fd()), &held); err != nil {
+		return true
+	}
+	st, ok, err := statAt(b.root, CredsSubdir)
+	return err == nil && (!ok || st.Dev != held.Dev || st.Ino != held.Ino)
+}
+
+func (b *Binder) close() {
+	if b.creds != nil {
+		b.creds.Close()
+	}
+	closeFD(b.root)
 }
 
 // Run serves the workload sockets until ctx ends, then closes them all.
@@ -118,7 +167,8 @@ func (b *Binder) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			b.closeAll()
-			return b.creds.Close()
+			b.close()
+			return nil
 		case <-t.C:
 		}
 	}
@@ -174,7 +224,7 @@ func (b *Binder) Scan() {
 			continue
 		}
 		if err := b.add(uid); err != nil {
-			b.refuse(uid, reasonInvalid, err.Error())
+			b.refuse(uid, reasonOfAdd(err), err.Error())
 			continue
 		}
 		served++
@@ -184,6 +234,12 @@ func (b *Binder) Scan() {
 
 // listCreds reads the names of creds/ through the descriptor held open.
 func (b *Binder) listCreds() (map[string]bool, error) {
+	if b.credsReplaced() {
+		if err := b.openCreds(); err != nil {
+			// Listing the old one (deleted: empty) closes every socket.
+			b.warnOnce("", reasonLink, err.Error())
+		}
+	}
 	if _, err := b.creds.Seek(0, io.SeekStart); err != nil {
 		return nil, fmt.Errorf("list %s: %w", b.creds.Name(), err)
 	}
@@ -194,7 +250,7 @@ func (b *Binder) listCreds() (map[string]bool, error) {
 	present := map[string]bool{}
 	for _, e := range entries {
 		uid, ok := strings.CutSuffix(e.Name(), CredsExt)
-		if !ok || e.IsDir() || uid == "" || uid == "." || uid == ".." {
+		if !ok || e.IsDir() || uid == "" || uid == "." || uid == ".." || strings.ContainsFunc(uid, badNameRune) {
 			continue
 		}
 		present[uid] = true
@@ -208,7 +264,23 @@ const (
 	reasonLimit       = "limit"
 	reasonDescriptors = "descriptors"
 	reasonInvalid     = "invalid"
+	reasonLink        = "link"
+	reasonListen      = "listen"
 )
+
+// reasonOfAdd classes an add error.
+func reasonOfAdd(err error) string {
+	switch {
+	case errors.Is(err, errLink):
+		return reasonLink
+	case errors.Is(err, errSocket):
+		return reasonListen
+	}
+	return reasonInvalid
+}
+
+// badNameRune: a uid names a directory dpd creates and appears in logs.
+func badNameRune(r rune) bool { return unicode.IsControl(r) || unicode.IsSpace(r) }
 
 // refuse records that uid is not served, counting it once per reason.
 func (b *Binder) refuse(uid, reason, problem string) {
@@ -262,32 +334,25 @@ func (b *Binder) warnOnce(uid, kind, problem string) {
 
 // add reads uid's credentials and serves its socket.
 func (b *Binder) add(uid string) error {
-	creds, err := ReadCredentials(filepath.Join(b.opts.Dir, CredsSubdir, uid+CredsExt), uid)
+	creds, err := readCredentialsAt(int(b.creds.Fd()), uid)
 	if err != nil {
 		return err
 	}
-	ws := &workloadSocket{creds: creds, dir: filepath.Join(b.opts.Dir, MountSubdir, uid), served: make(chan struct{})}
-	ws.path = filepath.Join(ws.dir, SocketFilename)
-	if _, err := os.Stat(ws.dir); errors.Is(err, fs.ErrNotExist) {
-		if err := os.Mkdir(ws.dir, 0o755); err != nil {
-			return fmt.Errorf("create %s: %w", ws.dir, err)
-		}
-		ws.createdDir = true
-	}
-	// A socket left by an earlier dpd (or a crash) is replaced, as Calico's
-	// binder does: the credentials file says this workload exists now.
-	if err := os.Remove(ws.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("remove old socket %s: %w", ws.path, err)
-	}
-	lis, err := net.Listen("unix", ws.path)
+	ws := &workloadSocket{creds: creds, path: filepath.Join(b.opts.Dir, MountSubdir, uid, SocketFilename), served: make(chan struct{})}
+	dirfd, created, err := workloadDir(b.root, uid)
 	if err != nil {
-		return fmt.Errorf("listen %s: %w", ws.path, err)
+		return err
 	}
-	// The workload's processes run as any user; only they see this mount.
-	if err := os.Chmod(ws.path, 0o666); err != nil {
-		lis.Close()
-		return fmt.Errorf("chmod %s: %w", ws.path, err)
+	ws.createdDir = created
+	lis, ino, err := listenIn(dirfd)
+	closeFD(dirfd)
+	if err != nil {
+		if created { // leave nothing behind
+			removeWorkloadDir(b.root, uid)
+		}
+		return fmt.Errorf("%s/%s: %w", MountSubdir, uid, err)
 	}
+	ws.ino = ino
 	lis = newLimitListener(lis, b.opts.ConnsPerWorkload, b.budget)
 	ws.srv = grpc.NewServer(b.opts.ServerOptions...)
 	felix.RegisterPolicySyncServer(ws.srv, &service{proc: b.opts.Processor, creds: creds, met: b.opts.Metrics,
@@ -311,7 +376,9 @@ func (b *Binder) add(uid string) error {
 	return nil
 }
 
-// remove closes uid's socket and every stream on it.
+// remove closes uid's socket and every stream on it, and deletes the
+// socket (only if it is still the one dpd bound) and mount/<uid>/ (only if
+// dpd created it and it is empty).
 func (b *Binder) remove(uid string) {
 	b.mu.Lock()
 	ws := b.socks[uid]
@@ -323,11 +390,16 @@ func (b *Binder) remove(uid string) {
 	}
 	ws.srv.Stop()
 	<-ws.served
-	if err := os.Remove(ws.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		b.log.Warn("remove policy-sync socket", "socket", ws.path, "err", err)
-	}
-	if ws.createdDir {
-		_ = os.Remove(ws.dir) // only if empty: the workload may have put things there
+	if dirfd, err := openBeneath(b.root, MountSubdir+"/"+uid, unix.O_PATH|unix.O_DIRECTORY); err != nil {
+		if !errors.Is(err, unix.ENOENT) {
+			b.log.Warn("policy-sync socket left in place", ratelog.Key("remove"), "uid", uid, "err", err)
+		}
+	} else {
+		removeSocketIn(dirfd, ws.ino)
+		closeFD(dirfd)
+		if ws.createdDir {
+			removeWorkloadDir(b.root, uid)
+		}
 	}
 	b.opts.Metrics.workloadAdded(-1)
 	b.log.Info("policy-sync socket closed", "uid", uid, "workload", ws.creds.WorkloadID().String())

@@ -7,8 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/dpd-dev/dpd/internal/testutil"
 )
@@ -33,7 +36,7 @@ func newTestBinder(t *testing.T, opts BinderOptions) *Binder {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { b.closeAll(); b.creds.Close() })
+	t.Cleanup(func() { b.closeAll(); b.close() })
 	return b
 }
 
@@ -178,4 +181,153 @@ func TestLimitListenerBoundsConnections(t *testing.T) {
 	if budget.conns.Load() != 0 {
 		t.Fatalf("conns %d after closing", budget.conns.Load())
 	}
+}
+
+// snapshot records every path under dir with its mode, size and content.
+func snapshot(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		v := fi.Mode().String()
+		if fi.Mode().IsRegular() {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			v += " " + string(b)
+		}
+		out[p] = v
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func sameSnapshot(t *testing.T, what string, before, after map[string]string) {
+	t.Helper()
+	if len(before) != len(after) {
+		t.Fatalf("%s changed: before %v after %v", what, before, after)
+	}
+	for p, v := range before {
+		if after[p] != v {
+			t.Fatalf("%s: %s was %q, now %q", what, p, v, after[p])
+		}
+	}
+}
+
+func TestBinderFollowsNoLinks(t *testing.T) {
+	var logs syncBuf
+	b := newTestBinder(t, BinderOptions{Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	sentinel := t.TempDir()
+	if err := os.WriteFile(filepath.Join(sentinel, SocketFilename), []byte("root-owned"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(sentinel, "secret"), []byte(`Top secret`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before := snapshot(t, sentinel)
+	// mount/evil -> the sentinel: its "socket" must not be replaced.
+	writeCreds(t, b, "evil")
+	if err := os.Symlink(sentinel, filepath.Join(b.opts.Dir, MountSubdir, "evil")); err != nil {
+		t.Fatal(err)
+	}
+	// creds/leak.json -> a file outside: not read.
+	if err := os.Symlink(filepath.Join(sentinel, "secret"), filepath.Join(b.opts.Dir, CredsSubdir, "leak"+CredsExt)); err != nil {
+		t.Fatal(err)
+	}
+	// A hard link to a file outside (same filesystem): not read either.
+	if err := os.Link(filepath.Join(sentinel, "secret"), filepath.Join(b.opts.Dir, CredsSubdir, "hard"+CredsExt)); err != nil {
+		t.Logf("no hard link across filesystems: %v", err)
+	}
+	b.Scan()
+	sameSnapshot(t, "the directory outside", before, snapshot(t, sentinel))
+	refused := b.Refused()
+	if refused["evil"] != reasonLink || refused["leak"] != reasonLink || len(b.Sockets()) != 0 {
+		t.Fatalf("served %v refused %v", b.Sockets(), refused)
+	}
+	if _, ok := refused["hard"]; !ok && len(b.Sockets()) != 0 {
+		t.Fatalf("hard link served")
+	}
+	if out := logs.String(); strings.Contains(out, "Top") || strings.Contains(out, "'T'") {
+		t.Fatalf("file content in the log:\n%s", out)
+	}
+	// A link swapped in for creds/ itself is not followed either: the
+	// workloads served are closed, nothing outside is read.
+	writeCreds(t, b, "ok")
+	b.Scan()
+	if len(b.Sockets()) != 1 {
+		t.Fatalf("ok not served: %v %v", b.Sockets(), b.Refused())
+	}
+	credsDir := filepath.Join(b.opts.Dir, CredsSubdir)
+	if err := os.Rename(credsDir, credsDir+".old"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(credsDir+".old", credsDir); err != nil {
+		t.Fatal(err)
+	}
+	b.Scan()
+	if len(b.Sockets()) != 1 {
+		// The old directory is still the one held: still listed.
+		t.Fatalf("sockets %v after creds/ became a link", b.Sockets())
+	}
+	sameSnapshot(t, "the directory outside", before, snapshot(t, sentinel))
+}
+
+func TestBinderSocketPlacement(t *testing.T) {
+	old := unix.Umask(0o077) // the mode must not depend on dpd's umask
+	t.Cleanup(func() { unix.Umask(old) })
+	b := newTestBinder(t, BinderOptions{})
+	// A uid long enough that the socket path passes the kernel's 108 bytes.
+	long := strings.Repeat("u", 200)
+	writeCreds(t, b, long)
+	// A regular file where the socket goes is not replaced.
+	if err := os.MkdirAll(filepath.Join(b.opts.Dir, MountSubdir, "busy"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(b.opts.Dir, MountSubdir, "busy", SocketFilename), []byte("mine"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	writeCreds(t, b, "busy")
+	b.Scan()
+	sock := b.Sockets()[long]
+	if sock == "" {
+		t.Fatalf("long uid not served: %v", b.Refused())
+	}
+	fi, err := os.Lstat(sock)
+	if err != nil || fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != SocketMode {
+		t.Fatalf("socket %v mode %v, want a socket with %o", err, fi.Mode(), SocketMode)
+	}
+	if b.Refused()["busy"] != reasonListen {
+		t.Fatalf("busy: %v", b.Refused())
+	}
+	if got, err := os.ReadFile(filepath.Join(b.opts.Dir, MountSubdir, "busy", SocketFilename)); err != nil || string(got) != "mine" {
+		t.Fatalf("the file in the socket's place: %q %v", got, err)
+	}
+	removeCreds(t, b, long)
+	b.Scan()
+	if _, err := os.Lstat(filepath.Join(b.opts.Dir, MountSubdir, long)); !os.IsNotExist(err) {
+		t.Fatalf("mount/<long uid> left behind: %v", err)
+	}
+}
+
+type syncBuf struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuf) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
