@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/dpd-dev/dpd/dataplane/engine"
+	"github.com/dpd-dev/dpd/internal/ratelog"
 	"github.com/dpd-dev/dpd/server/policysync"
 	"github.com/oklog/run"
 	"github.com/prometheus/client_golang/prometheus"
@@ -82,7 +83,10 @@ func NewDaemon(cfg Config, kernel engine.Kernel) (*Daemon, error) {
 				return nil, err
 			}
 		}
-		d.pipe = &pipeController{engine: front, in: in, out: out, maxFrame: 0, log: cfg.Log.With("component", "felix-pipe")}
+		// Felix (or whatever holds fd 3) can repeat a bad frame at will:
+		// its warnings are rate-limited, the engine counts every one.
+		plog := ratelog.Wrap(cfg.Log.With("component", "felix-pipe"), ratelog.Options{})
+		d.pipe = &pipeController{engine: front, in: in, out: out, maxFrame: 0, log: plog}
 	}
 	return d, nil
 }

@@ -29,9 +29,12 @@ type BinderOptions struct {
 	Processor *Processor
 	// ServerOptions build each workload's gRPC server (interceptors).
 	ServerOptions []grpc.ServerOption
-	// PollInterval is how often creds/ is listed (default 250 ms), as
-	// Calico's binder polls.
+	// PollInterval is how often creds/ is listed where inotify is not
+	// available (default 250 ms, as Calico's binder polls).
 	PollInterval time.Duration
+	// ResyncInterval is how often creds/ is listed anyway when inotify
+	// wakes the binder (default 10 s): it repairs a lost event.
+	ResyncInterval time.Duration
 	// MaxWorkloads caps the workloads served (DefaultMaxWorkloads); the
 	// credentials files past it are refused until others go.
 	MaxWorkloads int
@@ -59,6 +62,10 @@ type Binder struct {
 	// creds is the creds/ directory, held open so it can be listed even
 	// when every descriptor is taken (and files removed then noticed).
 	creds *os.File
+	watch *watcher // nil: polling
+	// stamps are the versions of files refused for what they hold: they
+	// are not read again until they change. Only Scan uses it.
+	stamps map[string]stamp
 
 	mu      sync.Mutex
 	socks   map[string]*workloadSocket // by uid; guarded by mu
@@ -88,6 +95,9 @@ func NewBinder(opts BinderOptions) (*Binder, error) {
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = 250 * time.Millisecond
 	}
+	if opts.ResyncInterval <= 0 {
+		opts.ResyncInterval = 10 * time.Second
+	}
 	if opts.MaxWorkloads <= 0 {
 		opts.MaxWorkloads = DefaultMaxWorkloads
 	}
@@ -111,7 +121,7 @@ func NewBinder(opts BinderOptions) (*Binder, error) {
 		}
 	}
 	b := &Binder{opts: opts, log: opts.Log, budget: newFDBudget(opts.ConnsPerWorkload, opts.FDReserve), root: root,
-		socks: map[string]*workloadSocket{}, warned: map[string]string{}, refused: map[string]string{}}
+		socks: map[string]*workloadSocket{}, warned: map[string]string{}, refused: map[string]string{}, stamps: map[string]stamp{}}
 	if err := b.openCreds(); err != nil {
 		closeFD(root)
 		return nil, fmt.Errorf("policy-sync dir: %w", err)
@@ -132,6 +142,12 @@ func (b *Binder) openCreds() error {
 	if err != nil {
 		return err
 	}
+	if b.watch != nil {
+		if err := b.watch.watch(fd); err != nil {
+			closeFD(fd)
+			return err
+		}
+	}
 	if b.creds != nil {
 		b.creds.Close()
 	}
@@ -150,26 +166,56 @@ func (b *Binder) credsReplaced() bool {
 }
 
 func (b *Binder) close() {
+	if b.watch != nil {
+		b.watch.close()
+	}
 	if b.creds != nil {
 		b.creds.Close()
 	}
 	closeFD(b.root)
 }
 
+// minScanGap spaces scans woken by events: a peer that keeps touching
+// creds/ costs at most one listing per gap.
+const minScanGap = 50 * time.Millisecond
+
 // Run serves the workload sockets until ctx ends, then closes them all.
+// creds/ is scanned when inotify reports a change (and every
+// ResyncInterval), or every PollInterval without inotify.
 func (b *Binder) Run(ctx context.Context) error {
+	interval := b.opts.PollInterval
+	if w, err := newWatcher(int(b.creds.Fd())); err != nil {
+		b.log.Info("policy-sync polls creds/: no inotify", "err", err, "interval", interval)
+	} else {
+		b.mu.Lock()
+		b.watch, interval = w, b.opts.ResyncInterval
+		b.mu.Unlock()
+	}
+	var wake <-chan struct{}
+	if b.watch != nil {
+		wake = b.watch.wake
+	}
 	b.log.Info("policy-sync serving", "dir", b.opts.Dir, "max_workloads", b.opts.MaxWorkloads,
-		"conns_per_workload", b.opts.ConnsPerWorkload, "nofile", b.budget.limit(), "fd_reserve", b.opts.FDReserve)
-	t := time.NewTicker(b.opts.PollInterval)
+		"conns_per_workload", b.opts.ConnsPerWorkload, "nofile", b.budget.limit(), "fd_reserve", b.opts.FDReserve,
+		"inotify", b.watch != nil)
+	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
 		b.Scan()
+		last := time.Now()
 		select {
 		case <-ctx.Done():
 			b.closeAll()
 			b.close()
 			return nil
 		case <-t.C:
+		case <-wake:
+			if gap := minScanGap - time.Since(last); gap > 0 {
+				select {
+				case <-ctx.Done():
+				case <-time.After(gap):
+				}
+			}
 		}
 	}
 }
@@ -195,6 +241,11 @@ func (b *Binder) Scan() {
 			fresh = append(fresh, uid)
 		}
 	}
+	for uid := range b.stamps {
+		if !present[uid] {
+			delete(b.stamps, uid)
+		}
+	}
 	for uid := range b.refused {
 		if !present[uid] {
 			b.opts.Metrics.refusedNow(b.refused[uid], -1)
@@ -214,17 +265,34 @@ func (b *Binder) Scan() {
 	served := len(b.socks)
 	b.mu.Unlock()
 	room := b.budget.room(served)
+	credsFD := int(b.creds.Fd())
 	for _, uid := range fresh {
+		if old, refused := b.stamps[uid]; refused {
+			if st, ok, err := statAt(credsFD, uid+CredsExt); err == nil && ok && old == stampOf(&st) {
+				continue // refused for what it holds, and unchanged: not read again
+			}
+			delete(b.stamps, uid)
+		}
 		switch {
 		case served >= b.opts.MaxWorkloads:
-			b.refuse(uid, reasonLimit, fmt.Sprintf("already serving %d workloads, the most --policysync-max-workloads allows", b.opts.MaxWorkloads))
+			b.refuse(uid, reasonLimit, fmt.Sprintf("already serving %d workloads, the most --policysync-max-workloads allows", b.opts.MaxWorkloads), false)
 			continue
 		case room <= 0:
-			b.refuse(uid, reasonDescriptors, fmt.Sprintf("no descriptors left: %d kept free below RLIMIT_NOFILE %d", b.opts.FDReserve, b.budget.limit()))
+			b.refuse(uid, reasonDescriptors, fmt.Sprintf("no descriptors left: %d kept free below RLIMIT_NOFILE %d", b.opts.FDReserve, b.budget.limit()), false)
 			continue
 		}
+		// The stamp is taken before the read: a change after it makes the
+		// next scan read the file again.
+		st, ok, err := statAt(credsFD, uid+CredsExt)
+		if err != nil || !ok {
+			continue // gone since the listing
+		}
 		if err := b.add(uid); err != nil {
-			b.refuse(uid, reasonOfAdd(err), err.Error())
+			reason := reasonOfAdd(err)
+			if reason != reasonListen { // the file is the problem: wait for it to change
+				b.stamps[uid] = stampOf(&st)
+			}
+			b.refuse(uid, reason, err.Error(), reason != reasonListen)
 			continue
 		}
 		served++
@@ -282,13 +350,14 @@ func reasonOfAdd(err error) string {
 // badNameRune: a uid names a directory dpd creates and appears in logs.
 func badNameRune(r rune) bool { return unicode.IsControl(r) || unicode.IsSpace(r) }
 
-// refuse records that uid is not served, counting it once per reason.
-func (b *Binder) refuse(uid, reason, problem string) {
+// refuse records that uid is not served, counting it once per reason, or
+// again if changed (the file changed since it was last refused).
+func (b *Binder) refuse(uid, reason, problem string, changed bool) {
 	b.mu.Lock()
 	prev, was := b.refused[uid]
 	b.refused[uid] = reason
 	b.mu.Unlock()
-	if !was || prev != reason {
+	if !was || prev != reason || changed {
 		if was {
 			b.opts.Metrics.refusedNow(prev, -1)
 		}
@@ -296,6 +365,13 @@ func (b *Binder) refuse(uid, reason, problem string) {
 		b.opts.Metrics.refusal(reason)
 	}
 	b.warnOnce(uid, reason, problem)
+}
+
+// watching reports whether inotify wakes the binder.
+func (b *Binder) watching() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.watch != nil
 }
 
 // Refused lists the credentials files not served, by uid, with the reason.

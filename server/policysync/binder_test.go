@@ -1,6 +1,7 @@
 package policysync
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net"
@@ -11,8 +12,10 @@ import (
 	"testing"
 	"time"
 
+	promtest "github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/sys/unix"
 
+	"github.com/dpd-dev/dpd/internal/ratelog"
 	"github.com/dpd-dev/dpd/internal/testutil"
 )
 
@@ -330,4 +333,75 @@ func (s *syncBuf) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+func TestBinderReadsARefusedFileOnlyWhenItChanges(t *testing.T) {
+	met, err := NewMetrics(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuf
+	b := newTestBinder(t, BinderOptions{Metrics: met, Log: slog.New(slog.NewTextHandler(&logs, nil))})
+	path := filepath.Join(b.opts.Dir, CredsSubdir, "u"+CredsExt)
+	if err := os.WriteFile(path, []byte(`{"workload":`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A big file is refused from its size, unread.
+	big := make([]byte, 4<<20)
+	if err := os.WriteFile(filepath.Join(b.opts.Dir, CredsSubdir, "big"+CredsExt), big, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Many bad files log a bounded number of lines.
+	for i := range 300 {
+		if err := os.WriteFile(filepath.Join(b.opts.Dir, CredsSubdir, fmt.Sprintf("bad%d", i)+CredsExt), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 50 {
+		b.Scan()
+	}
+	reads := func() float64 { return promtest.ToFloat64(met.refusals.WithLabelValues(reasonInvalid)) }
+	if got := reads(); got != 302 {
+		t.Fatalf("%v invalid refusals over 50 scans of 302 bad files, want each read once", got)
+	}
+	if got := promtest.ToFloat64(met.refused.WithLabelValues(reasonInvalid)); got != 302 {
+		t.Fatalf("refused gauge %v", got)
+	}
+	if _, err := readCredentialsAt(int(b.creds.Fd()), "big"); err == nil || !strings.Contains(err.Error(), "refused unread") {
+		t.Fatalf("big file: %v, want refused by its size", err)
+	}
+	if n := strings.Count(logs.String(), "not served"); n > ratelog.DefaultBurst {
+		t.Fatalf("%d warning lines for 302 bad files, want at most %d per interval", n, ratelog.DefaultBurst)
+	}
+	// Fixed in place: read again and served.
+	if err := os.WriteFile(path, []byte(`{"workload":"w","namespace":"n"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b.Scan()
+	if b.Sockets()["u"] == "" {
+		t.Fatalf("fixed file not served: %v", b.Refused()["u"])
+	}
+	if got := promtest.ToFloat64(met.refused.WithLabelValues(reasonInvalid)); got != 301 {
+		t.Fatalf("refused gauge %v after the fix", got)
+	}
+}
+
+func TestBinderWakesOnInotify(t *testing.T) {
+	// Polling and resync are off for the test's length: only an event
+	// can make the binder see the file.
+	b := newTestBinder(t, BinderOptions{PollInterval: time.Hour, ResyncInterval: time.Hour})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- b.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+	testutil.WaitFor(t, 5*time.Second, "the watcher", func() bool { return b.watching() })
+	writeCreds(t, b, "u")
+	testutil.WaitFor(t, 5*time.Second, "socket for u", func() bool { return len(b.Sockets()) == 1 })
+	removeCreds(t, b, "u")
+	testutil.WaitFor(t, 5*time.Second, "socket for u closed", func() bool { return len(b.Sockets()) == 0 })
 }

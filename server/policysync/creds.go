@@ -86,13 +86,23 @@ func readCredentialsFD(fd int, uid string) (Credentials, error) {
 		return Credentials{}, errors.New("credentials: not a regular file")
 	case st.Nlink != 1:
 		return Credentials{}, fmt.Errorf("credentials: %d hard links (refused: want 1)", st.Nlink)
+	case st.Size > MaxCredentialsBytes:
+		return Credentials{}, fmt.Errorf("credentials: %d bytes (refused unread: at most %d)", st.Size, MaxCredentialsBytes)
 	}
-	b, err := io.ReadAll(f)
+	// The size can grow after the stat: read one byte past the bound.
+	b, err := io.ReadAll(io.LimitReader(f, MaxCredentialsBytes+1))
 	if err != nil {
 		return Credentials{}, fmt.Errorf("credentials: read: %w", err)
 	}
+	if len(b) > MaxCredentialsBytes {
+		return Credentials{}, fmt.Errorf("credentials: over %d bytes (refused)", MaxCredentialsBytes)
+	}
 	return ParseCredentials(b, uid)
 }
+
+// MaxCredentialsBytes bounds a credentials file: the flexvolume driver
+// writes a few hundred bytes; a bigger file is refused without being read.
+const MaxCredentialsBytes = 64 << 10
 
 // maxFieldBytes bounds each field (Kubernetes names are at most 253).
 const maxFieldBytes = 253
