@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -41,6 +42,10 @@ type BinderOptions struct {
 	// ConnsPerWorkload bounds concurrent connections on one workload's
 	// socket (DefaultConnsPerWorkload).
 	ConnsPerWorkload int
+	// HandshakeTimeout bounds a workload client's HTTP/2 handshake
+	// (default 5 s): a client sends its preface at once, and a silent one
+	// must give its connection slot back soon.
+	HandshakeTimeout time.Duration
 	// FDReserve is how many descriptors below RLIMIT_NOFILE policy sync
 	// leaves to the rest of the daemon (DefaultFDReserve).
 	FDReserve int
@@ -94,6 +99,9 @@ func NewBinder(opts BinderOptions) (*Binder, error) {
 	opts.Log = ratelog.Wrap(opts.Log, ratelog.Options{})
 	if opts.PollInterval <= 0 {
 		opts.PollInterval = 250 * time.Millisecond
+	}
+	if opts.HandshakeTimeout <= 0 {
+		opts.HandshakeTimeout = 5 * time.Second
 	}
 	if opts.ResyncInterval <= 0 {
 		opts.ResyncInterval = 10 * time.Second
@@ -430,7 +438,7 @@ func (b *Binder) add(uid string) error {
 	}
 	ws.ino = ino
 	lis = newLimitListener(lis, b.opts.ConnsPerWorkload, b.budget)
-	ws.srv = grpc.NewServer(b.opts.ServerOptions...)
+	ws.srv = grpc.NewServer(append(slices.Clip(b.opts.ServerOptions), grpc.ConnectionTimeout(b.opts.HandshakeTimeout))...)
 	felix.RegisterPolicySyncServer(ws.srv, &service{proc: b.opts.Processor, creds: creds, met: b.opts.Metrics,
 		log: b.log.With("uid", uid)})
 	go func() {

@@ -405,3 +405,35 @@ func TestBinderWakesOnInotify(t *testing.T) {
 	removeCreds(t, b, "u")
 	testutil.WaitFor(t, 5*time.Second, "socket for u closed", func() bool { return len(b.Sockets()) == 0 })
 }
+
+// TestSilentClientDoesNotHoldRemoval: a client that connects and never
+// speaks (its HTTP/2 handshake pending) does not delay closing its
+// workload: removal closes the connection.
+func TestSilentClientDoesNotHoldRemoval(t *testing.T) {
+	b := newTestBinder(t, BinderOptions{HandshakeTimeout: time.Hour})
+	writeCreds(t, b, "u")
+	b.Scan()
+	sock := b.Sockets()["u"]
+	if sock == "" {
+		t.Fatalf("not served: %v", b.Refused())
+	}
+	for range 4 {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+	}
+	testutil.WaitFor(t, 5*time.Second, "four connections accepted", func() bool { return b.budget.conns.Load() == 4 })
+	removeCreds(t, b, "u")
+	scanned := make(chan struct{})
+	go func() { b.Scan(); close(scanned) }()
+	testutil.WaitFor(t, 10*time.Second, "the workload closed despite silent clients", func() bool {
+		select {
+		case <-scanned:
+			return len(b.Sockets()) == 0 && b.budget.conns.Load() == 0
+		default:
+			return false
+		}
+	})
+}

@@ -86,17 +86,24 @@ func softFileLimit() int {
 }
 
 // limitListener accepts at most n connections at a time; Accept waits for
-// a slot before taking a connection off the kernel's queue.
+// a slot before taking a connection off the kernel's queue. Closing it
+// closes every connection it accepted: gRPC's Stop waits for connections
+// still in their HTTP/2 handshake (up to the connection timeout), and a
+// client that connects and stays silent must not hold the binder up.
 type limitListener struct {
 	net.Listener
 	slots  chan struct{}
 	budget *fdBudget
 	done   chan struct{}
 	once   sync.Once
+
+	mu    sync.Mutex
+	conns map[*limitConn]struct{} // guarded by mu; nil once closed
 }
 
 func newLimitListener(l net.Listener, n int, b *fdBudget) *limitListener {
-	return &limitListener{Listener: l, slots: make(chan struct{}, n), budget: b, done: make(chan struct{})}
+	return &limitListener{Listener: l, slots: make(chan struct{}, n), budget: b, done: make(chan struct{}),
+		conns: map[*limitConn]struct{}{}}
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
@@ -111,12 +118,40 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		return nil, err
 	}
 	l.budget.conns.Add(1)
-	return &limitConn{Conn: c, release: func() { l.budget.conns.Add(-1); <-l.slots }}, nil
+	lc := &limitConn{Conn: c}
+	lc.release = func() {
+		l.mu.Lock()
+		if l.conns != nil {
+			delete(l.conns, lc)
+		}
+		l.mu.Unlock()
+		l.budget.conns.Add(-1)
+		<-l.slots
+	}
+	l.mu.Lock()
+	closed := l.conns == nil
+	if !closed {
+		l.conns[lc] = struct{}{}
+	}
+	l.mu.Unlock()
+	if closed {
+		_ = lc.Close()
+		return nil, net.ErrClosed
+	}
+	return lc, nil
 }
 
 func (l *limitListener) Close() error {
 	l.once.Do(func() { close(l.done) })
-	return l.Listener.Close()
+	err := l.Listener.Close()
+	l.mu.Lock()
+	conns := l.conns
+	l.conns = nil
+	l.mu.Unlock()
+	for c := range conns {
+		_ = c.Close()
+	}
+	return err
 }
 
 type limitConn struct {
