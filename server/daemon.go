@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/dpd-dev/dpd/dataplane/engine"
-	"github.com/dpd-dev/dpd/internal/ratelog"
 	"github.com/dpd-dev/dpd/server/policysync"
 	"github.com/oklog/run"
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,6 +36,7 @@ type Daemon struct {
 // own (with Go and process collectors), never the global default.
 func NewDaemon(cfg Config, kernel engine.Kernel) (*Daemon, error) {
 	cfg = cfg.withDefaults()
+	cfg.Log = floodLimited(cfg.Log)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	eng := engine.New(engine.Options{Kernel: kernel, Name: cfg.Dataplane, Log: cfg.Log, Registry: reg})
@@ -83,10 +83,7 @@ func NewDaemon(cfg Config, kernel engine.Kernel) (*Daemon, error) {
 				return nil, err
 			}
 		}
-		// Felix (or whatever holds fd 3) can repeat a bad frame at will:
-		// its warnings are rate-limited, the engine counts every one.
-		plog := ratelog.Wrap(cfg.Log.With("component", "felix-pipe"), ratelog.Options{})
-		d.pipe = &pipeController{engine: front, in: in, out: out, maxFrame: 0, log: plog}
+		d.pipe = &pipeController{engine: front, in: in, out: out, maxFrame: 0, log: cfg.Log.With("component", "felix-pipe")}
 	}
 	return d, nil
 }

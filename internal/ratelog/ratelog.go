@@ -42,6 +42,9 @@ type Options struct {
 	// MinLevel: records below it always pass (default slog.LevelWarn).
 	MinLevel slog.Leveler
 	MaxKeys  int
+	// Messages, if set, limits only records with one of these messages
+	// (and records with a Key); others pass.
+	Messages []string
 	// OnSuppress, if set, is called for every record held back.
 	OnSuppress func(kind string)
 }
@@ -49,7 +52,8 @@ type Options struct {
 // state is shared by a Handler and every handler derived from it
 // (WithAttrs, WithGroup), so one kind has one budget.
 type state struct {
-	opts Options
+	opts     Options
+	messages map[string]bool // nil: every message
 
 	mu    sync.Mutex
 	kinds map[string]*window // guarded by mu
@@ -85,7 +89,14 @@ func New(next slog.Handler, opts Options) *Handler {
 	if opts.MaxKeys <= 0 {
 		opts.MaxKeys = DefaultMaxKeys
 	}
-	return &Handler{next: next, st: &state{opts: opts, kinds: map[string]*window{}}}
+	st := &state{opts: opts, kinds: map[string]*window{}}
+	if len(opts.Messages) > 0 {
+		st.messages = map[string]bool{}
+		for _, m := range opts.Messages {
+			st.messages[m] = true
+		}
+	}
+	return &Handler{next: next, st: st}
 }
 
 // Wrap returns log with its warnings (and worse) rate-limited.
@@ -109,7 +120,7 @@ func (h *Handler) Handle(ctx context.Context, r slog.Record) error {
 	if explicit {
 		r = withoutKey(r)
 	}
-	if r.Level < h.st.opts.MinLevel.Level() {
+	if r.Level < h.st.opts.MinLevel.Level() || (!explicit && h.st.messages != nil && !h.st.messages[r.Message]) {
 		return h.next.Handle(ctx, r)
 	}
 	if !explicit {
@@ -212,7 +223,7 @@ func (s *state) flush(all bool) {
 	s.mu.Unlock()
 	for _, sm := range out {
 		r := slog.NewRecord(now, sm.w.level, SummaryMessage, 0)
-		r.AddAttrs(slog.String("msg", sm.w.msg), slog.String("kind", sm.kind),
+		r.AddAttrs(slog.String("repeated", sm.w.msg), slog.String("kind", sm.kind),
 			slog.Int("suppressed", sm.w.dropped), slog.Int("logged", sm.w.passed),
 			slog.Duration("interval", min(now.Sub(sm.w.start), interval)))
 		_ = sm.w.next.Handle(context.Background(), r)

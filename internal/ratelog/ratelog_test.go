@@ -51,7 +51,7 @@ func TestFloodCostsBurstPlusSummary(t *testing.T) {
 		t.Fatalf("%d lines:\n%s", len(lines), strings.Join(lines, "\n"))
 	}
 	last := lines[len(lines)-1]
-	if !strings.Contains(last, ratelog.SummaryMessage) || !strings.Contains(last, "suppressed=99997") || !strings.Contains(last, `msg="bad frame"`) {
+	if !strings.Contains(last, ratelog.SummaryMessage) || !strings.Contains(last, "suppressed=99997") || !strings.Contains(last, `repeated="bad frame"`) {
 		t.Fatalf("summary %q", last)
 	}
 	if suppressed != 99997 {
@@ -107,4 +107,16 @@ func TestSummaryArrivesAtIntervalEnd(t *testing.T) {
 	testutil.WaitFor(t, 5*time.Second, "summary line", func() bool {
 		return strings.Contains(strings.Join(buf.lines(), "\n"), "suppressed=49")
 	})
+}
+
+func TestMessagesLimitsOnlyThose(t *testing.T) {
+	log, h, buf := newLogger(ratelog.Options{Interval: time.Hour, Burst: 1, Messages: []string{"flood"}})
+	for range 10 {
+		log.Warn("flood")
+		log.Warn("apply failed")
+	}
+	h.Flush()
+	if n := len(buf.lines()); n != 1+10+1 {
+		t.Fatalf("%d lines, want 1 flood, 10 others, 1 summary:\n%s", n, strings.Join(buf.lines(), "\n"))
+	}
 }
