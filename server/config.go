@@ -47,6 +47,10 @@ type Config struct {
 	// PolicySyncDir, when set, serves felix.PolicySync per workload under
 	// it (Felix's PolicySyncPathPrefix: creds/<uid>.json -> mount/<uid>/socket).
 	PolicySyncDir string
+	// PolicySyncMaxWorkloads caps the workloads served under PolicySyncDir
+	// (0: policysync.DefaultMaxWorkloads); further credentials files are
+	// refused until others go.
+	PolicySyncMaxWorkloads int
 	// RuleMetrics exports per-rule packet and byte counters of the
 	// RuleMetricsLimit busiest rules (linux dataplane).
 	RuleMetrics      bool

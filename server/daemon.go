@@ -36,6 +36,7 @@ type Daemon struct {
 // own (with Go and process collectors), never the global default.
 func NewDaemon(cfg Config, kernel engine.Kernel) (*Daemon, error) {
 	cfg = cfg.withDefaults()
+	cfg.Log = floodLimited(cfg.Log)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	eng := engine.New(engine.Options{Kernel: kernel, Name: cfg.Dataplane, Log: cfg.Log, Registry: reg})
@@ -69,7 +70,7 @@ func NewDaemon(cfg Config, kernel engine.Kernel) (*Daemon, error) {
 	if proc != nil {
 		d.binder, err = policysync.NewBinder(policysync.BinderOptions{
 			Dir: cfg.PolicySyncDir, Processor: proc, ServerOptions: srv.serverOptions(),
-			Metrics: psMet, Log: cfg.Log.With("component", "policysync"),
+			MaxWorkloads: cfg.PolicySyncMaxWorkloads, Metrics: psMet, Log: cfg.Log.With("component", "policysync"),
 		})
 		if err != nil {
 			return nil, err

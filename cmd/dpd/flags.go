@@ -11,6 +11,7 @@ import (
 	"github.com/dpd-dev/dpd/dataplane/tcbpf"
 	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
 	"github.com/dpd-dev/dpd/server"
+	"github.com/dpd-dev/dpd/server/policysync"
 )
 
 // parseFlags reads the command line; every flag has an environment
@@ -66,6 +67,7 @@ func parseInto(lo *linux.Options, mem *memorySize, gc *gcPercent, args []string,
 	fs.StringVar(&lo.Hostname, "hostname", "", "this node's name for VXLAN tunnel endpoints when ConfigUpdate has no FelixHostname (default: the OS hostname)")
 	fs.BoolVar(&cfg.FelixPipe, "felix-pipe", false, "be Felix's dataplane driver: ToDataplane on fd 3, FromDataplane on fd 4; the end of fd 3 stops dpd (exit 0)")
 	fs.StringVar(&cfg.PolicySyncDir, "policysync-dir", "", "serve Calico's policy-sync API per workload under this directory (Felix's PolicySyncPathPrefix)")
+	fs.IntVar(&cfg.PolicySyncMaxWorkloads, "policysync-max-workloads", policysync.DefaultMaxWorkloads, "most workloads --policysync-dir serves at once (each costs descriptors); further credentials files are refused, logged and counted until others go")
 	fs.BoolVar(&cfg.RuleMetrics, "rule-metrics", false, "export per-rule packet and byte counters (dpd_rule_*) of the busiest rules")
 	fs.IntVar(&cfg.RuleMetricsLimit, "rule-metrics-limit", server.DefaultRuleMetricsLimit, "how many rules --rule-metrics exports, busiest first")
 	fs.Var(mem, "memory-limit", "soft memory limit of the Go runtime, which collects more often near it: a `size` as GOMEMLIMIT takes (48MiB, 1GiB), 0 or off for none; if neither this flag nor DPD_MEMORY_LIMIT is given and GOMEMLIMIT is set, GOMEMLIMIT applies; lifted with a warning if the live heap outgrows it")
@@ -94,6 +96,8 @@ func parseInto(lo *linux.Options, mem *memorySize, gc *gcPercent, args []string,
 		return cfg, level, fmt.Errorf("--dataplane must be linux or memory, not %q", cfg.Dataplane)
 	case cfg.MaxRecvMsgSize <= 0:
 		return cfg, level, fmt.Errorf("--max-msg-size must be positive")
+	case cfg.PolicySyncMaxWorkloads <= 0:
+		return cfg, level, fmt.Errorf("--policysync-max-workloads must be positive")
 	case cfg.RuleMetricsLimit <= 0:
 		return cfg, level, fmt.Errorf("--rule-metrics-limit must be positive")
 	}

@@ -20,7 +20,7 @@ func TestParseFlags(t *testing.T) {
 		{
 			name: "defaults",
 			check: func(t *testing.T, c server.Config, level slog.Level) {
-				want := server.Config{Socket: "/run/dpd/dpd.sock", MetricsAddr: "127.0.0.1:9091", Dataplane: "linux", MaxRecvMsgSize: 16 << 20, RuleMetricsLimit: 100}
+				want := server.Config{Socket: "/run/dpd/dpd.sock", MetricsAddr: "127.0.0.1:9091", Dataplane: "linux", MaxRecvMsgSize: 16 << 20, RuleMetricsLimit: 100, PolicySyncMaxWorkloads: 1024}
 				if c != want || level != slog.LevelInfo {
 					t.Errorf("defaults = %+v %v", c, level)
 				}
@@ -29,9 +29,10 @@ func TestParseFlags(t *testing.T) {
 		{
 			name: "environment",
 			env: map[string]string{"DPD_SOCKET": "/tmp/x.sock", "DPD_DATAPLANE": "memory", "DPD_LOG_LEVEL": "debug",
-				"DPD_MAX_MSG_SIZE": "1024", "DPD_LISTEN_TCP": "127.0.0.1:9443", "DPD_INSECURE_TCP": "true"},
+				"DPD_MAX_MSG_SIZE": "1024", "DPD_LISTEN_TCP": "127.0.0.1:9443", "DPD_INSECURE_TCP": "true",
+				"DPD_POLICYSYNC_MAX_WORKLOADS": "7"},
 			check: func(t *testing.T, c server.Config, level slog.Level) {
-				want := server.Config{Socket: "/tmp/x.sock", ListenTCP: "127.0.0.1:9443", InsecureTCP: true, MetricsAddr: "127.0.0.1:9091", Dataplane: "memory", MaxRecvMsgSize: 1024, RuleMetricsLimit: 100}
+				want := server.Config{Socket: "/tmp/x.sock", ListenTCP: "127.0.0.1:9443", InsecureTCP: true, MetricsAddr: "127.0.0.1:9091", Dataplane: "memory", MaxRecvMsgSize: 1024, RuleMetricsLimit: 100, PolicySyncMaxWorkloads: 7}
 				if c != want || level != slog.LevelDebug {
 					t.Errorf("env = %+v %v", c, level)
 				}
@@ -88,6 +89,7 @@ func TestParseFlags(t *testing.T) {
 			},
 		},
 		{name: "non-positive rule limit", args: []string{"--rule-metrics-limit=0"}, wantErr: "rule-metrics-limit"},
+		{name: "non-positive workload cap", args: []string{"--policysync-max-workloads=0"}, wantErr: "policysync-max-workloads"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -30,6 +30,11 @@ func run(args []string, getenv func(string) string) int {
 	}
 	cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.Level}))
 	cfg.Version = version
+	if soft, hard, err := raiseFileLimit(); err != nil {
+		cfg.Log.Warn("descriptor limit unchanged", "err", err)
+	} else {
+		cfg.Log.Debug("descriptor limit", "soft", soft, "hard", hard)
+	}
 	if limit, ok := memoryLimit(cfg.MemoryLimit, getenv); ok {
 		debug.SetMemoryLimit(limit)
 		if limit != math.MaxInt64 {

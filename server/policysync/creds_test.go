@@ -47,3 +47,26 @@ func TestReadCredentials(t *testing.T) {
 		})
 	}
 }
+
+// TestParseCredentialsQuotesNoContent: whatever the file holds, the error
+// names a position or a field, never the bytes (a file may stand for
+// another one).
+func TestParseCredentialsQuotesNoContent(t *testing.T) {
+	for _, in := range []string{
+		"Zecret root password",
+		`{"uid": "u", "workload": 7}`,
+		`{"workload":"w","namespace":"n"} Zecret`,
+		`["Zecret"]`,
+		`{"uid":"Zecret","workload":"w","namespace":"n"}`,
+		`{"workload":"w","namespace":"Zec/ret"}`,
+		"{\"workload\":\"w\\nZ\",\"namespace\":\"n\"}",
+	} {
+		_, err := ParseCredentials([]byte(in), "u")
+		if err == nil {
+			t.Fatalf("%q parsed", in)
+		}
+		if strings.Contains(err.Error(), "Z") || strings.Contains(err.Error(), "ret") {
+			t.Errorf("%q: error %q quotes the content", in, err)
+		}
+	}
+}

@@ -16,6 +16,9 @@ type Metrics struct {
 	sentTotal   *prometheus.CounterVec
 	disconnects *prometheus.CounterVec
 	reports     *prometheus.CounterVec
+	limit       prometheus.Gauge
+	refused     *prometheus.GaugeVec
+	refusals    *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them in reg (nil: none).
@@ -41,9 +44,21 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Name: "dpd_policysync_reports_total",
 			Help: "DataplaneStats reports received from policy-sync clients, by action (allowed, denied).",
 		}, []string{"action"}),
+		limit: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "dpd_policysync_workloads_limit",
+			Help: "Most workloads policy sync serves (--policysync-max-workloads).",
+		}),
+		refused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "dpd_policysync_workloads_refused",
+			Help: "Credentials files present but not served, by reason (limit, descriptors, invalid, link).",
+		}, []string{"reason"}),
+		refusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "dpd_policysync_refused_total",
+			Help: "Credentials files refused, by reason (limit, descriptors, invalid, link); a file is counted again when it changes or its reason does.",
+		}, []string{"reason"}),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.workloads, m.clients, m.sentTotal, m.disconnects, m.reports} {
+		for _, c := range []prometheus.Collector{m.workloads, m.clients, m.sentTotal, m.disconnects, m.reports, m.limit, m.refused, m.refusals} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}
@@ -96,5 +111,23 @@ func (m *Metrics) report(st *felix.DataplaneStats) {
 func (m *Metrics) workloadAdded(delta float64) {
 	if m != nil {
 		m.workloads.Add(delta)
+	}
+}
+
+func (m *Metrics) setLimit(n int) {
+	if m != nil {
+		m.limit.Set(float64(n))
+	}
+}
+
+func (m *Metrics) refusedNow(reason string, delta float64) {
+	if m != nil {
+		m.refused.WithLabelValues(reason).Add(delta)
+	}
+}
+
+func (m *Metrics) refusal(reason string) {
+	if m != nil {
+		m.refusals.WithLabelValues(reason).Inc()
 	}
 }
