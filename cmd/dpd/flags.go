@@ -18,7 +18,7 @@ import (
 func parseFlags(args []string, getenv func(string) string, out io.Writer) (config, error) {
 	c := config{MemoryLimit: memorySize{bytes: defaultMemoryLimit}, GCPercent: gcPercent{n: defaultGCPercent}}
 	var err error
-	c.Config, c.Level, err = parseInto(&c.Linux, &c.MemoryLimit, &c.GCPercent, args, getenv, out)
+	c.Config, c.Level, err = parseInto(&c.Linux, &c.MemoryLimit, &c.GCPercent, &c.Start, args, getenv, out)
 	return c, err
 }
 
@@ -32,9 +32,11 @@ type config struct {
 	MemoryLimit memorySize
 	// GCPercent is the Go runtime's GOGC (see gcTarget).
 	GCPercent gcPercent
+	// Start holds the flags of start-up (startup.go).
+	Start startFlags
 }
 
-func parseInto(lo *linux.Options, mem *memorySize, gc *gcPercent, args []string, getenv func(string) string, out io.Writer) (server.Config, slog.Level, error) {
+func parseInto(lo *linux.Options, mem *memorySize, gc *gcPercent, st *startFlags, args []string, getenv func(string) string, out io.Writer) (server.Config, slog.Level, error) {
 	cfg := server.Config{
 		Socket:         server.DefaultSocket,
 		MetricsAddr:    server.DefaultMetricsAddr,
@@ -67,6 +69,7 @@ func parseInto(lo *linux.Options, mem *memorySize, gc *gcPercent, args []string,
 	fs.BoolVar(&cfg.RuleMetrics, "rule-metrics", false, "export per-rule packet and byte counters (dpd_rule_*) of the busiest rules")
 	fs.IntVar(&cfg.RuleMetricsLimit, "rule-metrics-limit", server.DefaultRuleMetricsLimit, "how many rules --rule-metrics exports, busiest first")
 	fs.Var(mem, "memory-limit", "soft memory limit of the Go runtime, which collects more often near it: a `size` as GOMEMLIMIT takes (48MiB, 1GiB), 0 or off for none; if neither this flag nor DPD_MEMORY_LIMIT is given and GOMEMLIMIT is set, GOMEMLIMIT applies; lifted with a warning if the live heap outgrows it")
+	st.register(fs)
 	fs.Var(gc, "gc-percent", "the Go collector's GOGC: heap growth between collections in percent of the live heap, -1 for off; if neither this flag nor DPD_GC_PERCENT is given and GOGC is set, GOGC applies")
 
 	var envErr error

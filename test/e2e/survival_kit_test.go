@@ -63,6 +63,13 @@ func newNode(t *testing.T) *node {
 // start runs a new dpd on the node with env added to the environment and
 // waits until it serves gRPC. The previous one must have exited.
 func (n *node) start(env ...string) *Daemon {
+	n.t.Helper()
+	return n.startWrapped(nil, env...)
+}
+
+// startWrapped is start with dpd run by the command wrap (wrap's argv, then
+// dpd's), such as unshare.
+func (n *node) startWrapped(wrap []string, env ...string) *Daemon {
 	t := n.t
 	t.Helper()
 	if dpdBinary == "" {
@@ -82,7 +89,8 @@ func (n *node) start(env ...string) *Daemon {
 		t.Fatalf("create daemon log: %v", err)
 	}
 	d.logFile = logFile
-	d.cmd = exec.Command(dpdBinary, d.Args...)
+	argv := append(append(append([]string(nil), wrap...), dpdBinary), d.Args...)
+	d.cmd = exec.Command(argv[0], argv[1:]...)
 	d.cmd.Env = append(os.Environ(), env...)
 	d.cmd.Stdout, d.cmd.Stderr = logFile, logFile
 	t.Cleanup(func() {
