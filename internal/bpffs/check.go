@@ -259,6 +259,7 @@ func mountChecked(p plan, opts Options) (Report, error) {
 	if err == nil {
 		err = errors.New("the host's init (PID 1) does not see it")
 	}
+	r.Found, r.Why = "", ""
 	return r, fmt.Errorf("%w: no bpffs was mounted at %s, and the one dpd mounted there (now unmounted again) does not reach the host (%w): %s; %s",
 		ErrPrivate, Path, err, consequence, fix)
 }

@@ -78,9 +78,11 @@ func TestPrivateBPFFSRefused(t *testing.T) {
 	d := n.startWrapped([]string{"unshare", "--mount", "--propagation", "private"})
 	ctl.waitStreams(t, 2)
 	requireZeroWrites(t, n, d)
-	if line := logLine(d.Log(), `msg=bpffs`); !strings.Contains(line, "found=host-bpffs") {
+	line := logLine(d.Log(), `msg=bpffs`)
+	if !strings.Contains(line, "found=host-bpffs") {
 		t.Errorf("a dpd in a mount namespace of its own with the host's bpffs logged %q, want found=host-bpffs", line)
 	}
+	t.Logf("the adopting dpd in unshare -m: %s", line)
 	enforced(t)
 	tr.requireNoLoss(t, "refused private starts, then an adopting one")
 	if diff := diffFingerprints(before, fingerprint(t, n.pin, a, b, c), true); len(diff) > 0 {
