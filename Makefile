@@ -17,7 +17,7 @@ APT_PACKAGES := clang-19 llvm-19 bpftool libbpf-dev linux-libc-dev protobuf-comp
 GO_TEST_FLAGS ?= -race -count=1
 E2E_TIMEOUT ?= 20m
 
-.PHONY: all deps apt-deps tools generate check-generated build lint vet test unit e2e bench demo clean
+.PHONY: all deps apt-deps tools generate check-generated build lint vet test unit e2e bench demo image clean
 
 all: build
 
@@ -82,6 +82,23 @@ bench: build
 
 demo: build
 	./examples/demo.sh
+
+# image builds the container image without a container engine: a static
+# dpd (version and commit stamped in, see dpd --version) on an empty base,
+# assembled by ./deploy/image into $(IMAGE_TAR), an OCI layout that is also
+# a docker-archive (ctr -n k8s.io images import, podman load, docker load),
+# tagged $(IMAGE), the name deploy/'s manifests use.
+# Reproducible: every timestamp is the last commit's.
+VERSION           ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT            ?= $(shell git rev-parse HEAD 2>/dev/null)
+SOURCE_DATE_EPOCH ?= $(shell git log -1 --format=%ct 2>/dev/null || echo 0)
+IMAGE             ?= dpd:dev
+IMAGE_TAR         ?= bin/dpd-image.tar
+image:
+	CGO_ENABLED=0 go build -trimpath -buildvcs=false \
+	  -ldflags "-s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o bin/image/dpd ./cmd/dpd
+	go run ./deploy/image --binary bin/image/dpd --tag $(IMAGE) --version $(VERSION) --revision $(COMMIT) \
+	  --created $(SOURCE_DATE_EPOCH) --out $(IMAGE_TAR)
 
 clean:
 	rm -rf bin

@@ -31,3 +31,12 @@ func TestAttachModeFlag(t *testing.T) {
 		}
 	}
 }
+
+// TestActionFlagsHaveNoEnvTwin: an environment variable must never turn
+// a start into a one-shot action, nor fail it.
+func TestActionFlagsHaveNoEnvTwin(t *testing.T) {
+	env := map[string]string{"DPD_VERSION": "1.2.3", "DPD_INSTALL_TO": "/tmp/x"}
+	if _, err := parseFlags(nil, func(k string) string { return env[k] }, &bytes.Buffer{}); err != nil {
+		t.Fatalf("DPD_VERSION/DPD_INSTALL_TO broke the start: %v", err)
+	}
+}

@@ -20,7 +20,7 @@ import (
 func parseFlags(args []string, getenv func(string) string, out io.Writer) (config, error) {
 	c := config{MemoryLimit: memorySize{bytes: defaultMemoryLimit}, GCPercent: gcPercent{n: defaultGCPercent}}
 	var err error
-	c.Config, c.Level, err = parseInto(&c.Linux, &c.MemoryLimit, &c.GCPercent, args, getenv, out)
+	c.Config, c.Level, err = parseInto(&c.Linux, &c.MemoryLimit, &c.GCPercent, &c.Start, args, getenv, out)
 	return c, err
 }
 
@@ -34,9 +34,11 @@ type config struct {
 	MemoryLimit memorySize
 	// GCPercent is the Go runtime's GOGC (see gcTarget).
 	GCPercent gcPercent
+	// Start holds the flags of start-up (startup.go).
+	Start startFlags
 }
 
-func parseInto(lo *linux.Options, mem *memorySize, gc *gcPercent, args []string, getenv func(string) string, out io.Writer) (server.Config, slog.Level, error) {
+func parseInto(lo *linux.Options, mem *memorySize, gc *gcPercent, st *startFlags, args []string, getenv func(string) string, out io.Writer) (server.Config, slog.Level, error) {
 	cfg := server.Config{
 		Socket:         server.DefaultSocket,
 		MetricsAddr:    server.DefaultMetricsAddr,
@@ -71,10 +73,14 @@ func parseInto(lo *linux.Options, mem *memorySize, gc *gcPercent, args []string,
 	fs.BoolVar(&cfg.RuleMetrics, "rule-metrics", false, "export per-rule packet and byte counters (dpd_rule_*) of the busiest rules")
 	fs.IntVar(&cfg.RuleMetricsLimit, "rule-metrics-limit", server.DefaultRuleMetricsLimit, "how many rules --rule-metrics exports, busiest first")
 	fs.Var(mem, "memory-limit", "soft memory limit of the Go runtime, which collects more often near it: a `size` as GOMEMLIMIT takes (48MiB, 1GiB), 0 or off for none; if neither this flag nor DPD_MEMORY_LIMIT is given and GOMEMLIMIT is set, GOMEMLIMIT applies; lifted with a warning if the live heap outgrows it")
+	st.register(fs)
 	fs.Var(gc, "gc-percent", "the Go collector's GOGC: heap growth between collections in percent of the live heap, -1 for off; if neither this flag nor DPD_GC_PERCENT is given and GOGC is set, GOGC applies")
 
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {
+		if actionFlags[f.Name] {
+			return
+		}
 		name := envName(f.Name)
 		if v := getenv(name); v != "" && envErr == nil {
 			if err := f.Value.Set(v); err != nil {
@@ -114,6 +120,10 @@ func parseInto(lo *linux.Options, mem *memorySize, gc *gcPercent, args []string,
 	lo.AttachMode = mode
 	return cfg, level, cfg.Validate()
 }
+
+// actionFlags do something instead of configuring dpd, so they have no
+// environment twin: packaging often exports DPD_VERSION for its own use.
+var actionFlags = map[string]bool{"version": true, "install-to": true}
 
 // envName maps a flag to its environment variable: tls-client-ca ->
 // DPD_TLS_CLIENT_CA.

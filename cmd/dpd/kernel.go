@@ -21,6 +21,9 @@ func newDaemon(c config) (*server.Daemon, func(), error) {
 	case "linux":
 		lo := c.Linux
 		lo.Log = cfg.Log
+		if err := checkBPFFS(cfg.Log, lo.PinDir, c.Start.AllowPrivateBPFFS); err != nil {
+			return nil, nil, err
+		}
 		lk, err := linux.New(lo)
 		if err != nil {
 			return nil, nil, err

@@ -28,6 +28,9 @@ func run(args []string, getenv func(string) string) int {
 		fmt.Fprintln(os.Stderr, "dpd:", err)
 		return 2
 	}
+	if code, done := cfg.Start.act(os.Stdout, os.Stderr); done {
+		return code
+	}
 	cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.Level}))
 	cfg.Version = version
 	if soft, hard, err := raiseFileLimit(); err != nil {

@@ -50,6 +50,9 @@ type Config struct {
 	// (bpffs and the harness's files stay visible) and then executes dpd
 	// under its own pid. "" runs dpd in the harness's namespace.
 	NetNS string
+	// Wrap runs dpd under a command (its argv, then dpd's), such as
+	// unshare; empty runs dpd directly. Not combined with NetNS.
+	Wrap []string
 	// OwnGroup puts dpd in a process group of its own, so a terminal's
 	// Ctrl-C reaches only the harness, which then stops dpd in order, and
 	// sends it SIGTERM when the OS thread that started it exits, so a
@@ -114,15 +117,21 @@ func Start(ctx context.Context, cfg Config) (*Daemon, error) {
 	if d.stopTimeout <= 0 {
 		d.stopTimeout = DefaultStopTimeout
 	}
+	if cfg.NetNS != "" && len(cfg.Wrap) > 0 {
+		return nil, fmt.Errorf("daemon config: NetNS and Wrap are exclusive")
+	}
 	var err error
 	if d.logFile, err = os.Create(cfg.LogPath); err != nil {
 		return nil, fmt.Errorf("create dpd log: %w", err)
 	}
-	if cfg.NetNS == "" {
-		d.cmd = exec.Command(cfg.Binary, d.Args...)
-	} else {
-		d.cmd = exec.Command("nsenter", append([]string{"--net=/var/run/netns/" + cfg.NetNS, cfg.Binary}, d.Args...)...)
+	argv := append([]string{cfg.Binary}, d.Args...)
+	switch {
+	case cfg.NetNS != "":
+		argv = append([]string{"nsenter", "--net=/var/run/netns/" + cfg.NetNS}, argv...)
+	case len(cfg.Wrap) > 0:
+		argv = append(append([]string(nil), cfg.Wrap...), argv...)
 	}
+	d.cmd = exec.Command(argv[0], argv[1:]...)
 	if len(cfg.Env) > 0 {
 		d.cmd.Env = append(os.Environ(), cfg.Env...)
 	}

@@ -60,6 +60,13 @@ func newNode(t *testing.T) *node {
 // start runs a new dpd on the node with env added to the environment and
 // waits until it serves gRPC. The previous one must have exited.
 func (n *node) start(env ...string) *Daemon {
+	n.t.Helper()
+	return n.startWrapped(nil, env...)
+}
+
+// startWrapped is start with dpd run by the command wrap (wrap's argv, then
+// dpd's), such as unshare.
+func (n *node) startWrapped(wrap []string, env ...string) *Daemon {
 	t := n.t
 	t.Helper()
 	n.starts++
@@ -67,6 +74,7 @@ func (n *node) start(env ...string) *Daemon {
 	cfg.Socket = n.socket
 	cfg.LogPath = filepath.Join(n.dir, fmt.Sprintf("dpd-%d.log", n.starts))
 	cfg.Env = env
+	cfg.Wrap = wrap
 	n.cur = launchDaemon(t, cfg, false)
 	return n.cur
 }
