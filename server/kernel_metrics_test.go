@@ -7,19 +7,18 @@ import (
 
 	"github.com/dpd-dev/dpd/dataplane/engine"
 	"github.com/dpd-dev/dpd/dataplane/model"
-	"github.com/dpd-dev/dpd/dataplane/tcbpf/polprog"
 )
 
 func TestKernelCollector(t *testing.T) {
 	eng := fakeEngine{eps: map[string]engine.EndpointInfo{"a": {ID: model.WorkloadID{Workload: "a"}, Iface: "calia"}}}
-	var rules []polprog.RuleInfo
+	var rules []model.RuleInfo
 	counters := map[uint64][2]uint64{}
 	for i := range 5 {
 		id := uint64(i + 1)
-		rules = append(rules, polprog.RuleInfo{CounterID: id, Tier: "t", Policy: "t/p", Kind: "policy", Index: i, RuleID: "r", Action: model.ActionAllow})
+		rules = append(rules, model.RuleInfo{CounterID: id, Tier: "t", Policy: "t/p", Kind: "policy", Index: i, RuleID: "r", Action: model.ActionAllow})
 		counters[id] = [2]uint64{id * 10, id * 1000} // rule 5 is the busiest
 	}
-	k := &fakeKernel{rulesFor: map[model.Direction][]polprog.RuleInfo{model.Ingress: rules}, counters: counters}
+	k := &fakeKernel{rulesFor: map[model.Direction][]model.RuleInfo{model.Ingress: rules}, counters: counters}
 
 	for _, tt := range []struct {
 		limit, wantRules int

@@ -181,8 +181,10 @@ func (k *Kernel) Close() error {
 	return nil
 }
 
-// BPF exposes the BPF side for Inspect (trace, counters).
-func (k *Kernel) BPF() *tcbpf.Datapath {
+// datapath is the BPF side, for what does not need the rest of the
+// kernel's state (IP sets) and for tests. It stays inside this package:
+// Configure may close and reopen it.
+func (k *Kernel) datapath() *tcbpf.Datapath {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.bpf
@@ -282,7 +284,7 @@ func (k *Kernel) ReplaceIPSet(id string, typ model.IPSetType, members []model.IP
 	k.mu.Lock()
 	k.knownSets[id] = true
 	k.mu.Unlock()
-	return k.BPF().ReplaceIPSet(id, typ, members)
+	return k.datapath().ReplaceIPSet(id, typ, members)
 }
 
 // UpdateIPSet implements engine.IPSetKernel.
@@ -290,12 +292,12 @@ func (k *Kernel) UpdateIPSet(id string, added, removed []model.IPSetMember) erro
 	k.mu.Lock()
 	k.knownSets[id] = true
 	k.mu.Unlock()
-	return k.BPF().UpdateIPSet(id, added, removed)
+	return k.datapath().UpdateIPSet(id, added, removed)
 }
 
 // RemoveIPSet implements engine.IPSetKernel.
 func (k *Kernel) RemoveIPSet(id string) error {
-	if err := k.BPF().RemoveIPSet(id); err != nil {
+	if err := k.datapath().RemoveIPSet(id); err != nil {
 		return err
 	}
 	k.mu.Lock()
