@@ -69,10 +69,15 @@ func readCounters(kv engine.KernelInspector, table []*ruleEntry, withEndpoints, 
 	return out
 }
 
-func (s *inspectService) GetCounters(_ context.Context, req *dpdv1.GetCountersRequest) (*dpdv1.GetCountersResponse, error) {
+func (s *inspectService) GetCounters(ctx context.Context, req *dpdv1.GetCountersRequest) (*dpdv1.GetCountersResponse, error) {
 	if s.kernel == nil {
 		return nil, needsLinux("counters")
 	}
+	release, err := s.heavy.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	eps := s.engine.Endpoints()
 	if id := req.GetEndpoint(); id != "" {
 		ep, ok := s.engine.Endpoint(id)

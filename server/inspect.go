@@ -20,6 +20,7 @@ type inspectService struct {
 	engine  Engine
 	eps     engine.EndpointInspector // nil when the kernel says nothing of endpoints
 	kernel  engine.KernelInspector   // nil when it runs no programs (memory)
+	heavy   *callLimiter             // bounds the calls that grow with the state
 	version string
 	dpName  string
 	started time.Time
@@ -27,7 +28,8 @@ type inspectService struct {
 
 // newInspectService serves Inspect over eng and what kernel can answer.
 func newInspectService(eng Engine, kernel any, version, dpName string) *inspectService {
-	s := &inspectService{engine: eng, version: version, dpName: dpName, started: time.Now()}
+	s := &inspectService{engine: eng, version: version, dpName: dpName, started: time.Now(),
+		heavy: newCallLimiter(heavyCalls, heavyWait)}
 	s.eps, _ = kernel.(engine.EndpointInspector)
 	s.kernel, _ = kernel.(engine.KernelInspector)
 	return s
@@ -72,7 +74,12 @@ func (s *inspectService) GetStatus(context.Context, *dpdv1.GetStatusRequest) (*d
 	}, nil
 }
 
-func (s *inspectService) ListEndpoints(context.Context, *dpdv1.ListEndpointsRequest) (*dpdv1.ListEndpointsResponse, error) {
+func (s *inspectService) ListEndpoints(ctx context.Context, _ *dpdv1.ListEndpointsRequest) (*dpdv1.ListEndpointsResponse, error) {
+	release, err := s.heavy.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	eps := s.engine.Endpoints()
 	resp := &dpdv1.ListEndpointsResponse{Endpoints: make([]*dpdv1.Endpoint, len(eps))}
 	for i := range eps {

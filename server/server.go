@@ -27,7 +27,7 @@ type Engine interface {
 	Endpoints() []engine.EndpointInfo
 	Endpoint(id string) (engine.EndpointInfo, bool)
 	Policies(ctx context.Context) ([]engine.PolicyInfo, error)
-	IPSets(ctx context.Context, id string, maxMembers int) ([]engine.IPSetInfo, error)
+	IPSets(ctx context.Context, q engine.IPSetQuery) ([]engine.IPSetInfo, error)
 	Services(ctx context.Context) ([]model.Service, error)
 	Routes(ctx context.Context) ([]model.Route, error)
 }

@@ -23,7 +23,7 @@ func needsLinux(what string) error {
 // Trace runs the endpoint's attached entry program on a crafted packet
 // with the trace mark (no conntrack or counter writes) and explains the
 // outcome.
-func (s *inspectService) Trace(_ context.Context, req *dpdv1.TraceRequest) (*dpdv1.TraceResponse, error) {
+func (s *inspectService) Trace(ctx context.Context, req *dpdv1.TraceRequest) (*dpdv1.TraceResponse, error) {
 	if s.kernel == nil {
 		return nil, needsLinux("trace")
 	}
@@ -31,6 +31,11 @@ func (s *inspectService) Trace(_ context.Context, req *dpdv1.TraceRequest) (*dpd
 	if err != nil {
 		return nil, err
 	}
+	release, err := s.heavy.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	res, err := s.kernel.Trace(ep.Iface, dir, pkt.frame())
 	switch {
 	case errors.Is(err, engine.ErrNotProgrammed):
