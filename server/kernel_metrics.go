@@ -25,11 +25,11 @@ func newKernelCollector(kv engine.KernelInspector, eng Engine, ruleLimit int) *k
 	return &kernelCollector{
 		kv: kv, engine: eng, ruleLimit: ruleLimit,
 		mapEntries: prometheus.NewDesc("dpd_bpf_map_entries",
-			"Entries in a BPF map: what dpd wrote to it (conntrack: counted at most every few seconds).", []string{"map"}, nil),
+			"Entries in a BPF map: what dpd wrote to it (conntrack, written by the programs: counted at most every 10 s).", []string{"map"}, nil),
 		mapCapacity: prometheus.NewDesc("dpd_bpf_map_capacity",
 			"max_entries of a BPF map.", []string{"map"}, nil),
 		conntrack: prometheus.NewDesc("dpd_conntrack_entries",
-			"Entries in the BPF conntrack table (live or awaiting expiry).", nil, nil),
+			"Entries in the BPF conntrack table (live or awaiting expiry), counted at most every 10 s.", nil, nil),
 		errors: prometheus.NewDesc("dpd_kernel_scrape_errors",
 			"Maps that could not be read during this scrape.", nil, nil),
 		rulePackets: prometheus.NewDesc("dpd_rule_packets_total",

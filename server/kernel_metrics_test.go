@@ -1,6 +1,7 @@
 package server
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -47,5 +48,32 @@ func TestKernelCollector(t *testing.T) {
 		if len(got["dpd_bpf_map_entries"]) != 2 || len(got["dpd_bpf_map_capacity"]) != 2 {
 			t.Errorf("map series: %v", got)
 		}
+	}
+}
+
+// Maps the kernel could not count are left out and counted in
+// dpd_kernel_scrape_errors; the others are still reported.
+func TestKernelCollectorErrors(t *testing.T) {
+	k := &fakeKernel{
+		usage:    []model.MapUsage{{Name: "dpd_ipsets", Entries: 10, Capacity: 100}},
+		usageErr: errors.Join(errors.New("count dpd_ct: boom"), errors.New("count dpd_rule_ctrs: boom")),
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(newKernelCollector(k, fakeEngine{}, 0))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			got[mf.GetName()] += m.GetGauge().GetValue()
+		}
+	}
+	if got["dpd_kernel_scrape_errors"] != 2 || got["dpd_bpf_map_entries"] != 10 {
+		t.Errorf("metrics %v: want 2 scrape errors and the ip set entries", got)
+	}
+	if _, ok := got["dpd_conntrack_entries"]; ok {
+		t.Error("conntrack reported though it could not be counted")
 	}
 }

@@ -7,8 +7,8 @@ package linux
 import (
 	"errors"
 	"fmt"
+	"time"
 
-	"github.com/cilium/ebpf"
 	"github.com/dpd-dev/dpd/dataplane/engine"
 	"github.com/dpd-dev/dpd/dataplane/model"
 	"github.com/dpd-dev/dpd/dataplane/tcbpf"
@@ -19,6 +19,17 @@ import (
 var _ engine.KernelInspector = (*Kernel)(nil)
 
 var errClosed = errors.New("linux dataplane closed")
+
+// ConntrackCountInterval is the least time between two walks of dpd_ct
+// for its entry count: the map is written by the programs, so userspace
+// cannot know its size without reading it, and a scrape must stay cheap.
+const ConntrackCountInterval = 10 * time.Second
+
+// ctCount is the cached conntrack count. Guarded by Kernel.mu.
+type ctCount struct {
+	at      time.Time
+	entries int
+}
 
 // EndpointDetails implements engine.KernelInspector.
 func (k *Kernel) EndpointDetails(iface string) (model.EndpointDetails, bool) {
@@ -139,91 +150,100 @@ func (k *Kernel) ReadCounter(id uint64) (model.RuleCounter, error) {
 	return model.RuleCounter{Packets: p, Bytes: b}, err
 }
 
-// ConntrackEntries implements engine.KernelInspector.
+// ConntrackEntries implements engine.KernelInspector: a count at most
+// ConntrackCountInterval old.
 func (k *Kernel) ConntrackEntries() (int, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	return k.conntrackEntriesLocked(time.Now())
+}
+
+func (k *Kernel) conntrackEntriesLocked(now time.Time) (int, error) {
 	if k.closed {
 		return 0, errClosed
 	}
-	return k.bpf.ConntrackEntries()
+	if !k.ctCount.at.IsZero() && now.Sub(k.ctCount.at) < ConntrackCountInterval {
+		return k.ctCount.entries, nil
+	}
+	n, err := k.bpf.CountConntrack()
+	if err != nil {
+		return 0, err
+	}
+	k.ctCount.at, k.ctCount.entries = now, n
+	return n, nil
 }
 
-// MapUsage implements engine.KernelInspector: hash-like maps are walked key
-// by key (batched for conntrack); arrays count their occupied slots.
+// MapUsage implements engine.KernelInspector. Every count but conntrack's
+// comes from what this process wrote and tracks (no map is read); entries
+// an earlier dpd left that garbage collection has not removed yet are not
+// counted. Conntrack, written by the programs, is walked in batches at
+// most once per ConntrackCountInterval.
 func (k *Kernel) MapUsage() ([]model.MapUsage, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.closed {
 		return nil, errClosed
 	}
-	d := k.bpf
-	m := d.Maps()
-	maps := []struct {
-		name string
-		m    *ebpf.Map
-	}{
-		{"dpd_ct", m.Conntrack}, {"dpd_ipsets", m.IPSets}, {"dpd_ifstate", m.IfState},
-		{"dpd_rule_ctrs", m.RuleCtrs}, {"dpd_jump", m.Jump}, {"dpd_chain", m.Chain},
-		{"dpd_nat_fe", m.NATFrontends}, {"dpd_nat_be", m.NATBackends}, {"dpd_routes", m.Routes},
-	}
+	m := k.bpf.Maps()
+	capOf := func(mp interface{ MaxEntries() uint32 }) int { return int(mp.MaxEntries()) }
 	var out []model.MapUsage
 	var errs []error
-	for _, mm := range maps {
-		if mm.m == nil {
-			continue
+	if ct, err := k.conntrackEntriesLocked(time.Now()); err != nil {
+		errs = append(errs, fmt.Errorf("count dpd_ct: %w", err))
+	} else {
+		out = append(out, model.MapUsage{Name: "dpd_ct", Entries: ct, Capacity: capOf(m.Conntrack)})
+	}
+	ifstate, jump := 0, 1 // the epilogue sits at abi.JumpEpilogue
+	for _, st := range k.eps {
+		if st.ifindex != 0 && (st.ready || st.closed) {
+			ifstate++
 		}
-		var n int
-		var err error
-		if mm.name == "dpd_ct" {
-			n, err = d.ConntrackEntries()
-		} else {
-			n, err = countEntries(mm.m)
+		if st.hasSlot {
+			for _, sp := range st.inst {
+				if sp != nil {
+					jump++
+				}
+			}
 		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("count %s: %w", mm.name, err))
-			continue
+	}
+	chain := 0
+	for _, sp := range k.progs {
+		if sp.prog != nil {
+			chain += len(sp.prog.ChainIndices())
 		}
-		out = append(out, model.MapUsage{Name: mm.name, Entries: n, Capacity: int(mm.m.MaxEntries())})
+	}
+	routes := 0
+	for dst := range k.routes {
+		if dst.Addr().Is4() { // the only family ApplyRoute writes to dpd_routes
+			routes++
+		}
+	}
+	fe, be := 0, 0
+	for _, ports := range k.nat.services {
+		for _, p := range ports {
+			fe += len(p.fes)
+			be += len(p.bes)
+		}
+	}
+	for _, e := range k.nat.adopted {
+		if !k.nat.claimed[e.ID] {
+			fe++
+			be += e.Count
+		}
+	}
+	out = append(out,
+		model.MapUsage{Name: "dpd_ipsets", Entries: k.bpf.IPSetEntries(), Capacity: capOf(m.IPSets)},
+		model.MapUsage{Name: "dpd_ifstate", Entries: ifstate, Capacity: capOf(m.IfState)},
+		model.MapUsage{Name: "dpd_jump", Entries: jump, Capacity: capOf(m.Jump)},
+		model.MapUsage{Name: "dpd_chain", Entries: chain, Capacity: capOf(m.Chain)},
+		model.MapUsage{Name: "dpd_nat_fe", Entries: fe, Capacity: capOf(m.NATFrontends)},
+		model.MapUsage{Name: "dpd_nat_be", Entries: be, Capacity: capOf(m.NATBackends)},
+		model.MapUsage{Name: "dpd_routes", Entries: routes, Capacity: capOf(m.Routes)},
+	)
+	if n, err := k.bpf.RuleCounterEntries(); err != nil {
+		errs = append(errs, fmt.Errorf("count dpd_rule_ctrs: %w", err))
+	} else {
+		out = append(out, model.MapUsage{Name: "dpd_rule_ctrs", Entries: n, Capacity: capOf(m.RuleCtrs)})
 	}
 	return out, errors.Join(errs...)
-}
-
-// countEntries counts a map's entries: occupied slots of a program array,
-// keys of anything else (one syscall per key).
-func countEntries(m *ebpf.Map) (int, error) {
-	switch m.Type() {
-	case ebpf.ProgramArray:
-		n := 0
-		var id uint32
-		for i := uint32(0); i < m.MaxEntries(); i++ {
-			err := m.Lookup(i, &id)
-			if errors.Is(err, ebpf.ErrKeyNotExist) {
-				continue
-			}
-			if err != nil {
-				return 0, err
-			}
-			n++
-		}
-		return n, nil
-	case ebpf.Array, ebpf.PerCPUArray:
-		return int(m.MaxEntries()), nil
-	}
-	key := make([]byte, m.KeySize())
-	next := make([]byte, m.KeySize())
-	n := 0
-	var prev any // nil asks for the first key
-	for {
-		err := m.NextKey(prev, &next)
-		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			return n, nil
-		}
-		if err != nil {
-			return n, err
-		}
-		n++
-		copy(key, next)
-		prev = key
-	}
 }

@@ -74,6 +74,7 @@ type Kernel struct {
 	allPools  []netip.Prefix               // as last written; guarded by mu
 	gcDone    bool                         // the post-restart garbage collection ran; guarded by mu
 	logged    map[string]bool              // one-time warnings given; guarded by mu
+	ctCount   ctCount                      // the last conntrack count (inspect.go); guarded by mu
 }
 
 // New checks the host, starts nothing yet, and opens the BPF side with
