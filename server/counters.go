@@ -20,13 +20,13 @@ type ruleEntry struct {
 
 // ruleTable collects the counter tables of eps' installed programs, in
 // evaluation order per endpoint and direction, each counter id once.
-func ruleTable(kv kernelView, eps []engine.EndpointInfo) []*ruleEntry {
+func ruleTable(kv engine.EndpointInspector, eps []engine.EndpointInfo) []*ruleEntry {
 	var out []*ruleEntry
 	byID := map[uint64]*ruleEntry{}
 	for i := range eps {
 		ep := &eps[i]
 		for _, dir := range []model.Direction{model.Ingress, model.Egress} {
-			rules, ok := kv.rules(ep.Iface, dir)
+			rules, ok := kv.Rules(ep.Iface, dir)
 			if !ok {
 				continue
 			}
@@ -49,29 +49,35 @@ func ruleTable(kv kernelView, eps []engine.EndpointInfo) []*ruleEntry {
 
 // readCounters reads every entry's counter. A counter the kernel has no
 // entry for reads as zero (it was never created or already collected).
-func readCounters(kv kernelView, table []*ruleEntry, withEndpoints, nonzero bool) []*dpdv1.RuleCounter {
+func readCounters(kv engine.KernelInspector, table []*ruleEntry, withEndpoints, nonzero bool) []*dpdv1.RuleCounter {
 	out := make([]*dpdv1.RuleCounter, 0, len(table))
 	for _, ent := range table {
-		pk, by, err := kv.readCounter(ent.ref.GetCounterId())
+		c, err := kv.ReadCounter(ent.ref.GetCounterId())
 		if err != nil {
-			pk, by = 0, 0
+			c = model.RuleCounter{}
 		}
+		pk, by := c.Packets, c.Bytes
 		if nonzero && pk == 0 {
 			continue
 		}
-		c := &dpdv1.RuleCounter{Rule: ent.ref, Packets: pk, Bytes: by}
+		rc := &dpdv1.RuleCounter{Rule: ent.ref, Packets: pk, Bytes: by}
 		if withEndpoints {
-			c.Endpoints = ent.endpoints
+			rc.Endpoints = ent.endpoints
 		}
-		out = append(out, c)
+		out = append(out, rc)
 	}
 	return out
 }
 
-func (s *inspectService) GetCounters(_ context.Context, req *dpdv1.GetCountersRequest) (*dpdv1.GetCountersResponse, error) {
+func (s *inspectService) GetCounters(ctx context.Context, req *dpdv1.GetCountersRequest) (*dpdv1.GetCountersResponse, error) {
 	if s.kernel == nil {
 		return nil, needsLinux("counters")
 	}
+	release, err := s.heavy.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	eps := s.engine.Endpoints()
 	if id := req.GetEndpoint(); id != "" {
 		ep, ok := s.engine.Endpoint(id)

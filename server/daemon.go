@@ -58,12 +58,12 @@ func NewDaemon(cfg Config, kernel engine.Kernel) (*Daemon, error) {
 		return nil, err
 	}
 	d := &Daemon{cfg: cfg, reg: reg, engine: eng, server: srv}
-	if kv := kernelViewOf(kernel); kv != nil {
+	if ki, ok := kernel.(engine.KernelInspector); ok {
 		limit := 0
 		if cfg.RuleMetrics {
 			limit = cfg.RuleMetricsLimit
 		}
-		if err := reg.Register(newKernelCollector(kv, eng, limit)); err != nil {
+		if err := reg.Register(newKernelCollector(ki, eng, limit)); err != nil {
 			return nil, fmt.Errorf("register kernel metrics: %w", err)
 		}
 	}

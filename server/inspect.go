@@ -18,10 +18,21 @@ import (
 type inspectService struct {
 	dpdv1.UnimplementedInspectServer
 	engine  Engine
-	kernel  kernelView // nil on the memory dataplane
+	eps     engine.EndpointInspector // nil when the kernel says nothing of endpoints
+	kernel  engine.KernelInspector   // nil when it runs no programs (memory)
+	heavy   *callLimiter             // bounds the calls that grow with the state
 	version string
 	dpName  string
 	started time.Time
+}
+
+// newInspectService serves Inspect over eng and what kernel can answer.
+func newInspectService(eng Engine, kernel any, version, dpName string) *inspectService {
+	s := &inspectService{engine: eng, version: version, dpName: dpName, started: time.Now(),
+		heavy: newCallLimiter(heavyCalls, heavyWait)}
+	s.eps, _ = kernel.(engine.EndpointInspector)
+	s.kernel, _ = kernel.(engine.KernelInspector)
+	return s
 }
 
 func (s *inspectService) GetStatus(context.Context, *dpdv1.GetStatusRequest) (*dpdv1.GetStatusResponse, error) {
@@ -63,7 +74,12 @@ func (s *inspectService) GetStatus(context.Context, *dpdv1.GetStatusRequest) (*d
 	}, nil
 }
 
-func (s *inspectService) ListEndpoints(context.Context, *dpdv1.ListEndpointsRequest) (*dpdv1.ListEndpointsResponse, error) {
+func (s *inspectService) ListEndpoints(ctx context.Context, _ *dpdv1.ListEndpointsRequest) (*dpdv1.ListEndpointsResponse, error) {
+	release, err := s.heavy.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	eps := s.engine.Endpoints()
 	resp := &dpdv1.ListEndpointsResponse{Endpoints: make([]*dpdv1.Endpoint, len(eps))}
 	for i := range eps {
@@ -83,21 +99,21 @@ func (s *inspectService) GetEndpoint(_ context.Context, req *dpdv1.GetEndpointRe
 	return s.endpoint(&ep, true), nil
 }
 
-// endpoint adds what the linux kernel knows of ep: interface index, attach
-// mode, installed programs and, if asked, its rule counters.
+// endpoint adds what the kernel knows of ep: interface index, attach
+// mode, installed programs and, if asked and counted, its rule counters.
 func (s *inspectService) endpoint(ep *engine.EndpointInfo, counters bool) *dpdv1.Endpoint {
 	out := endpointProto(ep)
-	if s.kernel == nil {
+	if s.eps == nil {
 		return out
 	}
-	if det, ok := s.kernel.endpoint(ep.Iface); ok {
+	if det, ok := s.eps.EndpointDetails(ep.Iface); ok {
 		out.Ifindex = int32(det.Ifindex)
 		out.AttachMode = det.AttachMode
 		out.IngressProgram = det.IngressProgram
 		out.EgressProgram = det.EgressProgram
 		out.KernelReady = det.Ready
 	}
-	if counters {
+	if counters && s.kernel != nil {
 		out.Counters = readCounters(s.kernel, ruleTable(s.kernel, []engine.EndpointInfo{*ep}), false, false)
 	}
 	return out

@@ -14,9 +14,15 @@ import (
 	dpdv1 "github.com/dpd-dev/dpd/proto/dpd/v1"
 )
 
-// defaultMaxMembers is how many IP set members ListIPSets shows per set
-// unless asked for more.
-const defaultMaxMembers = 10
+// ListIPSets shows defaultMaxMembers members per set unless asked for
+// more, never more than maxMembersPerSet per set or maxMembersTotal in one
+// answer: a set can hold millions, and an answer must stay a few hundred
+// kilobytes however large the request.
+const (
+	defaultMaxMembers = 10
+	maxMembersPerSet  = 1000
+	maxMembersTotal   = 10000
+)
 
 // queryError maps an engine query failure to a status.
 func queryError(err error) error {
@@ -27,6 +33,11 @@ func queryError(err error) error {
 }
 
 func (s *inspectService) ListPolicies(ctx context.Context, _ *dpdv1.ListPoliciesRequest) (*dpdv1.ListPoliciesResponse, error) {
+	release, err := s.heavy.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	pols, err := s.engine.Policies(ctx)
 	if err != nil {
 		return nil, queryError(err)
@@ -43,11 +54,22 @@ func (s *inspectService) ListPolicies(ctx context.Context, _ *dpdv1.ListPolicies
 }
 
 func (s *inspectService) ListIPSets(ctx context.Context, req *dpdv1.ListIPSetsRequest) (*dpdv1.ListIPSetsResponse, error) {
-	limit := int(req.GetMaxMembers())
+	limit := min(int64(req.GetMaxMembers()), maxMembersPerSet)
 	if limit == 0 {
 		limit = defaultMaxMembers
 	}
-	sets, err := s.engine.IPSets(ctx, req.GetId(), limit)
+	if req.GetPageToken() != "" && req.GetId() == "" {
+		return nil, status.Error(codes.InvalidArgument, "page_token needs the id of the set it pages")
+	}
+	release, err := s.heavy.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	sets, err := s.engine.IPSets(ctx, engine.IPSetQuery{ID: req.GetId(), MaxMembers: int(limit), MaxTotal: maxMembersTotal, PageToken: req.GetPageToken()})
+	if errors.Is(err, engine.ErrBadPageToken) {
+		return nil, status.Errorf(codes.InvalidArgument, "page_token: %v", err)
+	}
 	if err != nil {
 		return nil, queryError(err)
 	}
@@ -58,13 +80,18 @@ func (s *inspectService) ListIPSets(ctx context.Context, req *dpdv1.ListIPSetsRe
 	for i, s := range sets {
 		resp.IpSets[i] = &dpdv1.IPSet{
 			Id: s.ID, Type: s.Type, MemberCount: uint32(s.MemberCount), Members: s.Members,
-			Truncated: s.MemberCount > len(s.Members), Endpoints: uint32(s.Endpoints),
+			Truncated: s.MemberCount > len(s.Members), Endpoints: uint32(s.Endpoints), NextPageToken: s.NextPage,
 		}
 	}
 	return resp, nil
 }
 
 func (s *inspectService) ListServices(ctx context.Context, _ *dpdv1.ListServicesRequest) (*dpdv1.ListServicesResponse, error) {
+	release, err := s.heavy.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	svcs, err := s.engine.Services(ctx)
 	if err != nil {
 		return nil, queryError(err)
@@ -96,6 +123,11 @@ func serviceProto(sv *model.Service) *dpdv1.Service {
 }
 
 func (s *inspectService) ListRoutes(ctx context.Context, _ *dpdv1.ListRoutesRequest) (*dpdv1.ListRoutesResponse, error) {
+	release, err := s.heavy.acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	routes, err := s.engine.Routes(ctx)
 	if err != nil {
 		return nil, queryError(err)

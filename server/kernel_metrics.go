@@ -5,12 +5,14 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/dpd-dev/dpd/dataplane/engine"
 )
 
-// kernelCollector reads the linux dataplane at scrape time: BPF map fill
-// levels, conntrack entries and, opt-in, the busiest rules' counters.
+// kernelCollector asks the kernel at scrape time: map fill levels,
+// conntrack entries and, opt-in, the busiest rules' counters.
 type kernelCollector struct {
-	kv        kernelView
+	kv        engine.KernelInspector
 	engine    Engine
 	ruleLimit int // 0: no per-rule series
 
@@ -18,16 +20,16 @@ type kernelCollector struct {
 	rulePackets, ruleBytes                     *prometheus.Desc
 }
 
-func newKernelCollector(kv kernelView, eng Engine, ruleLimit int) *kernelCollector {
+func newKernelCollector(kv engine.KernelInspector, eng Engine, ruleLimit int) *kernelCollector {
 	ruleLabels := []string{"direction", "tier", "policy", "rule", "rule_id", "action"}
 	return &kernelCollector{
 		kv: kv, engine: eng, ruleLimit: ruleLimit,
 		mapEntries: prometheus.NewDesc("dpd_bpf_map_entries",
-			"Entries in a BPF map, counted at scrape time (occupied slots for program arrays).", []string{"map"}, nil),
+			"Entries in a BPF map: what dpd wrote to it (conntrack, written by the programs: counted at most every 10 s).", []string{"map"}, nil),
 		mapCapacity: prometheus.NewDesc("dpd_bpf_map_capacity",
 			"max_entries of a BPF map.", []string{"map"}, nil),
 		conntrack: prometheus.NewDesc("dpd_conntrack_entries",
-			"Entries in the BPF conntrack table (live or awaiting expiry).", nil, nil),
+			"Entries in the BPF conntrack table (live or awaiting expiry), counted at most every 10 s.", nil, nil),
 		errors: prometheus.NewDesc("dpd_kernel_scrape_errors",
 			"Maps that could not be read during this scrape.", nil, nil),
 		rulePackets: prometheus.NewDesc("dpd_rule_packets_total",
@@ -48,16 +50,16 @@ func (c *kernelCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *kernelCollector) Collect(ch chan<- prometheus.Metric) {
-	usage, err := c.kv.mapUsage()
+	usage, err := c.kv.MapUsage()
 	failed := 0
 	if err != nil {
-		failed++ // the maps that could be read are still reported
+		failed = max(1, countJoined(err)) // the maps that could be read are still reported
 	}
 	for _, u := range usage {
-		ch <- prometheus.MustNewConstMetric(c.mapEntries, prometheus.GaugeValue, float64(u.entries), u.name)
-		ch <- prometheus.MustNewConstMetric(c.mapCapacity, prometheus.GaugeValue, float64(u.capacity), u.name)
-		if u.name == "dpd_ct" {
-			ch <- prometheus.MustNewConstMetric(c.conntrack, prometheus.GaugeValue, float64(u.entries))
+		ch <- prometheus.MustNewConstMetric(c.mapEntries, prometheus.GaugeValue, float64(u.Entries), u.Name)
+		ch <- prometheus.MustNewConstMetric(c.mapCapacity, prometheus.GaugeValue, float64(u.Capacity), u.Name)
+		if u.Name == "dpd_ct" {
+			ch <- prometheus.MustNewConstMetric(c.conntrack, prometheus.GaugeValue, float64(u.Entries))
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(c.errors, prometheus.GaugeValue, float64(failed))
@@ -84,4 +86,16 @@ func (c *kernelCollector) collectRules(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.rulePackets, prometheus.CounterValue, float64(rc.GetPackets()), labels...)
 		ch <- prometheus.MustNewConstMetric(c.ruleBytes, prometheus.CounterValue, float64(rc.GetBytes()), labels...)
 	}
+}
+
+// countJoined is how many errors errors.Join put into err (1 for a single
+// one).
+func countJoined(err error) int {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return len(j.Unwrap())
+	}
+	if err != nil {
+		return 1
+	}
+	return 0
 }

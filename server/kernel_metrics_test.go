@@ -1,25 +1,25 @@
 package server
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/dpd-dev/dpd/dataplane/engine"
 	"github.com/dpd-dev/dpd/dataplane/model"
-	"github.com/dpd-dev/dpd/dataplane/tcbpf/polprog"
 )
 
 func TestKernelCollector(t *testing.T) {
 	eng := fakeEngine{eps: map[string]engine.EndpointInfo{"a": {ID: model.WorkloadID{Workload: "a"}, Iface: "calia"}}}
-	var rules []polprog.RuleInfo
+	var rules []model.RuleInfo
 	counters := map[uint64][2]uint64{}
 	for i := range 5 {
 		id := uint64(i + 1)
-		rules = append(rules, polprog.RuleInfo{CounterID: id, Tier: "t", Policy: "t/p", Kind: "policy", Index: i, RuleID: "r", Action: model.ActionAllow})
+		rules = append(rules, model.RuleInfo{CounterID: id, Tier: "t", Policy: "t/p", Kind: "policy", Index: i, RuleID: "r", Action: model.ActionAllow})
 		counters[id] = [2]uint64{id * 10, id * 1000} // rule 5 is the busiest
 	}
-	k := &fakeKernel{rulesFor: map[model.Direction][]polprog.RuleInfo{model.Ingress: rules}, counters: counters}
+	k := &fakeKernel{rulesFor: map[model.Direction][]model.RuleInfo{model.Ingress: rules}, counters: counters}
 
 	for _, tt := range []struct {
 		limit, wantRules int
@@ -48,5 +48,32 @@ func TestKernelCollector(t *testing.T) {
 		if len(got["dpd_bpf_map_entries"]) != 2 || len(got["dpd_bpf_map_capacity"]) != 2 {
 			t.Errorf("map series: %v", got)
 		}
+	}
+}
+
+// Maps the kernel could not count are left out and counted in
+// dpd_kernel_scrape_errors; the others are still reported.
+func TestKernelCollectorErrors(t *testing.T) {
+	k := &fakeKernel{
+		usage:    []model.MapUsage{{Name: "dpd_ipsets", Entries: 10, Capacity: 100}},
+		usageErr: errors.Join(errors.New("count dpd_ct: boom"), errors.New("count dpd_rule_ctrs: boom")),
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(newKernelCollector(k, fakeEngine{}, 0))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			got[mf.GetName()] += m.GetGauge().GetValue()
+		}
+	}
+	if got["dpd_kernel_scrape_errors"] != 2 || got["dpd_bpf_map_entries"] != 10 {
+		t.Errorf("metrics %v: want 2 scrape errors and the ip set entries", got)
+	}
+	if _, ok := got["dpd_conntrack_entries"]; ok {
+		t.Error("conntrack reported though it could not be counted")
 	}
 }

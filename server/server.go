@@ -27,7 +27,7 @@ type Engine interface {
 	Endpoints() []engine.EndpointInfo
 	Endpoint(id string) (engine.EndpointInfo, bool)
 	Policies(ctx context.Context) ([]engine.PolicyInfo, error)
-	IPSets(ctx context.Context, id string, maxMembers int) ([]engine.IPSetInfo, error)
+	IPSets(ctx context.Context, q engine.IPSetQuery) ([]engine.IPSetInfo, error)
 	Services(ctx context.Context) ([]model.Service, error)
 	Routes(ctx context.Context) ([]model.Route, error)
 }
@@ -49,8 +49,9 @@ type Server struct {
 var healthServices = []string{"", dpdv1.Dataplane_ServiceDesc.ServiceName, dpdv1.Inspect_ServiceDesc.ServiceName}
 
 // New builds the servers over eng and registers the gRPC metrics in reg.
-// kernel is the dataplane under eng: when it is a KernelInspector, Inspect
-// answers kernel questions (counters, trace) too.
+// kernel is the dataplane under eng: Inspect adds what it says when it is
+// an engine.EndpointInspector, and answers counters and trace when it is
+// an engine.KernelInspector.
 func New(cfg Config, eng Engine, kernel any, reg prometheus.Registerer) (*Server, error) {
 	cfg = cfg.withDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -64,7 +65,7 @@ func New(cfg Config, eng Engine, kernel any, reg prometheus.Registerer) (*Server
 	syncSvc.pipeMode = cfg.FelixPipe
 	s := &Server{cfg: cfg, icpt: icpt, health: health.NewServer(), sync: syncSvc}
 	s.SetServing(false)
-	inspect := &inspectService{engine: eng, kernel: kernelViewOf(kernel), version: cfg.Version, dpName: cfg.Dataplane, started: time.Now()}
+	inspect := newInspectService(eng, kernel, cfg.Version, cfg.Dataplane)
 
 	common := s.serverOptions()
 	build := func(creds grpc.ServerOption) *grpc.Server {

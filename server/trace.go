@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"strings"
@@ -11,9 +12,6 @@ import (
 
 	"github.com/dpd-dev/dpd/dataplane/engine"
 	"github.com/dpd-dev/dpd/dataplane/model"
-	"github.com/dpd-dev/dpd/dataplane/tcbpf"
-	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
-	"github.com/dpd-dev/dpd/dataplane/tcbpf/polprog"
 	dpdv1 "github.com/dpd-dev/dpd/proto/dpd/v1"
 )
 
@@ -25,7 +23,7 @@ func needsLinux(what string) error {
 // Trace runs the endpoint's attached entry program on a crafted packet
 // with the trace mark (no conntrack or counter writes) and explains the
 // outcome.
-func (s *inspectService) Trace(_ context.Context, req *dpdv1.TraceRequest) (*dpdv1.TraceResponse, error) {
+func (s *inspectService) Trace(ctx context.Context, req *dpdv1.TraceRequest) (*dpdv1.TraceResponse, error) {
 	if s.kernel == nil {
 		return nil, needsLinux("trace")
 	}
@@ -33,17 +31,20 @@ func (s *inspectService) Trace(_ context.Context, req *dpdv1.TraceRequest) (*dpd
 	if err != nil {
 		return nil, err
 	}
-	det, ok := s.kernel.endpoint(ep.Iface)
-	if !ok || det.Ifindex == 0 {
-		return nil, status.Errorf(codes.FailedPrecondition, "endpoint %s is not programmed: interface %s is absent or not yet attached", ep.ID, ep.Iface)
-	}
-	res, err := s.kernel.trace(det.Ifindex, dir, pkt.frame())
+	release, err := s.heavy.acquire(ctx)
 	if err != nil {
+		return nil, err
+	}
+	defer release()
+	res, err := s.kernel.Trace(ep.Iface, dir, pkt.frame())
+	switch {
+	case errors.Is(err, engine.ErrNotProgrammed):
+		return nil, status.Errorf(codes.FailedPrecondition, "endpoint %s is not programmed: interface %s is absent or not yet attached", ep.ID, ep.Iface)
+	case err != nil:
 		return nil, status.Errorf(codes.Internal, "trace: %v", err)
 	}
-	rules, _ := s.kernel.rules(ep.Iface, dir)
-	resp := explainTrace(res, rules, dir)
-	resp.Interface, resp.Ifindex = ep.Iface, int32(det.Ifindex)
+	resp := explainTrace(res, dir)
+	resp.Interface, resp.Ifindex = ep.Iface, int32(res.Ifindex)
 	return resp, nil
 }
 
@@ -115,87 +116,63 @@ func parseDirection(s string) (model.Direction, error) {
 	return 0, fmt.Errorf("direction %q: want ingress (to the workload) or egress (from it)", s)
 }
 
-// explainTrace turns the final dpd_state of a trace run into a verdict and
-// the deciding rule.
-func explainTrace(res tcbpf.TraceResult, rules []polprog.RuleInfo, dir model.Direction) *dpdv1.TraceResponse {
-	st := res.State
-	resp := &dpdv1.TraceResponse{TcReturn: int32(res.Ret), Verdict: "deny"}
-	if !res.Reached {
-		if st.Flags&abi.StNoBackend != 0 {
-			resp.DecidedBy = "service: no backend"
-			resp.Explanation = "deny: the destination is a service frontend without a ready backend"
-		} else {
-			resp.DecidedBy = "not ready"
-			resp.Explanation = "deny: the interface is not ready (attached but not yet policed), so every packet is dropped"
-		}
+// explainTrace turns the outcome of a trace run into a verdict and the
+// deciding rule.
+func explainTrace(res model.TraceResult, dir model.Direction) *dpdv1.TraceResponse {
+	resp := &dpdv1.TraceResponse{TcReturn: int32(res.Return), Verdict: "deny"}
+	switch res.Stage {
+	case model.TraceNoBackend:
+		resp.DecidedBy = "service: no backend"
+		resp.Explanation = "deny: the destination is a service frontend without a ready backend"
 		return resp
-	}
-	ct := ""
-	switch {
-	case st.Flags&abi.StCTFwd != 0:
-		ct = "conntrack: established"
-	case st.Flags&abi.StCTRev != 0:
-		ct = "conntrack: reply"
-	case st.Flags&abi.StCTRelated != 0:
-		ct = "conntrack: related"
-	}
-	switch {
-	case st.Flags&abi.StNoPolicy != 0:
+	case model.TraceNotReady:
+		resp.DecidedBy = "not ready"
+		resp.Explanation = "deny: the interface is not ready (attached but not yet policed), so every packet is dropped"
+		return resp
+	case model.TraceNoPolicy:
 		resp.DecidedBy = "no policy"
 		resp.PolicyVerdict = "deny"
 		resp.Explanation = "deny: no policy program is installed for " + dir.String()
-	case st.Flags&abi.StEpilogue == 0:
+	case model.TraceIncomplete:
 		resp.DecidedBy = "policy"
 		resp.PolicyVerdict = "deny"
 		resp.Explanation = "deny: the policy program dropped the packet before deciding (a missing program chunk)"
 	default:
 		resp.PolicyVerdict = "deny"
-		if st.Verdict == abi.VerdictAllow {
+		if res.Allowed {
 			resp.PolicyVerdict = "allow"
 		}
 		resp.Verdict = resp.PolicyVerdict
 		resp.DecidedBy = "policy"
-		ri, found := findRule(rules, st.RuleId)
 		switch {
-		case found:
+		case res.RuleFound:
+			ri := res.Rule
 			resp.Rule = ruleRef(ri, dir)
 			resp.DecidedBy = ri.Kind
 			if ri.Synthetic != "" {
 				resp.DecidedBy = ri.Synthetic
 			}
 			resp.Explanation = resp.PolicyVerdict + ": " + describeRule(ri)
-		case st.RuleId != 0:
-			resp.Rule = &dpdv1.RuleRef{CounterId: st.RuleId, Direction: dir.String()}
-			resp.Explanation = fmt.Sprintf("%s: rule with counter id %x (not in the installed program's table; the policy changed meanwhile?)", resp.PolicyVerdict, st.RuleId)
+		case res.RuleID != 0:
+			resp.Rule = &dpdv1.RuleRef{CounterId: res.RuleID, Direction: dir.String()}
+			resp.Explanation = fmt.Sprintf("%s: rule with counter id %x (not in the installed program's table; the policy changed meanwhile?)", resp.PolicyVerdict, res.RuleID)
 		default:
 			resp.Explanation = resp.PolicyVerdict + " by the policy program"
 		}
 	}
-	if ct != "" {
+	if res.Conntrack != "" {
 		newFlow := resp.Explanation
-		resp.Verdict, resp.DecidedBy = "allow", ct
-		resp.Explanation = fmt.Sprintf("allow: %s flow in conntrack; as a new flow: %s", strings.TrimPrefix(ct, "conntrack: "), newFlow)
+		resp.Verdict, resp.DecidedBy = "allow", "conntrack: "+res.Conntrack
+		resp.Explanation = fmt.Sprintf("allow: %s flow in conntrack; as a new flow: %s", res.Conntrack, newFlow)
 	}
 	return resp
 }
 
-func findRule(rules []polprog.RuleInfo, id uint64) (polprog.RuleInfo, bool) {
-	if id == 0 {
-		return polprog.RuleInfo{}, false
-	}
-	for _, r := range rules {
-		if r.CounterID == id {
-			return r, true
-		}
-	}
-	return polprog.RuleInfo{}, false
-}
-
-func describeRule(r polprog.RuleInfo) string {
+func describeRule(r model.RuleInfo) string {
 	switch r.Synthetic {
-	case polprog.SyntheticTierDefault:
+	case model.SyntheticTierDefault:
 		return fmt.Sprintf("no policy in tier %q matched; the tier's default action (%s) decided", r.Tier, r.Action)
-	case polprog.SyntheticNoMatch:
+	case model.SyntheticNoMatch:
 		return "no policy or profile matched; what nothing allows is dropped"
 	}
 	where := fmt.Sprintf("%s %q", r.Kind, r.Policy)
@@ -205,7 +182,7 @@ func describeRule(r polprog.RuleInfo) string {
 	return fmt.Sprintf("rule %d (id %s, %s) of %s", r.Index, r.RuleID, r.Action, where)
 }
 
-func ruleRef(r polprog.RuleInfo, dir model.Direction) *dpdv1.RuleRef {
+func ruleRef(r model.RuleInfo, dir model.Direction) *dpdv1.RuleRef {
 	return &dpdv1.RuleRef{
 		CounterId: r.CounterID,
 		Direction: dir.String(),

@@ -11,11 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/dpd-dev/dpd/dataplane/engine"
-	"github.com/dpd-dev/dpd/dataplane/linux"
 	"github.com/dpd-dev/dpd/dataplane/model"
-	"github.com/dpd-dev/dpd/dataplane/tcbpf"
-	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
-	"github.com/dpd-dev/dpd/dataplane/tcbpf/polprog"
 	dpdv1 "github.com/dpd-dev/dpd/proto/dpd/v1"
 )
 
@@ -54,36 +50,43 @@ func TestTracePacketChecksums(t *testing.T) {
 }
 
 func TestExplainTrace(t *testing.T) {
-	rules := []polprog.RuleInfo{
+	rules := []model.RuleInfo{
 		{CounterID: 11, Tier: "default", Policy: "default/web", Kind: "policy", Index: 0, RuleID: "r0", Action: model.ActionAllow},
 		{CounterID: 12, Tier: "default", Policy: "default/web", Kind: "policy", Index: 1, RuleID: "r1", Action: model.ActionDeny},
-		{CounterID: 13, Tier: "default", Index: -1, Action: model.ActionDeny, Synthetic: polprog.SyntheticTierDefault},
-		{CounterID: 14, Index: -1, Action: model.ActionDeny, Synthetic: polprog.SyntheticNoMatch},
+		{CounterID: 13, Tier: "default", Index: -1, Action: model.ActionDeny, Synthetic: model.SyntheticTierDefault},
+		{CounterID: 14, Index: -1, Action: model.ActionDeny, Synthetic: model.SyntheticNoMatch},
 	}
-	st := func(flags uint32, verdict uint32, rule uint64) tcbpf.TraceResult {
-		return tcbpf.TraceResult{Reached: true, State: tcbpf.State{Ifindex: 5, Flags: flags, Verdict: verdict, RuleId: rule}}
+	decided := func(allow bool, rule uint64, ct string) model.TraceResult {
+		r := model.TraceResult{Stage: model.TraceDecided, Allowed: allow, RuleID: rule, Conntrack: ct}
+		for _, ri := range rules {
+			if ri.CounterID == rule {
+				r.Rule, r.RuleFound = ri, true
+			}
+		}
+		return r
 	}
 	tests := []struct {
 		name                      string
-		res                       tcbpf.TraceResult
+		res                       model.TraceResult
 		verdict, decidedBy, inExp string
 		ruleID                    string
 	}{
-		{"not ready", tcbpf.TraceResult{Ret: abi.TCActShot}, "deny", "not ready", "not ready", ""},
-		{"no backend", tcbpf.TraceResult{State: tcbpf.State{Flags: abi.StNoBackend}}, "deny", "service: no backend", "without a ready backend", ""},
-		{"no policy", st(abi.StNoPolicy, 0, 0), "deny", "no policy", "no policy program", ""},
-		{"allowed by rule 0", st(abi.StEpilogue, abi.VerdictAllow, 11), "allow", "policy", `rule 0 (id r0, allow) of policy "default/web" in tier "default"`, "r0"},
-		{"denied by rule 1", st(abi.StEpilogue, abi.VerdictDeny, 12), "deny", "policy", `rule 1 (id r1, deny)`, "r1"},
-		{"tier default", st(abi.StEpilogue, abi.VerdictDeny, 13), "deny", "tier-default", `tier "default" matched`, ""},
-		{"no match", st(abi.StEpilogue, abi.VerdictDeny, 14), "deny", "no-match", "no policy or profile matched", ""},
-		{"established flow", st(abi.StEpilogue|abi.StCTFwd, abi.VerdictDeny, 12), "allow", "conntrack: established", "as a new flow: deny: rule 1", "r1"},
-		{"reply", st(abi.StEpilogue|abi.StCTRev, abi.VerdictDeny, 14), "allow", "conntrack: reply", "reply flow", ""},
-		{"related icmp", st(abi.StNoPolicy|abi.StCTRelated, 0, 0), "allow", "conntrack: related", "related", ""},
-		{"unknown rule", st(abi.StEpilogue, abi.VerdictDeny, 99), "deny", "policy", "not in the installed program", ""},
+		{"not ready", model.TraceResult{Return: 2, Stage: model.TraceNotReady}, "deny", "not ready", "not ready", ""},
+		{"no backend", model.TraceResult{Stage: model.TraceNoBackend}, "deny", "service: no backend", "without a ready backend", ""},
+		{"no policy", model.TraceResult{Stage: model.TraceNoPolicy}, "deny", "no policy", "no policy program", ""},
+		{"incomplete", model.TraceResult{Stage: model.TraceIncomplete}, "deny", "policy", "before deciding", ""},
+		{"allowed by rule 0", decided(true, 11, ""), "allow", "policy", `rule 0 (id r0, allow) of policy "default/web" in tier "default"`, "r0"},
+		{"denied by rule 1", decided(false, 12, ""), "deny", "policy", `rule 1 (id r1, deny)`, "r1"},
+		{"tier default", decided(false, 13, ""), "deny", "tier-default", `tier "default" matched`, ""},
+		{"no match", decided(false, 14, ""), "deny", "no-match", "no policy or profile matched", ""},
+		{"established flow", decided(false, 12, "established"), "allow", "conntrack: established", "as a new flow: deny: rule 1", "r1"},
+		{"reply", decided(false, 14, "reply"), "allow", "conntrack: reply", "reply flow", ""},
+		{"related icmp", model.TraceResult{Stage: model.TraceNoPolicy, Conntrack: "related"}, "allow", "conntrack: related", "related", ""},
+		{"unknown rule", decided(false, 99, ""), "deny", "policy", "not in the installed program", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := explainTrace(tt.res, rules, model.Ingress)
+			got := explainTrace(tt.res, model.Ingress)
 			if got.GetVerdict() != tt.verdict || got.GetDecidedBy() != tt.decidedBy || !strings.Contains(got.GetExplanation(), tt.inExp) {
 				t.Fatalf("got %q %q %q\nwant %q %q ...%q...", got.GetVerdict(), got.GetDecidedBy(), got.GetExplanation(), tt.verdict, tt.decidedBy, tt.inExp)
 			}
@@ -113,44 +116,63 @@ func (f fakeEngine) Endpoints() []engine.EndpointInfo {
 	return out
 }
 
-// fakeKernel records the trace run and answers from fixed tables.
+// fakeKernel is an engine.KernelInspector that records the trace run and
+// answers from fixed tables.
 type fakeKernel struct {
-	kernelView
-	ifindex  int
+	iface    string
 	frame    []byte
 	dir      model.Direction
-	rulesFor map[model.Direction][]polprog.RuleInfo
+	rulesFor map[model.Direction][]model.RuleInfo
 	counters map[uint64][2]uint64
+	usage    []model.MapUsage
+	usageErr error
 }
 
-func (k *fakeKernel) endpoint(string) (linux.EndpointDetails, bool) {
-	return linux.EndpointDetails{Ifindex: 7, AttachMode: "tcx", IngressProgram: "ingress:abc", Ready: true}, true
+var _ engine.KernelInspector = (*fakeKernel)(nil)
+
+func (k *fakeKernel) EndpointDetails(string) (model.EndpointDetails, bool) {
+	return model.EndpointDetails{Ifindex: 7, AttachMode: "tcx", IngressProgram: "ingress:abc", Ready: true}, true
 }
 
-func (k *fakeKernel) rules(_ string, d model.Direction) ([]polprog.RuleInfo, bool) {
+func (k *fakeKernel) Rules(_ string, d model.Direction) ([]model.RuleInfo, bool) {
 	r, ok := k.rulesFor[d]
 	return r, ok
 }
 
-func (k *fakeKernel) trace(ifindex int, d model.Direction, frame []byte) (tcbpf.TraceResult, error) {
-	k.ifindex, k.dir, k.frame = ifindex, d, frame
-	return tcbpf.TraceResult{Ret: abi.TCActShot, Reached: true,
-		State: tcbpf.State{Ifindex: 7, Flags: abi.StEpilogue, Verdict: abi.VerdictDeny, RuleId: 2}}, nil
+// Trace denies by counter 2, as the linux kernel reports it.
+func (k *fakeKernel) Trace(iface string, d model.Direction, frame []byte) (model.TraceResult, error) {
+	k.iface, k.dir, k.frame = iface, d, frame
+	res := model.TraceResult{Ifindex: 7, Return: 2, Stage: model.TraceDecided, RuleID: 2}
+	for _, r := range k.rulesFor[d] {
+		if r.CounterID == 2 {
+			res.Rule, res.RuleFound = r, true
+		}
+	}
+	return res, nil
 }
 
-func (k *fakeKernel) readCounter(id uint64) (uint64, uint64, error) {
+func (k *fakeKernel) ReadCounter(id uint64) (model.RuleCounter, error) {
 	c := k.counters[id]
-	return c[0], c[1], nil
+	return model.RuleCounter{Packets: c[0], Bytes: c[1]}, nil
 }
+
+func (k *fakeKernel) MapUsage() ([]model.MapUsage, error) {
+	if k.usage == nil && k.usageErr == nil {
+		return []model.MapUsage{{Name: "dpd_ct", Entries: 3, Capacity: 512000}, {Name: "dpd_ipsets", Entries: 10, Capacity: 1 << 20}}, nil
+	}
+	return k.usage, k.usageErr
+}
+
+func (k *fakeKernel) ConntrackEntries() (int, error) { return 3, nil }
 
 func TestTraceHandler(t *testing.T) {
 	eng := fakeEngine{eps: map[string]engine.EndpointInfo{"k8s/ns/web/eth0": {
 		ID: model.WorkloadID{Orchestrator: "k8s", Workload: "ns/web", Endpoint: "eth0"}, Iface: "caliweb", IPv4Nets: []string{"10.65.0.2/32"}}}}
-	k := &fakeKernel{rulesFor: map[model.Direction][]polprog.RuleInfo{model.Ingress: {
+	k := &fakeKernel{rulesFor: map[model.Direction][]model.RuleInfo{model.Ingress: {
 		{CounterID: 1, Tier: "default", Policy: "default/web", Kind: "policy", Index: 0, RuleID: "a", Action: model.ActionAllow},
 		{CounterID: 2, Tier: "default", Policy: "default/web", Kind: "policy", Index: 1, RuleID: "b", Action: model.ActionDeny},
 	}}, counters: map[uint64][2]uint64{2: {5, 300}}}
-	s := &inspectService{engine: eng, kernel: k}
+	s := newInspectService(eng, k, "test", "fake")
 	ctx := context.Background()
 
 	resp, err := s.Trace(ctx, &dpdv1.TraceRequest{Endpoint: "k8s/ns/web/eth0", Direction: "ingress", Protocol: "tcp",
@@ -162,9 +184,9 @@ func TestTraceHandler(t *testing.T) {
 		t.Fatalf("trace = %v", resp)
 	}
 	// The endpoint's own address filled the destination of an ingress packet.
-	if k.ifindex != 7 || k.dir != model.Ingress || !netip.AddrFrom4([4]byte(k.frame[30:34])).IsValid() ||
+	if k.iface != "caliweb" || k.dir != model.Ingress || !netip.AddrFrom4([4]byte(k.frame[30:34])).IsValid() ||
 		netip.AddrFrom4([4]byte(k.frame[30:34])).String() != "10.65.0.2" || binary.BigEndian.Uint16(k.frame[36:]) != 8080 {
-		t.Fatalf("ran ifindex %d dir %v frame % x", k.ifindex, k.dir, k.frame)
+		t.Fatalf("ran on %s dir %v frame % x", k.iface, k.dir, k.frame)
 	}
 
 	// ICMP: a ping unless a type is given, and type 0 (echo reply) can be.
@@ -215,8 +237,4 @@ func TestTraceHandler(t *testing.T) {
 	if _, err := none.GetCounters(ctx, &dpdv1.GetCountersRequest{}); status.Code(err) != codes.FailedPrecondition {
 		t.Errorf("counters on memory: %v", err)
 	}
-}
-
-func (k *fakeKernel) mapUsage() ([]mapUsage, error) {
-	return []mapUsage{{name: "dpd_ct", entries: 3, capacity: 512000}, {name: "dpd_ipsets", entries: 10, capacity: 1 << 20}}, nil
 }

@@ -6,6 +6,9 @@ package engine
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -29,14 +32,31 @@ type PolicyInfo struct {
 }
 
 // IPSetInfo is one IP set, for Inspect. Members holds at most the number
-// asked for, the smallest addresses first.
+// asked for, the smallest addresses first (after the page token, if one
+// was given).
 type IPSetInfo struct {
 	ID          string
 	Type        string // "ip", "ip-and-port" or "net"
 	MemberCount int
 	Members     []string
 	Endpoints   int // workload endpoints whose rules reference it
+	// NextPage is the token that lists the members after these ones; ""
+	// when none follow.
+	NextPage string
 }
+
+// IPSetQuery selects what IPSets lists.
+type IPSetQuery struct {
+	ID         string // only this set; "" lists all
+	MaxMembers int    // members per set
+	MaxTotal   int    // members of all sets together; 0: no bound
+	// PageToken is a NextPage from an earlier answer: the members after
+	// the last one it showed (of the set ID, which must be given).
+	PageToken string
+}
+
+// ErrBadPageToken is a page token IPSets did not hand out.
+var ErrBadPageToken = errors.New("page token is not one ListIPSets returned")
 
 // query runs fn on the loop goroutine and waits for it.
 func (e *Engine) query(ctx context.Context, fn func()) error {
@@ -106,24 +126,70 @@ func (e *Engine) policyTiers(k felixconv.PolicyKey) []string {
 }
 
 // IPSets lists the IP sets (present ones only), sorted by id, each with at
-// most maxMembers members. A non-empty id lists only that set.
-func (e *Engine) IPSets(ctx context.Context, id string, maxMembers int) ([]IPSetInfo, error) {
+// most q.MaxMembers members and all together at most q.MaxTotal (0: no
+// total bound; the sets past it show none). A page token is the last
+// member shown, so a page follows on from where the last one ended even
+// when the set changed in between.
+func (e *Engine) IPSets(ctx context.Context, q IPSetQuery) ([]IPSetInfo, error) {
+	var after *setMember
+	if q.PageToken != "" {
+		m, err := decodeMemberToken(q.PageToken)
+		if err != nil || q.ID == "" {
+			return nil, ErrBadPageToken
+		}
+		after = &m
+	}
 	var out []IPSetInfo
 	err := e.query(ctx, func() {
+		var ids []string
 		for sid, s := range e.ipsets.sets {
-			if !s.present() || (id != "" && sid != id) {
-				continue
+			if s.present() && (q.ID == "" || sid == q.ID) {
+				ids = append(ids, sid)
 			}
+		}
+		sort.Strings(ids)
+		budget := q.MaxTotal
+		for _, sid := range ids {
+			s := e.ipsets.sets[sid]
 			info := IPSetInfo{ID: sid, Type: ipsetTypeName(s.typ), MemberCount: s.memberCount(),
 				Endpoints: len(e.weps.setUsers.users(sid))}
-			for _, m := range s.firstMembers(maxMembers) {
-				info.Members = append(info.Members, MemberString(m))
+			n := q.MaxMembers
+			if q.MaxTotal > 0 {
+				n = min(n, budget)
+			}
+			page, more := s.membersAfter(after, n)
+			budget -= len(page)
+			for _, m := range page {
+				info.Members = append(info.Members, MemberString(m.model()))
+			}
+			if more && len(page) > 0 {
+				info.NextPage = encodeMemberToken(page[len(page)-1])
 			}
 			out = append(out, info)
 		}
 	})
-	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out, err
+}
+
+// A member token is the member's three words, base64url: opaque to
+// clients, exact for the engine.
+func encodeMemberToken(m setMember) string {
+	var b [24]byte
+	binary.BigEndian.PutUint64(b[0:], m.hi)
+	binary.BigEndian.PutUint64(b[8:], m.lo)
+	binary.BigEndian.PutUint64(b[16:], m.meta)
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+func decodeMemberToken(s string) (setMember, error) {
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return setMember{}, err
+	}
+	if len(b) != 24 {
+		return setMember{}, fmt.Errorf("page token of %d bytes", len(b))
+	}
+	return setMember{hi: binary.BigEndian.Uint64(b[0:]), lo: binary.BigEndian.Uint64(b[8:]), meta: binary.BigEndian.Uint64(b[16:])}, nil
 }
 
 func ipsetTypeName(t model.IPSetType) string {

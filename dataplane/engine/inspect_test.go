@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"reflect"
@@ -103,20 +104,32 @@ func TestInspectLists(t *testing.T) {
 		t.Errorf("Policies = %+v\nwant       %+v", pols, want)
 	}
 
-	sets, err := h.e.IPSets(ctx, "", 2)
+	sets, err := h.e.IPSets(ctx, IPSetQuery{MaxMembers: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
+	if len(sets) != 2 || sets[0].NextPage == "" || sets[1].NextPage != "" {
+		t.Fatalf("IPSets = %+v: want a next page of s1 only", sets)
+	}
 	wantSets := []IPSetInfo{
-		{ID: "s1", Type: "ip", MemberCount: 4, Members: []string{"10.0.0.1", "10.0.0.3"}, Endpoints: 1},
+		{ID: "s1", Type: "ip", MemberCount: 4, Members: []string{"10.0.0.1", "10.0.0.3"}, Endpoints: 1, NextPage: sets[0].NextPage},
 		{ID: "unused", Type: "ip", MemberCount: 1, Members: []string{"192.168.1.1"}},
 	}
 	if !reflect.DeepEqual(sets, wantSets) {
 		t.Errorf("IPSets = %+v\nwant     %+v", sets, wantSets)
 	}
-	one, err := h.e.IPSets(ctx, "s1", 0)
-	if err != nil || len(one) != 1 || one[0].MemberCount != 4 || one[0].Members != nil {
+	one, err := h.e.IPSets(ctx, IPSetQuery{ID: "s1"})
+	if err != nil || len(one) != 1 || one[0].MemberCount != 4 || one[0].Members != nil || one[0].NextPage != "" {
 		t.Errorf("IPSets(s1, 0) = %+v, %v", one, err)
+	}
+	rest, err := h.e.IPSets(ctx, IPSetQuery{ID: "s1", MaxMembers: 2, PageToken: sets[0].NextPage})
+	if err != nil || len(rest) != 1 || len(rest[0].Members) != 2 || rest[0].Members[0] == "10.0.0.3" || rest[0].NextPage != "" {
+		t.Errorf("second page of s1 = %+v, %v", rest, err)
+	}
+	for _, q := range []IPSetQuery{{PageToken: sets[0].NextPage}, {ID: "s1", PageToken: "x"}, {ID: "s1", PageToken: "AAAA"}} {
+		if _, err := h.e.IPSets(ctx, q); !errors.Is(err, ErrBadPageToken) {
+			t.Errorf("IPSets(%+v) = %v, want ErrBadPageToken", q, err)
+		}
 	}
 
 	svcs, err := h.e.Services(ctx)

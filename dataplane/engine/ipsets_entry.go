@@ -108,22 +108,30 @@ func (s *ipsetEntry) foldIfLarge() {
 	s.replace = true
 }
 
-// firstMembers returns the n smallest members in order: sets can hold a
-// million members, lists show a handful.
-func (s *ipsetEntry) firstMembers(n int) []model.IPSetMember {
+// membersAfter returns, in order, the n smallest members greater than
+// after (all members when after is nil), and whether more follow: sets can
+// hold a million members, lists show a page of them.
+func (s *ipsetEntry) membersAfter(after *setMember, n int) (page []setMember, more bool) {
 	if n <= 0 {
-		return nil
+		return nil, s.memberCount() > 0
 	}
+	beyond := func(m setMember) bool { return after == nil || compareSetMember(m, *after) > 0 }
 	var added []setMember
 	for m, a := range s.pending {
-		if a {
+		if a && beyond(m) {
 			added = append(added, m)
 		}
 	}
 	slices.SortFunc(added, compareSetMember)
-	var out []model.IPSetMember
-	i, j := 0, 0
-	for len(out) < n && (i < len(s.members) || j < len(added)) {
+	i := 0
+	if after != nil {
+		i, _ = slices.BinarySearchFunc(s.members, *after, compareSetMember)
+		if i < len(s.members) && s.members[i] == *after {
+			i++
+		}
+	}
+	j := 0
+	for i < len(s.members) || j < len(added) {
 		var m setMember
 		if j == len(added) || (i < len(s.members) && compareSetMember(s.members[i], added[j]) < 0) {
 			m = s.members[i]
@@ -135,7 +143,10 @@ func (s *ipsetEntry) firstMembers(n int) []model.IPSetMember {
 			m = added[j]
 			j++
 		}
-		out = append(out, m.model())
+		if len(page) == n {
+			return page, true
+		}
+		page = append(page, m)
 	}
-	return out
+	return page, false
 }

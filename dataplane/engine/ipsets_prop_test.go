@@ -77,7 +77,7 @@ func checkIPSets(t *testing.T, h *harness, step string, ref map[string]map[strin
 	if len(got) != len(ref) {
 		t.Fatalf("%s: kernel has %d sets, want %d", step, len(got), len(ref))
 	}
-	infos, err := h.e.IPSets(context.Background(), "", 5)
+	infos, err := h.e.IPSets(context.Background(), IPSetQuery{MaxMembers: 5})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,6 +97,29 @@ func checkIPSets(t *testing.T, h *harness, step string, ref map[string]map[strin
 		if info.MemberCount != len(want) || !slices.Equal(info.Members, first) {
 			t.Fatalf("%s: Inspect lists %s with %d members %v, want %d %v", step, info.ID, info.MemberCount,
 				info.Members, len(want), first)
+		}
+		// Paging through the set shows every member once, in order.
+		var all []string
+		q := IPSetQuery{ID: info.ID, MaxMembers: 3}
+		for pages := 0; ; pages++ {
+			if pages > len(want) {
+				t.Fatalf("%s: paging %s does not end", step, info.ID)
+			}
+			page, err := h.e.IPSets(context.Background(), q)
+			if err != nil || len(page) != 1 {
+				t.Fatalf("%s: page of %s: %+v, %v", step, info.ID, page, err)
+			}
+			all = append(all, page[0].Members...)
+			if q.PageToken = page[0].NextPage; q.PageToken == "" {
+				break
+			}
+		}
+		var every []string
+		for _, m := range want {
+			every = append(every, MemberString(m))
+		}
+		if !slices.Equal(all, every) {
+			t.Fatalf("%s: paging %s gave %d members, want %d", step, info.ID, len(all), len(every))
 		}
 	}
 	if len(infos) != len(ref) {

@@ -45,7 +45,7 @@ func testRestartAdopts(t *testing.T, legacy bool, n int) {
 	epB := endpointFor(b, 2, bigPolicy(), allowAll())
 	mustApply(t, k1, epA, epB)
 	testutil.WaitFor(t, 5*time.Second, "a pings b", func() bool { return pingsQuick(a, b.IP) })
-	if idx, err := k1.BPF().ChainIndices(); err != nil || len(idx) == 0 {
+	if idx, err := k1.datapath().ChainIndices(); err != nil || len(idx) == 0 {
 		t.Fatalf("the big policy should be split into chained chunks: %v %v", idx, err)
 	}
 	slotB, _ := k1.Endpoint(b.HostIface)
@@ -121,15 +121,15 @@ func TestRestartResizeMigrates(t *testing.T) {
 	if err := k2.Configure(map[string]string{"InterfacePrefix": testPrefix, "BPFMapSizeConntrack": "600000"}); err != nil {
 		t.Fatal(err)
 	}
-	if got := k2.BPF().Maps().Conntrack.MaxEntries(); got != 600000 {
+	if got := k2.datapath().Maps().Conntrack.MaxEntries(); got != 600000 {
 		t.Fatalf("conntrack has %d entries after the resize, want 600000", got)
 	}
 	migrated := false
-	for _, m := range k2.BPF().Migrations() {
+	for _, m := range k2.datapath().Migrations() {
 		migrated = migrated || (m.Replaced && m.Copied > 0)
 	}
 	if !migrated {
-		t.Errorf("no map migrated with its entries: %+v", k2.BPF().Migrations())
+		t.Errorf("no map migrated with its entries: %+v", k2.datapath().Migrations())
 	}
 	mustApply(t, k2, epA, epB)
 	ops := k2.Ops().Sub(before)

@@ -84,7 +84,7 @@ func TestFailClosed(t *testing.T) {
 	testutil.Run(t, "ip", "link", "del", lone.HostIface)
 	testutil.WaitFor(t, 5*time.Second, "the vanished interface's state is forgotten", func() bool {
 		ok, _ := ifState(t, k, loneIfindex)
-		pins, _ := filepath.Glob(filepath.Join(k.BPF().PinDir(), "links", lone.HostIface+"_*"))
+		pins, _ := filepath.Glob(filepath.Join(k.datapath().PinDir(), "links", lone.HostIface+"_*"))
 		_, tracked := k.Endpoint(lone.HostIface)
 		return !ok && len(pins) == 0 && !tracked
 	})
@@ -185,7 +185,7 @@ func TestFailCloseVanishedInterface(t *testing.T) {
 			if ok, _ := ifState(t, k, ifindex); ok {
 				t.Error("ifstate left for the vanished interface")
 			}
-			pins, _ := filepath.Glob(filepath.Join(k.BPF().PinDir(), "links", w.HostIface+"_*"))
+			pins, _ := filepath.Glob(filepath.Join(k.datapath().PinDir(), "links", w.HostIface+"_*"))
 			if len(pins) != 0 {
 				t.Errorf("link pins left: %v", pins)
 			}

@@ -139,7 +139,7 @@ func namespaceRoundTrip(t *testing.T, legacy bool) {
 	if err := k.ApplyEndpoint(epB); err != nil {
 		t.Fatal(err)
 	}
-	if mode, ok := k.BPF().AttachedCurrent(ifindex, b.HostIface); !ok {
+	if mode, ok := k.datapath().AttachedCurrent(ifindex, b.HostIface); !ok {
 		t.Fatalf("entry programs not attached after the round trip and an apply (mode %q)", mode)
 	}
 	if out := testutil.Run(t, "ip", "route", "show", b.IP); out == "" {
@@ -182,7 +182,7 @@ func TestRemovalAfterRecreateKeepsFailClosed(t *testing.T) {
 	if ok, ready := ifState(t, k, ifindex); !ok || ready {
 		t.Fatalf("after the old endpoint's removal the new interface has ifstate %v ready %v, want not ready (failed closed)", ok, ready)
 	}
-	if _, attached := k.BPF().AttachedCurrent(ifindex, w.HostIface); !attached {
+	if _, attached := k.datapath().AttachedCurrent(ifindex, w.HostIface); !attached {
 		t.Fatal("after the old endpoint's removal the new interface has no entry programs")
 	}
 }

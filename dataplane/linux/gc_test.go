@@ -84,8 +84,8 @@ func TestRestartCollectsGarbage(t *testing.T) {
 	// nobody recorded, and stray map entries and pins.
 	testutil.Run(t, "ip", "link", "del", gone.HostIface)
 	strayIfindex := ifindexOf(t, stray.HostIface)
-	addStrayFilter(t, strayIfindex, k1.BPF().Programs().FromWEP)
-	d := k1.BPF()
+	addStrayFilter(t, strayIfindex, k1.datapath().Programs().FromWEP)
+	d := k1.datapath()
 	k1.mu.Lock()
 	head := k1.eps[a.HostIface].inst[model.Ingress].prog.Head()
 	k1.mu.Unlock()
@@ -121,7 +121,7 @@ func TestRestartCollectsGarbage(t *testing.T) {
 	if out := testutil.Run(t, "ip", "route", "show", c.IP); out != "" {
 		t.Errorf("c's route left: %q", out)
 	}
-	pols, err := k2.BPF().Policies()
+	pols, err := k2.datapath().Policies()
 	mustNil(t, err)
 	for _, p := range pols {
 		if p.Slot == cState.Slot || p.Slot == 900 {
@@ -129,7 +129,7 @@ func TestRestartCollectsGarbage(t *testing.T) {
 		}
 	}
 	// The debris is gone.
-	states, err := k2.BPF().IfStates()
+	states, err := k2.datapath().IfStates()
 	mustNil(t, err)
 	for _, ifi := range []int{999999, goneIfindex} {
 		if _, ok := states[ifi]; ok {
@@ -142,17 +142,17 @@ func TestRestartCollectsGarbage(t *testing.T) {
 	if n := entryProgs(t, strayIfindex); n != 0 {
 		t.Errorf("stray entry filter left: %d programs", n)
 	}
-	idx, err := k2.BPF().ChainIndices()
+	idx, err := k2.datapath().ChainIndices()
 	mustNil(t, err)
 	if slices.Contains(idx, 8000) || len(idx) != 0 {
 		t.Errorf("dpd_chain entries left: %v (the only split policy was c's)", idx)
 	}
-	ctrs, err := k2.BPF().CounterIDs()
+	ctrs, err := k2.datapath().CounterIDs()
 	mustNil(t, err)
 	if slices.Contains(ctrs, 0xdead) {
 		t.Error("stray rule counter left")
 	}
-	if _, ok := k2.BPF().SetID("stale-set"); ok {
+	if _, ok := k2.datapath().SetID("stale-set"); ok {
 		t.Error("unknown IP set left")
 	}
 	dirs, _ := os.ReadDir(filepath.Join(pin, "progs"))
@@ -195,7 +195,7 @@ func TestPeriodicCollection(t *testing.T) {
 	watch(t, k)
 	a := newWorkload(t, "10.77.6.1")
 	mustApply(t, k, allowAllEndpoint(a, 1))
-	mustNil(t, k.BPF().SetIfState(999998, 7, abi.IfReady))
+	mustNil(t, k.datapath().SetIfState(999998, 7, abi.IfReady))
 	testutil.WaitFor(t, 5*time.Second, "the stray ifstate entry collected", func() bool {
 		ok, _ := ifState(t, k, 999998)
 		return !ok

@@ -77,6 +77,7 @@ type Kernel struct {
 	allPools  []netip.Prefix               // as last written; guarded by mu
 	gcDone    bool                         // the post-restart garbage collection ran; guarded by mu
 	logged    map[string]bool              // one-time warnings given; guarded by mu
+	ctCount   ctCount                      // the last conntrack count (inspect.go); guarded by mu
 
 	attach tcbpf.AttachChoice // the attach mode in force and why; immutable
 }
@@ -215,8 +216,10 @@ func (k *Kernel) Close() error {
 	return nil
 }
 
-// BPF exposes the BPF side for Inspect (trace, counters).
-func (k *Kernel) BPF() *tcbpf.Datapath {
+// datapath is the BPF side, for what does not need the rest of the
+// kernel's state (IP sets) and for tests. It stays inside this package:
+// Configure may close and reopen it.
+func (k *Kernel) datapath() *tcbpf.Datapath {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.bpf
@@ -316,7 +319,7 @@ func (k *Kernel) ReplaceIPSet(id string, typ model.IPSetType, members []model.IP
 	k.mu.Lock()
 	k.knownSets[id] = true
 	k.mu.Unlock()
-	return k.BPF().ReplaceIPSet(id, typ, members)
+	return k.datapath().ReplaceIPSet(id, typ, members)
 }
 
 // UpdateIPSet implements engine.IPSetKernel.
@@ -324,12 +327,12 @@ func (k *Kernel) UpdateIPSet(id string, added, removed []model.IPSetMember) erro
 	k.mu.Lock()
 	k.knownSets[id] = true
 	k.mu.Unlock()
-	return k.BPF().UpdateIPSet(id, added, removed)
+	return k.datapath().UpdateIPSet(id, added, removed)
 }
 
 // RemoveIPSet implements engine.IPSetKernel.
 func (k *Kernel) RemoveIPSet(id string) error {
-	if err := k.BPF().RemoveIPSet(id); err != nil {
+	if err := k.datapath().RemoveIPSet(id); err != nil {
 		return err
 	}
 	k.mu.Lock()

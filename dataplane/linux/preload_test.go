@@ -89,12 +89,12 @@ func viewOf(t *testing.T, k *Kernel, eps []*model.Endpoint) kernelView {
 		d, _ := k.Endpoint(ep.Iface)
 		v.Endpoints = append(v.Endpoints, EndpointDetails{IngressProgram: d.IngressProgram, EgressProgram: d.EgressProgram, Ready: d.Ready})
 	}
-	idx, err := k.BPF().ChainIndices()
+	idx, err := k.datapath().ChainIndices()
 	if err != nil {
 		t.Fatal(err)
 	}
 	v.ChainEntries = len(idx)
-	if v.Counters, err = k.BPF().CounterIDs(); err != nil {
+	if v.Counters, err = k.datapath().CounterIDs(); err != nil {
 		t.Fatal(err)
 	}
 	slices.Sort(v.Counters)
@@ -209,7 +209,7 @@ func TestPreloadReleasesUnused(t *testing.T) {
 	if got, n := k.Ops().ProgramLoads, k.ProgramCount(); got != 5 || n != 5 {
 		t.Fatalf("preload: %d loads, %d programs; want 5 (c's ingress cannot compile)", got, n)
 	}
-	if idx, _ := k.BPF().ChainIndices(); len(idx) == 0 {
+	if idx, _ := k.datapath().ChainIndices(); len(idx) == 0 {
 		t.Fatal("b's split policy installed no chain entries")
 	}
 	mustApply(t, k, epA)
@@ -312,7 +312,7 @@ func TestPreloadConcurrentWithReaders(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	releaseUnused(k)
-	ids, err := k.BPF().CounterIDs()
+	ids, err := k.datapath().CounterIDs()
 	if err != nil {
 		t.Fatal(err)
 	}

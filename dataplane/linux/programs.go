@@ -156,18 +156,6 @@ func (k *Kernel) dropLocked(sp *sharedProg) {
 	}
 }
 
-// Rules returns the counter table of the program installed for an
-// interface's direction, for Inspect and trace.
-func (k *Kernel) Rules(iface string, dir model.Direction) ([]polprog.RuleInfo, bool) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	st, ok := k.eps[iface]
-	if !ok || st.inst[dir] == nil || st.inst[dir].prog == nil {
-		return nil, false
-	}
-	return st.inst[dir].prog.Rules(), true
-}
-
 // ProgramCount is how many distinct policy programs are loaded.
 func (k *Kernel) ProgramCount() int {
 	k.mu.Lock()

@@ -97,7 +97,7 @@ func TestRoutesAndTunnel(t *testing.T) {
 	if r := routeShow(t, ns, "10.69.1.0/26"); r != "" {
 		t.Fatalf("local block got a kernel route: %q", r)
 	}
-	info, ok, err := k.BPF().LookupRoute(netip.MustParseAddr("10.69.2.5"))
+	info, ok, err := k.datapath().LookupRoute(netip.MustParseAddr("10.69.2.5"))
 	if err != nil || !ok || info.Flags != abi.RTRemoteWorkload|abi.RTInPool || info.NextHop.String() != "192.168.77.2" {
 		t.Fatalf("bpf route of a remote workload: %+v %v %v", info, ok, err)
 	}

@@ -99,11 +99,11 @@ func TestServiceNAT(t *testing.T) {
 	if err := k.EndApply(); err != nil {
 		t.Fatal(err)
 	}
-	fes, err := k.BPF().NATFrontends()
+	fes, err := k.datapath().NATFrontends()
 	if err != nil || len(fes) != 0 {
 		t.Fatalf("frontends left after removal: %+v %v", fes, err)
 	}
-	if flows, _ := k.BPF().NATFlows(); len(flows) != 0 {
+	if flows, _ := k.datapath().NATFlows(); len(flows) != 0 {
 		t.Fatalf("NAT flows left after removal: %d", len(flows))
 	}
 	if _, err := testutil.AskName(ws[0].NS, "tcp4", "10.96.68.10:80"); err == nil {
@@ -142,7 +142,7 @@ func TestServiceRestartAdoptsAndCollects(t *testing.T) {
 		}
 	}
 	idOf := func(k *Kernel, ip string) uint32 {
-		fes, err := k.BPF().NATFrontends()
+		fes, err := k.datapath().NATFrontends()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -181,10 +181,10 @@ func TestServiceRestartAdoptsAndCollects(t *testing.T) {
 	if id := idOf(k2, "10.96.68.21"); id != 0 {
 		t.Fatalf("service not re-sent still has frontend (id %d)", id)
 	}
-	if bes, err := k2.BPF().NATBackendsOf(keepID); err != nil || len(bes) != 1 {
+	if bes, err := k2.datapath().NATBackendsOf(keepID); err != nil || len(bes) != 1 {
 		t.Fatalf("backends of re-sent service: %v %v", bes, err)
 	}
-	routes, err := k2.BPF().Routes()
+	routes, err := k2.datapath().Routes()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -104,7 +104,7 @@ func ifindexOf(t *testing.T, name string) int {
 // ifState reads w's dpd_ifstate entry.
 func ifState(t *testing.T, k *Kernel, ifindex int) (ok, ready bool) {
 	t.Helper()
-	_, flags, ok, err := k.BPF().IfState(ifindex)
+	_, flags, ok, err := k.datapath().IfState(ifindex)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,12 +119,12 @@ const pingTimeout = 2 * time.Minute
 // ping just started is on the wire.
 func waitFlowing(t *testing.T, k *Kernel) {
 	t.Helper()
-	n0, err := k.BPF().ConntrackEntries()
+	n0, err := k.datapath().ConntrackEntries()
 	if err != nil {
 		t.Fatal(err)
 	}
 	testutil.WaitFor(t, 5*time.Second, "the ping flow in conntrack", func() bool {
-		n, err := k.BPF().ConntrackEntries()
+		n, err := k.datapath().ConntrackEntries()
 		return err == nil && n > n0
 	})
 }

@@ -13,6 +13,8 @@ import (
 // existing counters keep their counts. The epilogue only adds to entries
 // that exist, so a rule without one is simply not counted.
 func (d *Datapath) EnsureCounters(ids []uint64) error {
+	d.ctrs.mu.Lock()
+	defer d.ctrs.mu.Unlock()
 	zero := make([]bpf.DpdDpdCounter, ebpf.MustPossibleCPU())
 	for _, id := range ids {
 		if id == 0 {
@@ -22,17 +24,21 @@ func (d *Datapath) EnsureCounters(ids []uint64) error {
 		if err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
 			return fmt.Errorf("create counter %d: %w", id, err)
 		}
+		d.ctrs.addLocked(id)
 	}
 	return nil
 }
 
 // DeleteCounters drops the counters of ids; absent ones are not an error.
 func (d *Datapath) DeleteCounters(ids []uint64) error {
+	d.ctrs.mu.Lock()
+	defer d.ctrs.mu.Unlock()
 	for _, id := range ids {
 		err := d.objs.DpdRuleCtrs.Delete(id)
 		if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return fmt.Errorf("delete counter %d: %w", id, err)
 		}
+		d.ctrs.removeLocked(id)
 	}
 	return nil
 }

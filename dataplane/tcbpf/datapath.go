@@ -76,6 +76,8 @@ type Datapath struct {
 
 	traceMu sync.Mutex // serialises trace runs: dpd_trace has one entry
 
+	ctrs counterMirror // the keys of dpd_rule_ctrs (usage.go); has its own lock
+
 	feFilter natFilter // dpd_nat_fe_bits bookkeeping (nat.go); has its own lock
 
 	// migrations are the pinned maps Open migrated. Immutable after Open.

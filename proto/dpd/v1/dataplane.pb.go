@@ -866,8 +866,14 @@ type ListIPSetsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Only this set ("" lists all).
 	Id string `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	// Members to show per set (default 10; the count is always exact).
-	MaxMembers    uint32 `protobuf:"varint,2,opt,name=max_members,json=maxMembers,proto3" json:"max_members,omitempty"`
+	// Members to show per set (default 10, at most 1000: larger values show
+	// 1000; the count is always exact).
+	MaxMembers uint32 `protobuf:"varint,2,opt,name=max_members,json=maxMembers,proto3" json:"max_members,omitempty"`
+	// The members after those of an earlier answer: that answer's
+	// IPSet.next_page_token. Needs id. Members are in address order, so a
+	// page follows on from the last one shown even if the set changed in
+	// between (members added before that point are not shown).
+	PageToken     string `protobuf:"bytes,3,opt,name=page_token,json=pageToken,proto3" json:"page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -914,6 +920,13 @@ func (x *ListIPSetsRequest) GetMaxMembers() uint32 {
 		return x.MaxMembers
 	}
 	return 0
+}
+
+func (x *ListIPSetsRequest) GetPageToken() string {
+	if x != nil {
+		return x.PageToken
+	}
+	return ""
 }
 
 type ListIPSetsResponse struct {
@@ -966,12 +979,15 @@ type IPSet struct {
 	// "ip", "ip-and-port" or "net".
 	Type        string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
 	MemberCount uint32 `protobuf:"varint,3,opt,name=member_count,json=memberCount,proto3" json:"member_count,omitempty"`
-	// The smallest members, at most max_members of them.
+	// The smallest members (after page_token), at most max_members of them.
 	Members []string `protobuf:"bytes,4,rep,name=members,proto3" json:"members,omitempty"`
 	// member_count > len(members).
 	Truncated bool `protobuf:"varint,5,opt,name=truncated,proto3" json:"truncated,omitempty"`
 	// Workload endpoints whose rules reference the set.
-	Endpoints     uint32 `protobuf:"varint,6,opt,name=endpoints,proto3" json:"endpoints,omitempty"`
+	Endpoints uint32 `protobuf:"varint,6,opt,name=endpoints,proto3" json:"endpoints,omitempty"`
+	// Set when members follow those shown: pass it as page_token (with this
+	// set's id) for the next page. Empty on the last page.
+	NextPageToken string `protobuf:"bytes,7,opt,name=next_page_token,json=nextPageToken,proto3" json:"next_page_token,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1046,6 +1062,13 @@ func (x *IPSet) GetEndpoints() uint32 {
 		return x.Endpoints
 	}
 	return 0
+}
+
+func (x *IPSet) GetNextPageToken() string {
+	if x != nil {
+		return x.NextPageToken
+	}
+	return ""
 }
 
 type ListServicesRequest struct {
@@ -2133,20 +2156,23 @@ const file_dpd_v1_dataplane_proto_rawDesc = "" +
 	"\rinbound_rules\x18\x05 \x01(\rR\finboundRules\x12%\n" +
 	"\x0eoutbound_rules\x18\x06 \x01(\rR\routboundRules\x12\x1c\n" +
 	"\tendpoints\x18\a \x01(\rR\tendpoints\x12\x17\n" +
-	"\aip_sets\x18\b \x03(\tR\x06ipSets\"D\n" +
+	"\aip_sets\x18\b \x03(\tR\x06ipSets\"c\n" +
 	"\x11ListIPSetsRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
 	"\vmax_members\x18\x02 \x01(\rR\n" +
-	"maxMembers\"<\n" +
+	"maxMembers\x12\x1d\n" +
+	"\n" +
+	"page_token\x18\x03 \x01(\tR\tpageToken\"<\n" +
 	"\x12ListIPSetsResponse\x12&\n" +
-	"\aip_sets\x18\x01 \x03(\v2\r.dpd.v1.IPSetR\x06ipSets\"\xa4\x01\n" +
+	"\aip_sets\x18\x01 \x03(\v2\r.dpd.v1.IPSetR\x06ipSets\"\xcc\x01\n" +
 	"\x05IPSet\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04type\x18\x02 \x01(\tR\x04type\x12!\n" +
 	"\fmember_count\x18\x03 \x01(\rR\vmemberCount\x12\x18\n" +
 	"\amembers\x18\x04 \x03(\tR\amembers\x12\x1c\n" +
 	"\ttruncated\x18\x05 \x01(\bR\ttruncated\x12\x1c\n" +
-	"\tendpoints\x18\x06 \x01(\rR\tendpoints\"\x15\n" +
+	"\tendpoints\x18\x06 \x01(\rR\tendpoints\x12&\n" +
+	"\x0fnext_page_token\x18\a \x01(\tR\rnextPageToken\"\x15\n" +
 	"\x13ListServicesRequest\"C\n" +
 	"\x14ListServicesResponse\x12+\n" +
 	"\bservices\x18\x01 \x03(\v2\x0f.dpd.v1.ServiceR\bservices\"\x9b\x02\n" +

@@ -147,13 +147,24 @@ const (
 //
 // Inspect answers questions about what dpd has programmed. It never changes
 // anything.
+//
+// Answers are bounded: lists of IP set members are paged (ListIPSets). The
+// calls whose cost grows with the programmed state (ListEndpoints,
+// ListPolicies, ListIPSets, ListServices, ListRoutes, GetCounters, Trace)
+// run at most 4 at a time; one more waits for a free slot for as long as
+// its deadline allows, at most 2 seconds, and then fails with
+// RESOURCE_EXHAUSTED (retry later). GetStatus and GetEndpoint are never
+// held back.
 type InspectClient interface {
 	GetStatus(ctx context.Context, in *GetStatusRequest, opts ...grpc.CallOption) (*GetStatusResponse, error)
 	ListEndpoints(ctx context.Context, in *ListEndpointsRequest, opts ...grpc.CallOption) (*ListEndpointsResponse, error)
 	GetEndpoint(ctx context.Context, in *GetEndpointRequest, opts ...grpc.CallOption) (*Endpoint, error)
 	// ListPolicies lists the active policies and profiles.
 	ListPolicies(ctx context.Context, in *ListPoliciesRequest, opts ...grpc.CallOption) (*ListPoliciesResponse, error)
-	// ListIPSets lists IP sets with member counts; members are truncated.
+	// ListIPSets lists IP sets with exact member counts and a page of their
+	// members: at most 1000 per set, and 10000 in the whole answer (the sets
+	// past that, in id order, show none). Page through one set's members
+	// with id and page_token.
 	ListIPSets(ctx context.Context, in *ListIPSetsRequest, opts ...grpc.CallOption) (*ListIPSetsResponse, error)
 	ListServices(ctx context.Context, in *ListServicesRequest, opts ...grpc.CallOption) (*ListServicesResponse, error)
 	ListRoutes(ctx context.Context, in *ListRoutesRequest, opts ...grpc.CallOption) (*ListRoutesResponse, error)
@@ -270,13 +281,24 @@ func (c *inspectClient) Trace(ctx context.Context, in *TraceRequest, opts ...grp
 //
 // Inspect answers questions about what dpd has programmed. It never changes
 // anything.
+//
+// Answers are bounded: lists of IP set members are paged (ListIPSets). The
+// calls whose cost grows with the programmed state (ListEndpoints,
+// ListPolicies, ListIPSets, ListServices, ListRoutes, GetCounters, Trace)
+// run at most 4 at a time; one more waits for a free slot for as long as
+// its deadline allows, at most 2 seconds, and then fails with
+// RESOURCE_EXHAUSTED (retry later). GetStatus and GetEndpoint are never
+// held back.
 type InspectServer interface {
 	GetStatus(context.Context, *GetStatusRequest) (*GetStatusResponse, error)
 	ListEndpoints(context.Context, *ListEndpointsRequest) (*ListEndpointsResponse, error)
 	GetEndpoint(context.Context, *GetEndpointRequest) (*Endpoint, error)
 	// ListPolicies lists the active policies and profiles.
 	ListPolicies(context.Context, *ListPoliciesRequest) (*ListPoliciesResponse, error)
-	// ListIPSets lists IP sets with member counts; members are truncated.
+	// ListIPSets lists IP sets with exact member counts and a page of their
+	// members: at most 1000 per set, and 10000 in the whole answer (the sets
+	// past that, in id order, show none). Page through one set's members
+	// with id and page_token.
 	ListIPSets(context.Context, *ListIPSetsRequest) (*ListIPSetsResponse, error)
 	ListServices(context.Context, *ListServicesRequest) (*ListServicesResponse, error)
 	ListRoutes(context.Context, *ListRoutesRequest) (*ListRoutesResponse, error)

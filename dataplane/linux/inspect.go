@@ -1,0 +1,249 @@
+package linux
+
+// engine.KernelInspector: Inspect's questions answered under the kernel's
+// lock, so the datapath (which Configure may close and reopen) is never
+// used by anyone who does not hold it, and nothing kernel-typed leaves.
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/dpd-dev/dpd/dataplane/engine"
+	"github.com/dpd-dev/dpd/dataplane/model"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf/polprog"
+)
+
+var _ engine.KernelInspector = (*Kernel)(nil)
+
+var errClosed = errors.New("linux dataplane closed")
+
+// ConntrackCountInterval is the least time between two walks of dpd_ct
+// for its entry count: the map is written by the programs, so userspace
+// cannot know its size without reading it, and a scrape must stay cheap.
+const ConntrackCountInterval = 10 * time.Second
+
+// ctCount is the cached conntrack count. Guarded by Kernel.mu.
+type ctCount struct {
+	at      time.Time
+	entries int
+}
+
+// EndpointDetails implements engine.KernelInspector.
+func (k *Kernel) EndpointDetails(iface string) (model.EndpointDetails, bool) {
+	d, ok := k.Endpoint(iface)
+	if !ok {
+		return model.EndpointDetails{}, false
+	}
+	return model.EndpointDetails{
+		Ifindex: d.Ifindex, AttachMode: d.AttachMode, Ready: d.Ready, LastProgrammed: d.LastProgrammed,
+		IngressProgram: d.IngressProgram, EgressProgram: d.EgressProgram,
+	}, true
+}
+
+// Rules implements engine.KernelInspector: the counter table of the
+// program installed for an interface's direction.
+func (k *Kernel) Rules(iface string, dir model.Direction) ([]model.RuleInfo, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	prog := k.installedLocked(iface, dir)
+	if prog == nil {
+		return nil, false
+	}
+	rules := prog.Rules()
+	out := make([]model.RuleInfo, len(rules))
+	for i := range rules {
+		out[i] = ruleInfo(&rules[i])
+	}
+	return out, true
+}
+
+func (k *Kernel) installedLocked(iface string, dir model.Direction) *polprog.Program {
+	st, ok := k.eps[iface]
+	if !ok || st.inst[dir] == nil {
+		return nil
+	}
+	return st.inst[dir].prog
+}
+
+func ruleInfo(r *polprog.RuleInfo) model.RuleInfo {
+	return model.RuleInfo{
+		CounterID: r.CounterID, Tier: r.Tier, Policy: r.Policy, Kind: r.Kind, Index: r.Index,
+		RuleID: r.RuleID, Action: r.Action, Synthetic: r.Synthetic,
+	}
+}
+
+// Trace implements engine.KernelInspector: the interface's attached entry
+// program runs on frame with the trace mark, and the deciding rule is
+// looked up in the table of the program installed at that moment.
+func (k *Kernel) Trace(iface string, dir model.Direction, frame []byte) (model.TraceResult, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		return model.TraceResult{}, errClosed
+	}
+	st, ok := k.eps[iface]
+	if !ok || st.ifindex == 0 {
+		return model.TraceResult{}, engine.ErrNotProgrammed
+	}
+	// model.Egress is abi.DirFromWEP (0), model.Ingress abi.DirToWEP (1).
+	res, err := k.bpf.Trace(st.ifindex, int(dir), frame)
+	if err != nil {
+		return model.TraceResult{}, err
+	}
+	out := traceResult(res)
+	out.Ifindex = st.ifindex
+	if out.RuleID != 0 {
+		if prog := k.installedLocked(iface, dir); prog != nil {
+			for _, r := range prog.Rules() {
+				if r.CounterID == out.RuleID {
+					out.Rule, out.RuleFound = ruleInfo(&r), true
+					break
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// traceResult reads the final dpd_state of a trace run.
+func traceResult(res tcbpf.TraceResult) model.TraceResult {
+	st := res.State
+	out := model.TraceResult{Return: res.Ret}
+	switch {
+	case !res.Reached && st.Flags&abi.StNoBackend != 0:
+		out.Stage = model.TraceNoBackend
+		return out
+	case !res.Reached:
+		out.Stage = model.TraceNotReady
+		return out
+	case st.Flags&abi.StNoPolicy != 0:
+		out.Stage = model.TraceNoPolicy
+	case st.Flags&abi.StEpilogue == 0:
+		out.Stage = model.TraceIncomplete
+	default:
+		out.Stage = model.TraceDecided
+		out.Allowed = st.Verdict == abi.VerdictAllow
+		out.RuleID = st.RuleId
+	}
+	switch {
+	case st.Flags&abi.StCTFwd != 0:
+		out.Conntrack = "established"
+	case st.Flags&abi.StCTRev != 0:
+		out.Conntrack = "reply"
+	case st.Flags&abi.StCTRelated != 0:
+		out.Conntrack = "related"
+	}
+	return out
+}
+
+// ReadCounter implements engine.KernelInspector.
+func (k *Kernel) ReadCounter(id uint64) (model.RuleCounter, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		return model.RuleCounter{}, errClosed
+	}
+	p, b, err := k.bpf.ReadCounter(id)
+	return model.RuleCounter{Packets: p, Bytes: b}, err
+}
+
+// ConntrackEntries implements engine.KernelInspector: a count at most
+// ConntrackCountInterval old.
+func (k *Kernel) ConntrackEntries() (int, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.conntrackEntriesLocked(time.Now())
+}
+
+func (k *Kernel) conntrackEntriesLocked(now time.Time) (int, error) {
+	if k.closed {
+		return 0, errClosed
+	}
+	if !k.ctCount.at.IsZero() && now.Sub(k.ctCount.at) < ConntrackCountInterval {
+		return k.ctCount.entries, nil
+	}
+	n, err := k.bpf.CountConntrack()
+	if err != nil {
+		return 0, err
+	}
+	k.ctCount.at, k.ctCount.entries = now, n
+	return n, nil
+}
+
+// MapUsage implements engine.KernelInspector. Every count but conntrack's
+// comes from what this process wrote and tracks (no map is read); entries
+// an earlier dpd left that garbage collection has not removed yet are not
+// counted. Conntrack, written by the programs, is walked in batches at
+// most once per ConntrackCountInterval.
+func (k *Kernel) MapUsage() ([]model.MapUsage, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		return nil, errClosed
+	}
+	m := k.bpf.Maps()
+	capOf := func(mp interface{ MaxEntries() uint32 }) int { return int(mp.MaxEntries()) }
+	var out []model.MapUsage
+	var errs []error
+	if ct, err := k.conntrackEntriesLocked(time.Now()); err != nil {
+		errs = append(errs, fmt.Errorf("count dpd_ct: %w", err))
+	} else {
+		out = append(out, model.MapUsage{Name: "dpd_ct", Entries: ct, Capacity: capOf(m.Conntrack)})
+	}
+	ifstate, jump := 0, 1 // the epilogue sits at abi.JumpEpilogue
+	for _, st := range k.eps {
+		if st.ifindex != 0 && (st.ready || st.closed) {
+			ifstate++
+		}
+		if st.hasSlot {
+			for _, sp := range st.inst {
+				if sp != nil {
+					jump++
+				}
+			}
+		}
+	}
+	chain := 0
+	for _, sp := range k.progs {
+		if sp.prog != nil {
+			chain += len(sp.prog.ChainIndices())
+		}
+	}
+	routes := 0
+	for dst := range k.routes {
+		if dst.Addr().Is4() { // the only family ApplyRoute writes to dpd_routes
+			routes++
+		}
+	}
+	fe, be := 0, 0
+	for _, ports := range k.nat.services {
+		for _, p := range ports {
+			fe += len(p.fes)
+			be += len(p.bes)
+		}
+	}
+	for _, e := range k.nat.adopted {
+		if !k.nat.claimed[e.ID] {
+			fe++
+			be += e.Count
+		}
+	}
+	out = append(out,
+		model.MapUsage{Name: "dpd_ipsets", Entries: k.bpf.IPSetEntries(), Capacity: capOf(m.IPSets)},
+		model.MapUsage{Name: "dpd_ifstate", Entries: ifstate, Capacity: capOf(m.IfState)},
+		model.MapUsage{Name: "dpd_jump", Entries: jump, Capacity: capOf(m.Jump)},
+		model.MapUsage{Name: "dpd_chain", Entries: chain, Capacity: capOf(m.Chain)},
+		model.MapUsage{Name: "dpd_nat_fe", Entries: fe, Capacity: capOf(m.NATFrontends)},
+		model.MapUsage{Name: "dpd_nat_be", Entries: be, Capacity: capOf(m.NATBackends)},
+		model.MapUsage{Name: "dpd_routes", Entries: routes, Capacity: capOf(m.Routes)},
+	)
+	if n, err := k.bpf.RuleCounterEntries(); err != nil {
+		errs = append(errs, fmt.Errorf("count dpd_rule_ctrs: %w", err))
+	} else {
+		out = append(out, model.MapUsage{Name: "dpd_rule_ctrs", Entries: n, Capacity: capOf(m.RuleCtrs)})
+	}
+	return out, errors.Join(errs...)
+}
