@@ -71,7 +71,23 @@ func (s *inspectService) GetStatus(context.Context, *dpdv1.GetStatusRequest) (*d
 		},
 		LastApply:      timestamp(st.LastApply),
 		LastApplyError: st.LastApplyError,
+		Attach:         s.attachInfo(),
 	}, nil
+}
+
+// attachInfo is the kernel's attach mode and costs; nil for kernels that
+// run no programs.
+func (s *inspectService) attachInfo() *dpdv1.AttachInfo {
+	if s.kernel == nil {
+		return nil
+	}
+	a := s.kernel.AttachInfo()
+	out := &dpdv1.AttachInfo{Mode: a.Mode, Reason: a.Reason}
+	for _, c := range a.Costs {
+		out.Costs = append(out.Costs, &dpdv1.KernelCost{Op: c.Op, ProbeSeconds: c.Probe.Seconds(),
+			ObservedMeanSeconds: c.ObservedMean.Seconds(), ObservedCount: c.ObservedCount})
+	}
+	return out
 }
 
 func (s *inspectService) ListEndpoints(ctx context.Context, _ *dpdv1.ListEndpointsRequest) (*dpdv1.ListEndpointsResponse, error) {

@@ -18,6 +18,7 @@ type kernelCollector struct {
 
 	mapEntries, mapCapacity, conntrack, errors *prometheus.Desc
 	rulePackets, ruleBytes                     *prometheus.Desc
+	attachMode, opProbe, opObserved            *prometheus.Desc
 }
 
 func newKernelCollector(kv engine.KernelInspector, eng Engine, ruleLimit int) *kernelCollector {
@@ -36,11 +37,17 @@ func newKernelCollector(kv engine.KernelInspector, eng Engine, ruleLimit int) *k
 			"Packets decided by a policy rule (only the busiest rules, --rule-metrics-limit).", ruleLabels, nil),
 		ruleBytes: prometheus.NewDesc("dpd_rule_bytes_total",
 			"Bytes of the packets decided by a policy rule (same rules as dpd_rule_packets_total).", ruleLabels, nil),
+		attachMode: prometheus.NewDesc("dpd_attach_mode_info",
+			"The attach mode of entry programs (1 for the mode in force), with the reason it was chosen.", []string{"mode", "reason"}, nil),
+		opProbe: prometheus.NewDesc("dpd_kernel_op_probe_seconds",
+			"What a kernel operation cost in the start-up probe on a scratch veth.", []string{"op"}, nil),
+		opObserved: prometheus.NewDesc("dpd_kernel_op_observed_seconds",
+			"Mean cost of dpd's real kernel operations of a kind, over dpd_kernel_op_observed_count of them.", []string{"op"}, nil),
 	}
 }
 
 func (c *kernelCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.mapEntries, c.mapCapacity, c.conntrack, c.errors} {
+	for _, d := range []*prometheus.Desc{c.mapEntries, c.mapCapacity, c.conntrack, c.errors, c.attachMode, c.opProbe, c.opObserved} {
 		ch <- d
 	}
 	if c.ruleLimit > 0 {
@@ -63,6 +70,7 @@ func (c *kernelCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(c.errors, prometheus.GaugeValue, float64(failed))
+	c.collectAttach(ch)
 	if c.ruleLimit > 0 {
 		c.collectRules(ch)
 	}
@@ -98,4 +106,18 @@ func countJoined(err error) int {
 		return 1
 	}
 	return 0
+}
+
+// collectAttach reports the attach mode and the kernel operation costs.
+func (c *kernelCollector) collectAttach(ch chan<- prometheus.Metric) {
+	a := c.kv.AttachInfo()
+	ch <- prometheus.MustNewConstMetric(c.attachMode, prometheus.GaugeValue, 1, a.Mode, a.Reason)
+	for _, k := range a.Costs {
+		if k.Probe > 0 {
+			ch <- prometheus.MustNewConstMetric(c.opProbe, prometheus.GaugeValue, k.Probe.Seconds(), k.Op)
+		}
+		if k.ObservedCount > 0 {
+			ch <- prometheus.MustNewConstMetric(c.opObserved, prometheus.GaugeValue, k.ObservedMean.Seconds(), k.Op)
+		}
+	}
 }

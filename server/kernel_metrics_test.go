@@ -48,6 +48,16 @@ func TestKernelCollector(t *testing.T) {
 		if len(got["dpd_bpf_map_entries"]) != 2 || len(got["dpd_bpf_map_capacity"]) != 2 {
 			t.Errorf("map series: %v", got)
 		}
+		// Only measured costs are series: the fake probed one op and observed one.
+		if v := got["dpd_kernel_op_probe_seconds"]; len(v) != 1 || v[0] != 0.001 {
+			t.Errorf("probe costs = %v", v)
+		}
+		if v := got["dpd_kernel_op_observed_seconds"]; len(v) != 1 || v[0] != 0.002 {
+			t.Errorf("observed costs = %v", v)
+		}
+		if v := got["dpd_attach_mode_info"]; len(v) != 1 || v[0] != 1 {
+			t.Errorf("attach mode info = %v", v)
+		}
 	}
 }
 

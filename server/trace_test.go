@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -129,6 +130,13 @@ type fakeKernel struct {
 }
 
 var _ engine.KernelInspector = (*fakeKernel)(nil)
+
+func (k *fakeKernel) AttachInfo() model.AttachInfo {
+	return model.AttachInfo{Mode: "tc", Reason: "requested", Costs: []model.KernelCost{
+		{Op: "tc_attach", Probe: time.Millisecond, ObservedMean: 2 * time.Millisecond, ObservedCount: 3},
+		{Op: "program_load"},
+	}}
+}
 
 func (k *fakeKernel) EndpointDetails(string) (model.EndpointDetails, bool) {
 	return model.EndpointDetails{Ifindex: 7, AttachMode: "tcx", IngressProgram: "ingress:abc", Ready: true}, true

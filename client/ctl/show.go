@@ -83,6 +83,14 @@ func runStatus(g *globals, args []string, w io.Writer) error {
 	if e := st.GetLastApplyError(); e != "" {
 		row("last apply error", "%s", e)
 	}
+	if a := st.GetAttach(); a != nil {
+		row("attach mode", "%s (%s)", a.GetMode(), a.GetReason())
+		for _, c := range a.GetCosts() {
+			if s := kernelCost(c); s != "" {
+				row("  "+c.GetOp(), "%s", s)
+			}
+		}
+	}
 	return tw.Flush()
 }
 
@@ -126,4 +134,20 @@ func when(ts *timestamppb.Timestamp) string {
 		return "never"
 	}
 	return ts.AsTime().Local().Format(time.RFC3339)
+}
+
+// kernelCost prints a kernel operation's probed and observed costs.
+func kernelCost(c *dpdv1.KernelCost) string {
+	var parts []string
+	if p := c.GetProbeSeconds(); p > 0 {
+		parts = append(parts, "probe "+seconds(p))
+	}
+	if n := c.GetObservedCount(); n > 0 {
+		parts = append(parts, fmt.Sprintf("observed %s (%d)", seconds(c.GetObservedMeanSeconds()), n))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func seconds(s float64) string {
+	return time.Duration(s * float64(time.Second)).Round(time.Microsecond).String()
 }

@@ -45,4 +45,6 @@ type KernelInspector interface {
 	// ConntrackEntries counts the connection tracking entries (a recent
 	// count: it may be cached for a short interval).
 	ConntrackEntries() (int, error)
+	// AttachInfo says how entry programs are attached and why.
+	AttachInfo() model.AttachInfo
 }

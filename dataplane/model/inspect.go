@@ -81,3 +81,20 @@ type MapUsage struct {
 	Name              string
 	Entries, Capacity int
 }
+
+// AttachInfo is how a kernel attaches entry programs, why, and what the
+// attach-relevant kernel operations cost where it runs.
+type AttachInfo struct {
+	Mode   string // "tcx" or "tc"
+	Reason string
+	Costs  []KernelCost
+}
+
+// KernelCost is one kernel operation's cost: as the start-up probe measured
+// it (0 when the mode was forced) and as observed on real operations.
+type KernelCost struct {
+	Op            string
+	Probe         time.Duration
+	ObservedMean  time.Duration
+	ObservedCount uint64
+}

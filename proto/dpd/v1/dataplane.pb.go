@@ -76,8 +76,11 @@ type GetStatusResponse struct {
 	Counts          *Counts                `protobuf:"bytes,8,opt,name=counts,proto3" json:"counts,omitempty"`
 	LastApply       *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=last_apply,json=lastApply,proto3" json:"last_apply,omitempty"`
 	LastApplyError  string                 `protobuf:"bytes,10,opt,name=last_apply_error,json=lastApplyError,proto3" json:"last_apply_error,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// How entry programs are attached, why, and the kernel's costs (linux
+	// dataplane only).
+	Attach        *AttachInfo `protobuf:"bytes,11,opt,name=attach,proto3" json:"attach,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetStatusResponse) Reset() {
@@ -180,6 +183,148 @@ func (x *GetStatusResponse) GetLastApplyError() string {
 	return ""
 }
 
+func (x *GetStatusResponse) GetAttach() *AttachInfo {
+	if x != nil {
+		return x.Attach
+	}
+	return nil
+}
+
+// AttachInfo is the attach mode in force and the measurements behind it.
+type AttachInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "tcx" or "tc".
+	Mode          string        `protobuf:"bytes,1,opt,name=mode,proto3" json:"mode,omitempty"`
+	Reason        string        `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Costs         []*KernelCost `protobuf:"bytes,3,rep,name=costs,proto3" json:"costs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AttachInfo) Reset() {
+	*x = AttachInfo{}
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AttachInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AttachInfo) ProtoMessage() {}
+
+func (x *AttachInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AttachInfo.ProtoReflect.Descriptor instead.
+func (*AttachInfo) Descriptor() ([]byte, []int) {
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *AttachInfo) GetMode() string {
+	if x != nil {
+		return x.Mode
+	}
+	return ""
+}
+
+func (x *AttachInfo) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *AttachInfo) GetCosts() []*KernelCost {
+	if x != nil {
+		return x.Costs
+	}
+	return nil
+}
+
+// KernelCost is one kernel operation's cost on the running kernel.
+type KernelCost struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// tcx_first_attach, tcx_next_attach, tcx_last_detach, tc_attach, detach,
+	// program_load, map_update.
+	Op string `protobuf:"bytes,1,opt,name=op,proto3" json:"op,omitempty"`
+	// Measured by the start-up probe on a scratch veth (0: not probed).
+	ProbeSeconds float64 `protobuf:"fixed64,2,opt,name=probe_seconds,json=probeSeconds,proto3" json:"probe_seconds,omitempty"`
+	// Mean over dpd's real operations of this kind, and how many there were.
+	ObservedMeanSeconds float64 `protobuf:"fixed64,3,opt,name=observed_mean_seconds,json=observedMeanSeconds,proto3" json:"observed_mean_seconds,omitempty"`
+	ObservedCount       uint64  `protobuf:"varint,4,opt,name=observed_count,json=observedCount,proto3" json:"observed_count,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *KernelCost) Reset() {
+	*x = KernelCost{}
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KernelCost) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KernelCost) ProtoMessage() {}
+
+func (x *KernelCost) ProtoReflect() protoreflect.Message {
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KernelCost.ProtoReflect.Descriptor instead.
+func (*KernelCost) Descriptor() ([]byte, []int) {
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *KernelCost) GetOp() string {
+	if x != nil {
+		return x.Op
+	}
+	return ""
+}
+
+func (x *KernelCost) GetProbeSeconds() float64 {
+	if x != nil {
+		return x.ProbeSeconds
+	}
+	return 0
+}
+
+func (x *KernelCost) GetObservedMeanSeconds() float64 {
+	if x != nil {
+		return x.ObservedMeanSeconds
+	}
+	return 0
+}
+
+func (x *KernelCost) GetObservedCount() uint64 {
+	if x != nil {
+		return x.ObservedCount
+	}
+	return 0
+}
+
 type ControllerSession struct {
 	state            protoimpl.MessageState `protogen:"open.v1"`
 	Connected        bool                   `protobuf:"varint,1,opt,name=connected,proto3" json:"connected,omitempty"`
@@ -194,7 +339,7 @@ type ControllerSession struct {
 
 func (x *ControllerSession) Reset() {
 	*x = ControllerSession{}
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[2]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -206,7 +351,7 @@ func (x *ControllerSession) String() string {
 func (*ControllerSession) ProtoMessage() {}
 
 func (x *ControllerSession) ProtoReflect() protoreflect.Message {
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[2]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -219,7 +364,7 @@ func (x *ControllerSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ControllerSession.ProtoReflect.Descriptor instead.
 func (*ControllerSession) Descriptor() ([]byte, []int) {
-	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{2}
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ControllerSession) GetConnected() bool {
@@ -283,7 +428,7 @@ type Counts struct {
 
 func (x *Counts) Reset() {
 	*x = Counts{}
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[3]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -295,7 +440,7 @@ func (x *Counts) String() string {
 func (*Counts) ProtoMessage() {}
 
 func (x *Counts) ProtoReflect() protoreflect.Message {
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[3]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -308,7 +453,7 @@ func (x *Counts) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Counts.ProtoReflect.Descriptor instead.
 func (*Counts) Descriptor() ([]byte, []int) {
-	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{3}
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Counts) GetEndpoints() uint32 {
@@ -396,7 +541,7 @@ type ListEndpointsRequest struct {
 
 func (x *ListEndpointsRequest) Reset() {
 	*x = ListEndpointsRequest{}
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[4]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -408,7 +553,7 @@ func (x *ListEndpointsRequest) String() string {
 func (*ListEndpointsRequest) ProtoMessage() {}
 
 func (x *ListEndpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[4]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -421,7 +566,7 @@ func (x *ListEndpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEndpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListEndpointsRequest) Descriptor() ([]byte, []int) {
-	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{4}
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{6}
 }
 
 type ListEndpointsResponse struct {
@@ -433,7 +578,7 @@ type ListEndpointsResponse struct {
 
 func (x *ListEndpointsResponse) Reset() {
 	*x = ListEndpointsResponse{}
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[5]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -445,7 +590,7 @@ func (x *ListEndpointsResponse) String() string {
 func (*ListEndpointsResponse) ProtoMessage() {}
 
 func (x *ListEndpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[5]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -458,7 +603,7 @@ func (x *ListEndpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListEndpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListEndpointsResponse) Descriptor() ([]byte, []int) {
-	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{5}
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListEndpointsResponse) GetEndpoints() []*Endpoint {
@@ -478,7 +623,7 @@ type GetEndpointRequest struct {
 
 func (x *GetEndpointRequest) Reset() {
 	*x = GetEndpointRequest{}
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[6]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -490,7 +635,7 @@ func (x *GetEndpointRequest) String() string {
 func (*GetEndpointRequest) ProtoMessage() {}
 
 func (x *GetEndpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[6]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -503,7 +648,7 @@ func (x *GetEndpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEndpointRequest.ProtoReflect.Descriptor instead.
 func (*GetEndpointRequest) Descriptor() ([]byte, []int) {
-	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{6}
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetEndpointRequest) GetId() string {
@@ -543,7 +688,7 @@ type Endpoint struct {
 
 func (x *Endpoint) Reset() {
 	*x = Endpoint{}
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[7]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -555,7 +700,7 @@ func (x *Endpoint) String() string {
 func (*Endpoint) ProtoMessage() {}
 
 func (x *Endpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[7]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -568,7 +713,7 @@ func (x *Endpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Endpoint.ProtoReflect.Descriptor instead.
 func (*Endpoint) Descriptor() ([]byte, []int) {
-	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{7}
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Endpoint) GetId() *felix.WorkloadEndpointID {
@@ -684,7 +829,7 @@ type ListPoliciesRequest struct {
 
 func (x *ListPoliciesRequest) Reset() {
 	*x = ListPoliciesRequest{}
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[8]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -696,7 +841,7 @@ func (x *ListPoliciesRequest) String() string {
 func (*ListPoliciesRequest) ProtoMessage() {}
 
 func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[8]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -709,7 +854,7 @@ func (x *ListPoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesRequest.ProtoReflect.Descriptor instead.
 func (*ListPoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{8}
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{10}
 }
 
 type ListPoliciesResponse struct {
@@ -721,7 +866,7 @@ type ListPoliciesResponse struct {
 
 func (x *ListPoliciesResponse) Reset() {
 	*x = ListPoliciesResponse{}
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[9]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -733,7 +878,7 @@ func (x *ListPoliciesResponse) String() string {
 func (*ListPoliciesResponse) ProtoMessage() {}
 
 func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[9]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -746,7 +891,7 @@ func (x *ListPoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoliciesResponse.ProtoReflect.Descriptor instead.
 func (*ListPoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{9}
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListPoliciesResponse) GetPolicies() []*Policy {
@@ -778,7 +923,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[10]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -790,7 +935,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[10]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -803,7 +948,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{10}
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Policy) GetKind() string {
@@ -880,7 +1025,7 @@ type ListIPSetsRequest struct {
 
 func (x *ListIPSetsRequest) Reset() {
 	*x = ListIPSetsRequest{}
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[11]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -892,7 +1037,7 @@ func (x *ListIPSetsRequest) String() string {
 func (*ListIPSetsRequest) ProtoMessage() {}
 
 func (x *ListIPSetsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[11]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -905,7 +1050,7 @@ func (x *ListIPSetsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListIPSetsRequest.ProtoReflect.Descriptor instead.
 func (*ListIPSetsRequest) Descriptor() ([]byte, []int) {
-	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{11}
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListIPSetsRequest) GetId() string {
@@ -938,7 +1083,7 @@ type ListIPSetsResponse struct {
 
 func (x *ListIPSetsResponse) Reset() {
 	*x = ListIPSetsResponse{}
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[12]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -950,7 +1095,7 @@ func (x *ListIPSetsResponse) String() string {
 func (*ListIPSetsResponse) ProtoMessage() {}
 
 func (x *ListIPSetsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[12]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -963,7 +1108,7 @@ func (x *ListIPSetsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListIPSetsResponse.ProtoReflect.Descriptor instead.
 func (*ListIPSetsResponse) Descriptor() ([]byte, []int) {
-	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{12}
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListIPSetsResponse) GetIpSets() []*IPSet {
@@ -994,7 +1139,7 @@ type IPSet struct {
 
 func (x *IPSet) Reset() {
 	*x = IPSet{}
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[13]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1006,7 +1151,7 @@ func (x *IPSet) String() string {
 func (*IPSet) ProtoMessage() {}
 
 func (x *IPSet) ProtoReflect() protoreflect.Message {
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[13]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1019,7 +1164,7 @@ func (x *IPSet) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IPSet.ProtoReflect.Descriptor instead.
 func (*IPSet) Descriptor() ([]byte, []int) {
-	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{13}
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *IPSet) GetId() string {
@@ -1079,7 +1224,7 @@ type ListServicesRequest struct {
 
 func (x *ListServicesRequest) Reset() {
 	*x = ListServicesRequest{}
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[14]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1091,7 +1236,7 @@ func (x *ListServicesRequest) String() string {
 func (*ListServicesRequest) ProtoMessage() {}
 
 func (x *ListServicesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[14]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1104,7 +1249,7 @@ func (x *ListServicesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServicesRequest.ProtoReflect.Descriptor instead.
 func (*ListServicesRequest) Descriptor() ([]byte, []int) {
-	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{14}
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{16}
 }
 
 type ListServicesResponse struct {
@@ -1116,7 +1261,7 @@ type ListServicesResponse struct {
 
 func (x *ListServicesResponse) Reset() {
 	*x = ListServicesResponse{}
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[15]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1128,7 +1273,7 @@ func (x *ListServicesResponse) String() string {
 func (*ListServicesResponse) ProtoMessage() {}
 
 func (x *ListServicesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[15]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1141,7 +1286,7 @@ func (x *ListServicesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListServicesResponse.ProtoReflect.Descriptor instead.
 func (*ListServicesResponse) Descriptor() ([]byte, []int) {
-	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{15}
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListServicesResponse) GetServices() []*Service {
@@ -1167,7 +1312,7 @@ type Service struct {
 
 func (x *Service) Reset() {
 	*x = Service{}
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[16]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1179,7 +1324,7 @@ func (x *Service) String() string {
 func (*Service) ProtoMessage() {}
 
 func (x *Service) ProtoReflect() protoreflect.Message {
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[16]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1192,7 +1337,7 @@ func (x *Service) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Service.ProtoReflect.Descriptor instead.
 func (*Service) Descriptor() ([]byte, []int) {
-	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{16}
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Service) GetNamespace() string {
@@ -1262,7 +1407,7 @@ type ServicePort struct {
 
 func (x *ServicePort) Reset() {
 	*x = ServicePort{}
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[17]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1274,7 +1419,7 @@ func (x *ServicePort) String() string {
 func (*ServicePort) ProtoMessage() {}
 
 func (x *ServicePort) ProtoReflect() protoreflect.Message {
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[17]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1287,7 +1432,7 @@ func (x *ServicePort) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServicePort.ProtoReflect.Descriptor instead.
 func (*ServicePort) Descriptor() ([]byte, []int) {
-	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{17}
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ServicePort) GetProtocol() string {
@@ -1324,7 +1469,7 @@ type ServiceBackend struct {
 
 func (x *ServiceBackend) Reset() {
 	*x = ServiceBackend{}
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[18]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1336,7 +1481,7 @@ func (x *ServiceBackend) String() string {
 func (*ServiceBackend) ProtoMessage() {}
 
 func (x *ServiceBackend) ProtoReflect() protoreflect.Message {
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[18]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1349,7 +1494,7 @@ func (x *ServiceBackend) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ServiceBackend.ProtoReflect.Descriptor instead.
 func (*ServiceBackend) Descriptor() ([]byte, []int) {
-	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{18}
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ServiceBackend) GetIp() string {
@@ -1395,7 +1540,7 @@ type ListRoutesRequest struct {
 
 func (x *ListRoutesRequest) Reset() {
 	*x = ListRoutesRequest{}
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[19]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1407,7 +1552,7 @@ func (x *ListRoutesRequest) String() string {
 func (*ListRoutesRequest) ProtoMessage() {}
 
 func (x *ListRoutesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[19]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1420,7 +1565,7 @@ func (x *ListRoutesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRoutesRequest.ProtoReflect.Descriptor instead.
 func (*ListRoutesRequest) Descriptor() ([]byte, []int) {
-	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{19}
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{21}
 }
 
 type ListRoutesResponse struct {
@@ -1432,7 +1577,7 @@ type ListRoutesResponse struct {
 
 func (x *ListRoutesResponse) Reset() {
 	*x = ListRoutesResponse{}
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[20]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1444,7 +1589,7 @@ func (x *ListRoutesResponse) String() string {
 func (*ListRoutesResponse) ProtoMessage() {}
 
 func (x *ListRoutesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[20]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1457,7 +1602,7 @@ func (x *ListRoutesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRoutesResponse.ProtoReflect.Descriptor instead.
 func (*ListRoutesResponse) Descriptor() ([]byte, []int) {
-	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{20}
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListRoutesResponse) GetRoutes() []*Route {
@@ -1487,7 +1632,7 @@ type Route struct {
 
 func (x *Route) Reset() {
 	*x = Route{}
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[21]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1499,7 +1644,7 @@ func (x *Route) String() string {
 func (*Route) ProtoMessage() {}
 
 func (x *Route) ProtoReflect() protoreflect.Message {
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[21]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1512,7 +1657,7 @@ func (x *Route) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Route.ProtoReflect.Descriptor instead.
 func (*Route) Descriptor() ([]byte, []int) {
-	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{21}
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Route) GetDst() string {
@@ -1603,7 +1748,7 @@ type RuleRef struct {
 
 func (x *RuleRef) Reset() {
 	*x = RuleRef{}
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[22]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1615,7 +1760,7 @@ func (x *RuleRef) String() string {
 func (*RuleRef) ProtoMessage() {}
 
 func (x *RuleRef) ProtoReflect() protoreflect.Message {
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[22]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1628,7 +1773,7 @@ func (x *RuleRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RuleRef.ProtoReflect.Descriptor instead.
 func (*RuleRef) Descriptor() ([]byte, []int) {
-	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{22}
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RuleRef) GetCounterId() uint64 {
@@ -1707,7 +1852,7 @@ type RuleCounter struct {
 
 func (x *RuleCounter) Reset() {
 	*x = RuleCounter{}
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[23]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1719,7 +1864,7 @@ func (x *RuleCounter) String() string {
 func (*RuleCounter) ProtoMessage() {}
 
 func (x *RuleCounter) ProtoReflect() protoreflect.Message {
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[23]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1732,7 +1877,7 @@ func (x *RuleCounter) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RuleCounter.ProtoReflect.Descriptor instead.
 func (*RuleCounter) Descriptor() ([]byte, []int) {
-	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{23}
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RuleCounter) GetRule() *RuleRef {
@@ -1775,7 +1920,7 @@ type GetCountersRequest struct {
 
 func (x *GetCountersRequest) Reset() {
 	*x = GetCountersRequest{}
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[24]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1787,7 +1932,7 @@ func (x *GetCountersRequest) String() string {
 func (*GetCountersRequest) ProtoMessage() {}
 
 func (x *GetCountersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[24]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1800,7 +1945,7 @@ func (x *GetCountersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCountersRequest.ProtoReflect.Descriptor instead.
 func (*GetCountersRequest) Descriptor() ([]byte, []int) {
-	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{24}
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetCountersRequest) GetEndpoint() string {
@@ -1826,7 +1971,7 @@ type GetCountersResponse struct {
 
 func (x *GetCountersResponse) Reset() {
 	*x = GetCountersResponse{}
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[25]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1838,7 +1983,7 @@ func (x *GetCountersResponse) String() string {
 func (*GetCountersResponse) ProtoMessage() {}
 
 func (x *GetCountersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[25]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1851,7 +1996,7 @@ func (x *GetCountersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCountersResponse.ProtoReflect.Descriptor instead.
 func (*GetCountersResponse) Descriptor() ([]byte, []int) {
-	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{25}
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetCountersResponse) GetCounters() []*RuleCounter {
@@ -1882,7 +2027,7 @@ type TraceRequest struct {
 
 func (x *TraceRequest) Reset() {
 	*x = TraceRequest{}
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[26]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1894,7 +2039,7 @@ func (x *TraceRequest) String() string {
 func (*TraceRequest) ProtoMessage() {}
 
 func (x *TraceRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[26]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1907,7 +2052,7 @@ func (x *TraceRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TraceRequest.ProtoReflect.Descriptor instead.
 func (*TraceRequest) Descriptor() ([]byte, []int) {
-	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{26}
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *TraceRequest) GetEndpoint() string {
@@ -1998,7 +2143,7 @@ type TraceResponse struct {
 
 func (x *TraceResponse) Reset() {
 	*x = TraceResponse{}
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[27]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2010,7 +2155,7 @@ func (x *TraceResponse) String() string {
 func (*TraceResponse) ProtoMessage() {}
 
 func (x *TraceResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[27]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2023,7 +2168,7 @@ func (x *TraceResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TraceResponse.ProtoReflect.Descriptor instead.
 func (*TraceResponse) Descriptor() ([]byte, []int) {
-	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{27}
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *TraceResponse) GetVerdict() string {
@@ -2087,7 +2232,7 @@ var File_dpd_v1_dataplane_proto protoreflect.FileDescriptor
 const file_dpd_v1_dataplane_proto_rawDesc = "" +
 	"\n" +
 	"\x16dpd/v1/dataplane.proto\x12\x06dpd.v1\x1a\x18felix/felixbackend.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x12\n" +
-	"\x10GetStatusRequest\"\xaf\x03\n" +
+	"\x10GetStatusRequest\"\xdb\x03\n" +
 	"\x11GetStatusResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\x05R\x03pid\x124\n" +
@@ -2100,7 +2245,19 @@ const file_dpd_v1_dataplane_proto_rawDesc = "" +
 	"\n" +
 	"last_apply\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tlastApply\x12(\n" +
 	"\x10last_apply_error\x18\n" +
-	" \x01(\tR\x0elastApplyError\"\xdf\x01\n" +
+	" \x01(\tR\x0elastApplyError\x12*\n" +
+	"\x06attach\x18\v \x01(\v2\x12.dpd.v1.AttachInfoR\x06attach\"b\n" +
+	"\n" +
+	"AttachInfo\x12\x12\n" +
+	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12(\n" +
+	"\x05costs\x18\x03 \x03(\v2\x12.dpd.v1.KernelCostR\x05costs\"\x9c\x01\n" +
+	"\n" +
+	"KernelCost\x12\x0e\n" +
+	"\x02op\x18\x01 \x01(\tR\x02op\x12#\n" +
+	"\rprobe_seconds\x18\x02 \x01(\x01R\fprobeSeconds\x122\n" +
+	"\x15observed_mean_seconds\x18\x03 \x01(\x01R\x13observedMeanSeconds\x12%\n" +
+	"\x0eobserved_count\x18\x04 \x01(\x04R\robservedCount\"\xdf\x01\n" +
 	"\x11ControllerSession\x12\x1c\n" +
 	"\tconnected\x18\x01 \x01(\bR\tconnected\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\x04R\x02id\x12\x12\n" +
@@ -2280,85 +2437,89 @@ func file_dpd_v1_dataplane_proto_rawDescGZIP() []byte {
 	return file_dpd_v1_dataplane_proto_rawDescData
 }
 
-var file_dpd_v1_dataplane_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_dpd_v1_dataplane_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_dpd_v1_dataplane_proto_goTypes = []any{
 	(*GetStatusRequest)(nil),         // 0: dpd.v1.GetStatusRequest
 	(*GetStatusResponse)(nil),        // 1: dpd.v1.GetStatusResponse
-	(*ControllerSession)(nil),        // 2: dpd.v1.ControllerSession
-	(*Counts)(nil),                   // 3: dpd.v1.Counts
-	(*ListEndpointsRequest)(nil),     // 4: dpd.v1.ListEndpointsRequest
-	(*ListEndpointsResponse)(nil),    // 5: dpd.v1.ListEndpointsResponse
-	(*GetEndpointRequest)(nil),       // 6: dpd.v1.GetEndpointRequest
-	(*Endpoint)(nil),                 // 7: dpd.v1.Endpoint
-	(*ListPoliciesRequest)(nil),      // 8: dpd.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),     // 9: dpd.v1.ListPoliciesResponse
-	(*Policy)(nil),                   // 10: dpd.v1.Policy
-	(*ListIPSetsRequest)(nil),        // 11: dpd.v1.ListIPSetsRequest
-	(*ListIPSetsResponse)(nil),       // 12: dpd.v1.ListIPSetsResponse
-	(*IPSet)(nil),                    // 13: dpd.v1.IPSet
-	(*ListServicesRequest)(nil),      // 14: dpd.v1.ListServicesRequest
-	(*ListServicesResponse)(nil),     // 15: dpd.v1.ListServicesResponse
-	(*Service)(nil),                  // 16: dpd.v1.Service
-	(*ServicePort)(nil),              // 17: dpd.v1.ServicePort
-	(*ServiceBackend)(nil),           // 18: dpd.v1.ServiceBackend
-	(*ListRoutesRequest)(nil),        // 19: dpd.v1.ListRoutesRequest
-	(*ListRoutesResponse)(nil),       // 20: dpd.v1.ListRoutesResponse
-	(*Route)(nil),                    // 21: dpd.v1.Route
-	(*RuleRef)(nil),                  // 22: dpd.v1.RuleRef
-	(*RuleCounter)(nil),              // 23: dpd.v1.RuleCounter
-	(*GetCountersRequest)(nil),       // 24: dpd.v1.GetCountersRequest
-	(*GetCountersResponse)(nil),      // 25: dpd.v1.GetCountersResponse
-	(*TraceRequest)(nil),             // 26: dpd.v1.TraceRequest
-	(*TraceResponse)(nil),            // 27: dpd.v1.TraceResponse
-	(*timestamppb.Timestamp)(nil),    // 28: google.protobuf.Timestamp
-	(*felix.WorkloadEndpointID)(nil), // 29: felix.WorkloadEndpointID
-	(*felix.ToDataplane)(nil),        // 30: felix.ToDataplane
-	(*felix.FromDataplane)(nil),      // 31: felix.FromDataplane
+	(*AttachInfo)(nil),               // 2: dpd.v1.AttachInfo
+	(*KernelCost)(nil),               // 3: dpd.v1.KernelCost
+	(*ControllerSession)(nil),        // 4: dpd.v1.ControllerSession
+	(*Counts)(nil),                   // 5: dpd.v1.Counts
+	(*ListEndpointsRequest)(nil),     // 6: dpd.v1.ListEndpointsRequest
+	(*ListEndpointsResponse)(nil),    // 7: dpd.v1.ListEndpointsResponse
+	(*GetEndpointRequest)(nil),       // 8: dpd.v1.GetEndpointRequest
+	(*Endpoint)(nil),                 // 9: dpd.v1.Endpoint
+	(*ListPoliciesRequest)(nil),      // 10: dpd.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),     // 11: dpd.v1.ListPoliciesResponse
+	(*Policy)(nil),                   // 12: dpd.v1.Policy
+	(*ListIPSetsRequest)(nil),        // 13: dpd.v1.ListIPSetsRequest
+	(*ListIPSetsResponse)(nil),       // 14: dpd.v1.ListIPSetsResponse
+	(*IPSet)(nil),                    // 15: dpd.v1.IPSet
+	(*ListServicesRequest)(nil),      // 16: dpd.v1.ListServicesRequest
+	(*ListServicesResponse)(nil),     // 17: dpd.v1.ListServicesResponse
+	(*Service)(nil),                  // 18: dpd.v1.Service
+	(*ServicePort)(nil),              // 19: dpd.v1.ServicePort
+	(*ServiceBackend)(nil),           // 20: dpd.v1.ServiceBackend
+	(*ListRoutesRequest)(nil),        // 21: dpd.v1.ListRoutesRequest
+	(*ListRoutesResponse)(nil),       // 22: dpd.v1.ListRoutesResponse
+	(*Route)(nil),                    // 23: dpd.v1.Route
+	(*RuleRef)(nil),                  // 24: dpd.v1.RuleRef
+	(*RuleCounter)(nil),              // 25: dpd.v1.RuleCounter
+	(*GetCountersRequest)(nil),       // 26: dpd.v1.GetCountersRequest
+	(*GetCountersResponse)(nil),      // 27: dpd.v1.GetCountersResponse
+	(*TraceRequest)(nil),             // 28: dpd.v1.TraceRequest
+	(*TraceResponse)(nil),            // 29: dpd.v1.TraceResponse
+	(*timestamppb.Timestamp)(nil),    // 30: google.protobuf.Timestamp
+	(*felix.WorkloadEndpointID)(nil), // 31: felix.WorkloadEndpointID
+	(*felix.ToDataplane)(nil),        // 32: felix.ToDataplane
+	(*felix.FromDataplane)(nil),      // 33: felix.FromDataplane
 }
 var file_dpd_v1_dataplane_proto_depIdxs = []int32{
-	28, // 0: dpd.v1.GetStatusResponse.started:type_name -> google.protobuf.Timestamp
-	2,  // 1: dpd.v1.GetStatusResponse.session:type_name -> dpd.v1.ControllerSession
-	3,  // 2: dpd.v1.GetStatusResponse.counts:type_name -> dpd.v1.Counts
-	28, // 3: dpd.v1.GetStatusResponse.last_apply:type_name -> google.protobuf.Timestamp
-	28, // 4: dpd.v1.ControllerSession.since:type_name -> google.protobuf.Timestamp
-	7,  // 5: dpd.v1.ListEndpointsResponse.endpoints:type_name -> dpd.v1.Endpoint
-	29, // 6: dpd.v1.Endpoint.id:type_name -> felix.WorkloadEndpointID
-	28, // 7: dpd.v1.Endpoint.last_programmed:type_name -> google.protobuf.Timestamp
-	23, // 8: dpd.v1.Endpoint.counters:type_name -> dpd.v1.RuleCounter
-	10, // 9: dpd.v1.ListPoliciesResponse.policies:type_name -> dpd.v1.Policy
-	13, // 10: dpd.v1.ListIPSetsResponse.ip_sets:type_name -> dpd.v1.IPSet
-	16, // 11: dpd.v1.ListServicesResponse.services:type_name -> dpd.v1.Service
-	17, // 12: dpd.v1.Service.ports:type_name -> dpd.v1.ServicePort
-	18, // 13: dpd.v1.Service.backends:type_name -> dpd.v1.ServiceBackend
-	21, // 14: dpd.v1.ListRoutesResponse.routes:type_name -> dpd.v1.Route
-	22, // 15: dpd.v1.RuleCounter.rule:type_name -> dpd.v1.RuleRef
-	23, // 16: dpd.v1.GetCountersResponse.counters:type_name -> dpd.v1.RuleCounter
-	22, // 17: dpd.v1.TraceResponse.rule:type_name -> dpd.v1.RuleRef
-	30, // 18: dpd.v1.Dataplane.Sync:input_type -> felix.ToDataplane
-	0,  // 19: dpd.v1.Inspect.GetStatus:input_type -> dpd.v1.GetStatusRequest
-	4,  // 20: dpd.v1.Inspect.ListEndpoints:input_type -> dpd.v1.ListEndpointsRequest
-	6,  // 21: dpd.v1.Inspect.GetEndpoint:input_type -> dpd.v1.GetEndpointRequest
-	8,  // 22: dpd.v1.Inspect.ListPolicies:input_type -> dpd.v1.ListPoliciesRequest
-	11, // 23: dpd.v1.Inspect.ListIPSets:input_type -> dpd.v1.ListIPSetsRequest
-	14, // 24: dpd.v1.Inspect.ListServices:input_type -> dpd.v1.ListServicesRequest
-	19, // 25: dpd.v1.Inspect.ListRoutes:input_type -> dpd.v1.ListRoutesRequest
-	24, // 26: dpd.v1.Inspect.GetCounters:input_type -> dpd.v1.GetCountersRequest
-	26, // 27: dpd.v1.Inspect.Trace:input_type -> dpd.v1.TraceRequest
-	31, // 28: dpd.v1.Dataplane.Sync:output_type -> felix.FromDataplane
-	1,  // 29: dpd.v1.Inspect.GetStatus:output_type -> dpd.v1.GetStatusResponse
-	5,  // 30: dpd.v1.Inspect.ListEndpoints:output_type -> dpd.v1.ListEndpointsResponse
-	7,  // 31: dpd.v1.Inspect.GetEndpoint:output_type -> dpd.v1.Endpoint
-	9,  // 32: dpd.v1.Inspect.ListPolicies:output_type -> dpd.v1.ListPoliciesResponse
-	12, // 33: dpd.v1.Inspect.ListIPSets:output_type -> dpd.v1.ListIPSetsResponse
-	15, // 34: dpd.v1.Inspect.ListServices:output_type -> dpd.v1.ListServicesResponse
-	20, // 35: dpd.v1.Inspect.ListRoutes:output_type -> dpd.v1.ListRoutesResponse
-	25, // 36: dpd.v1.Inspect.GetCounters:output_type -> dpd.v1.GetCountersResponse
-	27, // 37: dpd.v1.Inspect.Trace:output_type -> dpd.v1.TraceResponse
-	28, // [28:38] is the sub-list for method output_type
-	18, // [18:28] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	30, // 0: dpd.v1.GetStatusResponse.started:type_name -> google.protobuf.Timestamp
+	4,  // 1: dpd.v1.GetStatusResponse.session:type_name -> dpd.v1.ControllerSession
+	5,  // 2: dpd.v1.GetStatusResponse.counts:type_name -> dpd.v1.Counts
+	30, // 3: dpd.v1.GetStatusResponse.last_apply:type_name -> google.protobuf.Timestamp
+	2,  // 4: dpd.v1.GetStatusResponse.attach:type_name -> dpd.v1.AttachInfo
+	3,  // 5: dpd.v1.AttachInfo.costs:type_name -> dpd.v1.KernelCost
+	30, // 6: dpd.v1.ControllerSession.since:type_name -> google.protobuf.Timestamp
+	9,  // 7: dpd.v1.ListEndpointsResponse.endpoints:type_name -> dpd.v1.Endpoint
+	31, // 8: dpd.v1.Endpoint.id:type_name -> felix.WorkloadEndpointID
+	30, // 9: dpd.v1.Endpoint.last_programmed:type_name -> google.protobuf.Timestamp
+	25, // 10: dpd.v1.Endpoint.counters:type_name -> dpd.v1.RuleCounter
+	12, // 11: dpd.v1.ListPoliciesResponse.policies:type_name -> dpd.v1.Policy
+	15, // 12: dpd.v1.ListIPSetsResponse.ip_sets:type_name -> dpd.v1.IPSet
+	18, // 13: dpd.v1.ListServicesResponse.services:type_name -> dpd.v1.Service
+	19, // 14: dpd.v1.Service.ports:type_name -> dpd.v1.ServicePort
+	20, // 15: dpd.v1.Service.backends:type_name -> dpd.v1.ServiceBackend
+	23, // 16: dpd.v1.ListRoutesResponse.routes:type_name -> dpd.v1.Route
+	24, // 17: dpd.v1.RuleCounter.rule:type_name -> dpd.v1.RuleRef
+	25, // 18: dpd.v1.GetCountersResponse.counters:type_name -> dpd.v1.RuleCounter
+	24, // 19: dpd.v1.TraceResponse.rule:type_name -> dpd.v1.RuleRef
+	32, // 20: dpd.v1.Dataplane.Sync:input_type -> felix.ToDataplane
+	0,  // 21: dpd.v1.Inspect.GetStatus:input_type -> dpd.v1.GetStatusRequest
+	6,  // 22: dpd.v1.Inspect.ListEndpoints:input_type -> dpd.v1.ListEndpointsRequest
+	8,  // 23: dpd.v1.Inspect.GetEndpoint:input_type -> dpd.v1.GetEndpointRequest
+	10, // 24: dpd.v1.Inspect.ListPolicies:input_type -> dpd.v1.ListPoliciesRequest
+	13, // 25: dpd.v1.Inspect.ListIPSets:input_type -> dpd.v1.ListIPSetsRequest
+	16, // 26: dpd.v1.Inspect.ListServices:input_type -> dpd.v1.ListServicesRequest
+	21, // 27: dpd.v1.Inspect.ListRoutes:input_type -> dpd.v1.ListRoutesRequest
+	26, // 28: dpd.v1.Inspect.GetCounters:input_type -> dpd.v1.GetCountersRequest
+	28, // 29: dpd.v1.Inspect.Trace:input_type -> dpd.v1.TraceRequest
+	33, // 30: dpd.v1.Dataplane.Sync:output_type -> felix.FromDataplane
+	1,  // 31: dpd.v1.Inspect.GetStatus:output_type -> dpd.v1.GetStatusResponse
+	7,  // 32: dpd.v1.Inspect.ListEndpoints:output_type -> dpd.v1.ListEndpointsResponse
+	9,  // 33: dpd.v1.Inspect.GetEndpoint:output_type -> dpd.v1.Endpoint
+	11, // 34: dpd.v1.Inspect.ListPolicies:output_type -> dpd.v1.ListPoliciesResponse
+	14, // 35: dpd.v1.Inspect.ListIPSets:output_type -> dpd.v1.ListIPSetsResponse
+	17, // 36: dpd.v1.Inspect.ListServices:output_type -> dpd.v1.ListServicesResponse
+	22, // 37: dpd.v1.Inspect.ListRoutes:output_type -> dpd.v1.ListRoutesResponse
+	27, // 38: dpd.v1.Inspect.GetCounters:output_type -> dpd.v1.GetCountersResponse
+	29, // 39: dpd.v1.Inspect.Trace:output_type -> dpd.v1.TraceResponse
+	30, // [30:40] is the sub-list for method output_type
+	20, // [20:30] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_dpd_v1_dataplane_proto_init() }
@@ -2366,14 +2527,14 @@ func file_dpd_v1_dataplane_proto_init() {
 	if File_dpd_v1_dataplane_proto != nil {
 		return
 	}
-	file_dpd_v1_dataplane_proto_msgTypes[26].OneofWrappers = []any{}
+	file_dpd_v1_dataplane_proto_msgTypes[28].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dpd_v1_dataplane_proto_rawDesc), len(file_dpd_v1_dataplane_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
