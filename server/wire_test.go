@@ -97,20 +97,33 @@ func TestSyncLegacyGeneration(t *testing.T) {
 	d := servertest.Start(t, "")
 	r := openRawSync(t, d.Socket)
 	r.send(pcat(pvar(15, 1), legacyPolicy("default", "default.allow-all", "allow")))
-	r.send(pcat(pvar(15, 2), legacyWorkload("demo/a", "cali-a", "10.65.0.1/32", "default.allow-all")))
-	r.send(pcat(pvar(15, 3), psub(1))) // InSync
+	// Staged the v3.28-v3.31 way: a name prefix. Never enforced.
+	r.send(pcat(pvar(15, 2), legacyPolicy("default", "staged:default.deny-all", "deny")))
+	r.send(pcat(pvar(15, 3), legacyWorkload("demo/a", "cali-a", "10.65.0.1/32", "staged:default.deny-all", "default.allow-all")))
+	r.send(pcat(pvar(15, 4), psub(1))) // InSync
 	id := model.WorkloadID{Orchestrator: "k8s", Workload: "demo/a", Endpoint: "eth0"}
 	testutil.WaitFor(t, 10*time.Second, "the older-encoded endpoint applied with its policy", func() bool {
 		ep, ok := d.Kernel.Endpoint(id)
 		return ok && len(ep.Ingress.Tiers) == 1 && len(ep.Ingress.Tiers[0].Policies) == 1 &&
 			strings.Contains(ep.Ingress.Tiers[0].Policies[0].Name, "default.allow-all")
 	})
-	if n := d.MetricWhere(t, "dpd_felix_wire_messages_total", map[string]string{"transport": "grpc", "generation": "legacy"}); n != 2 {
-		t.Fatalf("legacy messages counted: %v, want 2", n)
+	if n := d.MetricWhere(t, "dpd_felix_wire_messages_total", map[string]string{"transport": "grpc", "generation": "legacy"}); n != 3 {
+		t.Fatalf("legacy messages counted: %v, want 3", n)
+	}
+	pols, err := dial(t, d.Socket).Inspect().ListPolicies(context.Background(), &dpdv1.ListPoliciesRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	staged := map[string]bool{}
+	for _, p := range pols.GetPolicies() {
+		staged[p.GetName()] = p.GetStaged()
+	}
+	if !staged["StagedGlobalNetworkPolicy:default.deny-all"] || staged["GlobalNetworkPolicy:default.allow-all"] || len(staged) != 2 {
+		t.Fatalf("Inspect policies (name: staged) %v", staged)
 	}
 
 	// The id reads, the tier does not: the endpoint fails closed.
-	r.send(pcat(pvar(15, 4), psub(11, psub(1, pstr(2, "k8s"), pstr(3, "demo/a"), pstr(4, "eth0")),
+	r.send(pcat(pvar(15, 5), psub(11, psub(1, pstr(2, "k8s"), pstr(3, "demo/a"), pstr(4, "eth0")),
 		psub(5, pstr(2, "cali-a"), psub(7, []byte{0x12, 0x7f})))))
 	testutil.WaitFor(t, 10*time.Second, "the endpoint in error, dropping everything", func() bool {
 		ep, ok := d.Kernel.Endpoint(id)
@@ -119,7 +132,7 @@ func TestSyncLegacyGeneration(t *testing.T) {
 
 	// Nothing names what this one concerns: the stream ends.
 	r.send([]byte{0x7a, 0x05, 0x01})
-	err := r.recvEnd()
+	err = r.recvEnd()
 	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "undecodable") {
 		t.Fatalf("stream ended with %v, want InvalidArgument naming the undecodable message", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/dpd-dev/dpd/dataplane/model"
 	"github.com/dpd-dev/dpd/proto/felix"
 )
 
@@ -13,9 +14,9 @@ const (
 	KindNetworkPolicy                 = "NetworkPolicy"
 	KindGlobalNetworkPolicy           = "GlobalNetworkPolicy"
 	KindKubernetesNetworkPolicy       = "KubernetesNetworkPolicy"
-	KindStagedNetworkPolicy           = "StagedNetworkPolicy"
-	KindStagedGlobalNetworkPolicy     = "StagedGlobalNetworkPolicy"
-	KindStagedKubernetesNetworkPolicy = "StagedKubernetesNetworkPolicy"
+	KindStagedNetworkPolicy           = model.KindStagedNetworkPolicy
+	KindStagedGlobalNetworkPolicy     = model.KindStagedGlobalNetworkPolicy
+	KindStagedKubernetesNetworkPolicy = model.KindStagedKubernetesNetworkPolicy
 )
 
 // Prefixes of older v1 policy names.
