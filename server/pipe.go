@@ -46,6 +46,9 @@ type pipeController struct {
 	maxFrame int
 	log      *slog.Logger
 	wireMet  *felixwire.Metrics // nil: not counted
+	// extensions: also send what Felix's reader does not handle
+	// (DataplaneInSync, dpd's extensions); see forFelix.
+	extensions bool
 }
 
 // errPipeClosed marks the end of fd 3 (Felix closed it or is gone).
@@ -63,6 +66,9 @@ func (p *pipeController) run(ctx context.Context) error {
 	fw := felixpipe.NewWriter(p.out)
 	go func() {
 		for m := range sess.Out() {
+			if m = forFelix(m, p.extensions); m == nil {
+				continue
+			}
 			if err := fw.Write(m); err != nil {
 				cancel(fmt.Errorf("write to felix: %w", err))
 				return

@@ -3,8 +3,10 @@ package server_test
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -107,4 +109,93 @@ func undecodableWorkload() []byte {
 	id = app(id, 4, []byte("eth0"))
 	ep := app(app(nil, 2, []byte("calix")), 7, []byte{0x12, 0x7f})
 	return app(nil, 11, app(app(nil, 1, id), 5, ep))
+}
+
+// TestPipeSendsFelixOnlyWhatItReads: by default fd 4 carries no
+// DataplaneInSync and no dpd extension (Felix logs both as unknown), and
+// workload statuses carry their endpoint without tiers; with
+// FelixPipeExtensions both are sent.
+func TestPipeSendsFelixOnlyWhatItReads(t *testing.T) {
+	for _, ext := range []bool{false, true} {
+		t.Run(fmt.Sprintf("extensions=%v", ext), func(t *testing.T) {
+			inR, inW, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			outR, outW, err := os.Pipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { inW.Close(); outR.Close() })
+			var mu sync.Mutex
+			var got []*felix.FromDataplane
+			go func() {
+				r := felixpipe.NewReader(outR, 0)
+				for {
+					m := &felix.FromDataplane{}
+					if r.Read(m) != nil {
+						return
+					}
+					mu.Lock()
+					got = append(got, m)
+					mu.Unlock()
+				}
+			}()
+			servertest.StartConfig(t, server.Config{FelixPipe: true, FelixPipeExtensions: ext, PipeIn: inR, PipeOut: outW})
+			up := func(wl string) func() bool {
+				return func() bool {
+					mu.Lock()
+					defer mu.Unlock()
+					for _, m := range got {
+						if u := m.GetWorkloadEndpointStatusUpdate(); u.GetId().GetWorkloadId() == wl && u.GetStatus().GetStatus() == "up" {
+							return true
+						}
+					}
+					return false
+				}
+			}
+			w := felixpipe.NewWriter(inW)
+			wep := func(wl, ip string) *felix.ToDataplane {
+				return &felix.ToDataplane{Payload: &felix.ToDataplane_WorkloadEndpointUpdate{WorkloadEndpointUpdate: &felix.WorkloadEndpointUpdate{
+					Id: &felix.WorkloadEndpointID{OrchestratorId: "k8s", WorkloadId: wl, EndpointId: "eth0"},
+					Endpoint: &felix.WorkloadEndpoint{State: "active", Name: "cali-" + wl[len(wl)-1:], Ipv4Nets: []string{ip},
+						Tiers: []*felix.TierInfo{{Name: "default", IngressPolicies: []*felix.PolicyID{{Name: "allow", Kind: "GlobalNetworkPolicy"}}}}},
+				}}}
+			}
+			for _, m := range []*felix.ToDataplane{
+				{Payload: &felix.ToDataplane_ActivePolicyUpdate{ActivePolicyUpdate: &felix.ActivePolicyUpdate{
+					Id: &felix.PolicyID{Name: "allow", Kind: "GlobalNetworkPolicy"}, Policy: &felix.Policy{InboundRules: []*felix.Rule{{Action: "allow"}}}}}},
+				wep("demo/a", "10.65.0.1/32"),
+				{Payload: &felix.ToDataplane_InSync{InSync: &felix.InSync{}}},
+			} {
+				if err := w.Write(m); err != nil {
+					t.Fatal(err)
+				}
+			}
+			testutil.WaitFor(t, 10*time.Second, "a up", up("demo/a"))
+			// Statuses are sent in order: once b's "up" arrives, whatever the
+			// in-sync snapshot produced (DataplaneInSync, the happy report)
+			// has been sent or dropped.
+			if err := w.Write(wep("demo/b", "10.65.0.2/32")); err != nil {
+				t.Fatal(err)
+			}
+			testutil.WaitFor(t, 10*time.Second, "b up", up("demo/b"))
+			mu.Lock()
+			defer mu.Unlock()
+			var inSync, happy int
+			for _, m := range got {
+				switch {
+				case m.GetDataplaneInSync() != nil:
+					inSync++
+				case m.GetHappyEndpoints() != nil:
+					happy++
+				case len(m.GetWorkloadEndpointStatusUpdate().GetEndpoint().GetTiers()) > 0:
+					t.Errorf("a workload status carries its tiers to Felix: %v", m)
+				}
+			}
+			if ext != (inSync > 0) || ext != (happy > 0) {
+				t.Fatalf("extensions %v: %d DataplaneInSync, %d happy reports on fd 4", ext, inSync, happy)
+			}
+		})
+	}
 }
