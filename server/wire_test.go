@@ -144,18 +144,24 @@ func TestSyncLegacyGeneration(t *testing.T) {
 	}
 }
 
-// Messages with payloads unknown to this build are ignored, not invalid.
+// Messages with payloads unknown to this build are ignored, and unknown
+// fields in known payloads too: neither is invalid.
 func TestSyncUnknownPayloadIgnored(t *testing.T) {
 	d := servertest.Start(t, "")
 	r := openRawSync(t, d.Socket)
 	r.send(pcat(pvar(15, 1), psub(39, pstr(1, "from the future"))))
-	r.send(pcat(pvar(15, 2), psub(1)))
+	// A known payload with fields unknown to this build (a newer sender).
+	r.send(pcat(pvar(15, 2), psub(12, psub(1, pstr(2, "k8s"), pstr(3, "demo/x"), pstr(4, "eth0"), pstr(99, "new")), pvar(50, 1)), pvar(1000000, 7)))
+	r.send(pcat(pvar(15, 3), psub(1)))
 	testutil.WaitFor(t, 10*time.Second, "the unknown payload counted", func() bool {
 		return d.Metric(t, "dpd_felix_unknown_payloads_total") == 1
 	})
 	testutil.WaitFor(t, 10*time.Second, "InSync received", func() bool {
 		return d.MetricWhere(t, "dpd_messages_received_total", map[string]string{"payload": "in_sync"}) == 1
 	})
+	if n := d.MetricWhere(t, "dpd_messages_received_total", map[string]string{"payload": "workload_endpoint_remove"}); n != 1 {
+		t.Fatalf("workload_endpoint_remove received: %v, want 1", n)
+	}
 	if n := d.Metric(t, "dpd_invalid_messages_total"); n != 0 {
 		t.Fatalf("invalid messages: %v, want 0", n)
 	}
