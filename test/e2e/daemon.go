@@ -99,6 +99,20 @@ type Daemon struct {
 	waitErr error         // valid after done is closed
 	stopped bool          // Stop ran (only touched by the test goroutine)
 	client  *client.Client
+	wire    string // the generation Client's controller messages are encoded in
+}
+
+// SetWire makes the controller messages of later Client calls use
+// generation wire (WireCurrent or WireLegacy).
+func (d *Daemon) SetWire(wire string) {
+	if wire == d.wire {
+		return
+	}
+	if d.client != nil {
+		_ = d.client.Close()
+		d.client = nil
+	}
+	d.wire = wire
 }
 
 // StartDaemon starts dpd with a private socket, metrics port and BPF pin
@@ -202,7 +216,7 @@ func (d *Daemon) waitReady(t testing.TB) {
 func (d *Daemon) Client(t testing.TB) *client.Client {
 	t.Helper()
 	if d.client == nil {
-		c, err := client.Dial(context.Background(), "unix://"+d.Socket, client.WithLazy())
+		c, err := client.Dial(context.Background(), "unix://"+d.Socket, client.WithLazy(), client.WithDialOptions(wireDialOption(d.wire)...))
 		if err != nil {
 			t.Fatalf("dial dpd: %v", err)
 		}
