@@ -42,8 +42,12 @@ type Config struct {
 	// arrive on fd 3, FromDataplane frames leave on fd 4 (PipeIn/PipeOut
 	// replace the fds in tests). The end of fd 3 stops dpd cleanly.
 	FelixPipe bool
-	PipeIn    io.ReadCloser
-	PipeOut   io.WriteCloser
+	// FelixPipeExtensions also sends Felix what its reader does not handle
+	// (DataplaneInSync, HappyEndpointsReport); off, Felix gets only what it
+	// reads.
+	FelixPipeExtensions bool
+	PipeIn              io.ReadCloser
+	PipeOut             io.WriteCloser
 	// PolicySyncDir, when set, serves felix.PolicySync per workload under
 	// it (Felix's PolicySyncPathPrefix: creds/<uid>.json -> mount/<uid>/socket).
 	PolicySyncDir string

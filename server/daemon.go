@@ -83,7 +83,7 @@ func NewDaemon(cfg Config, kernel engine.Kernel) (*Daemon, error) {
 				return nil, err
 			}
 		}
-		d.pipe = &pipeController{engine: front, in: in, out: out, maxFrame: 0, log: cfg.Log.With("component", "felix-pipe")}
+		d.pipe = &pipeController{engine: front, in: in, out: out, maxFrame: 0, log: cfg.Log.With("component", "felix-pipe"), wireMet: srv.wireMet, extensions: cfg.FelixPipeExtensions}
 	}
 	return d, nil
 }

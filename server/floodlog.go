@@ -11,9 +11,9 @@ import (
 // dpd_invalid_messages_total counts every instance. Other warnings pass
 // untouched.
 var floodMessages = []string{
-	"rejected invalid controller message", // server: failed validation
-	"undecodable frame from felix",        // pipe: not a ToDataplane
-	"invalid message ignored",             // engine: counted invalid (empty, unknown payload)
+	"rejected invalid controller message",                                          // server: failed validation
+	"undecodable controller message; its endpoint goes to error and drops traffic", // gRPC and pipe: bytes that do not decode
+	"invalid message ignored",                                                      // engine: counted invalid (empty, unknown payload)
 }
 
 // floodLimited wraps log so the flood warnings cost a bounded number of

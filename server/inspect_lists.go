@@ -47,7 +47,7 @@ func (s *inspectService) ListPolicies(ctx context.Context, _ *dpdv1.ListPolicies
 		resp.Policies[i] = &dpdv1.Policy{
 			Kind: p.Kind, Name: p.Name, Namespace: p.Namespace, Tiers: p.Tiers,
 			InboundRules: uint32(p.InboundRules), OutboundRules: uint32(p.OutboundRules),
-			Endpoints: uint32(p.Endpoints), IpSets: p.IPSets,
+			Endpoints: uint32(p.Endpoints), IpSets: p.IPSets, Staged: p.Staged,
 		}
 	}
 	return resp, nil

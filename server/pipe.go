@@ -13,6 +13,7 @@ import (
 	"github.com/dpd-dev/dpd/dataplane/engine"
 	"github.com/dpd-dev/dpd/proto/felix"
 	"github.com/dpd-dev/dpd/server/felixpipe"
+	"github.com/dpd-dev/dpd/server/felixwire"
 )
 
 // Felix passes its driver the pipe it writes to as fd 3 and the one it
@@ -44,6 +45,10 @@ type pipeController struct {
 	out      io.WriteCloser
 	maxFrame int
 	log      *slog.Logger
+	wireMet  *felixwire.Metrics // nil: not counted
+	// extensions: also send what Felix's reader does not handle
+	// (DataplaneInSync, dpd's extensions); see forFelix.
+	extensions bool
 }
 
 // errPipeClosed marks the end of fd 3 (Felix closed it or is gone).
@@ -61,6 +66,9 @@ func (p *pipeController) run(ctx context.Context) error {
 	fw := felixpipe.NewWriter(p.out)
 	go func() {
 		for m := range sess.Out() {
+			if m = forFelix(m, p.extensions); m == nil {
+				continue
+			}
 			if err := fw.Write(m); err != nil {
 				cancel(fmt.Errorf("write to felix: %w", err))
 				return
@@ -81,26 +89,33 @@ func (p *pipeController) run(ctx context.Context) error {
 	return err
 }
 
-// read submits every frame on in; a frame that does not decode is
-// rejected like any invalid message and reading goes on.
+// read decodes every frame on in at the wire edge (either Felix
+// generation) and submits it; an invalid message is rejected like any
+// other and reading goes on. A frame that does not decode and names no
+// endpoint stops the pipe with an error: dpd exits, Felix (which stops
+// when its driver does) is restarted and sends its whole state again to a
+// dpd that adopts the kernel state without dropping a packet.
 func (p *pipeController) read(ctx context.Context, sess engine.Session) error {
 	fr := felixpipe.NewReader(p.in, p.maxFrame)
+	wire := newWireIn(p.wireMet, "pipe", p.log.With("session", sess.ID()))
+	sink := wireSink{
+		submit: func(m *felix.ToDataplane) error { return submitValidated(ctx, sess, m, p.log) },
+		reject: func(m *felix.ToDataplane, reason error) error { return sess.Reject(ctx, m, reason) },
+	}
 	for {
-		msg := &felix.ToDataplane{}
-		err := fr.Read(msg)
-		var de *felixpipe.DecodeError
+		b, err := fr.ReadFrame()
 		switch {
 		case err == nil:
-			err = submitValidated(ctx, sess, msg, p.log)
-		case errors.As(err, &de):
-			p.log.Warn("undecodable frame from felix", "err", err)
-			err = sess.Reject(ctx, &felix.ToDataplane{}, err)
 		case errors.Is(err, io.EOF), errors.Is(err, os.ErrClosed):
 			return errPipeClosed
 		default:
 			return fmt.Errorf("read from felix: %w", err)
 		}
-		if err != nil {
+		if err := wire.take(b, sink); err != nil {
+			var rs *errResync
+			if errors.As(err, &rs) {
+				return fmt.Errorf("felix pipe: %w (exiting so that Felix restarts and resends its state)", rs)
+			}
 			return fmt.Errorf("submit: %w", err)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/dpd-dev/dpd/dataplane/model"
 	dpdv1 "github.com/dpd-dev/dpd/proto/dpd/v1"
 	"github.com/dpd-dev/dpd/proto/felix"
+	"github.com/dpd-dev/dpd/server/felixwire"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -42,6 +43,8 @@ type Server struct {
 	sync   *syncService
 	unix   *grpc.Server
 	tcp    *grpc.Server // nil without ListenTCP
+	// wireMet counts the wire edge's decoding, for the pipe too.
+	wireMet *felixwire.Metrics
 }
 
 // healthServices are reported SERVING once the engine runs ("" is the
@@ -61,9 +64,14 @@ func New(cfg Config, eng Engine, kernel any, reg prometheus.Registerer) (*Server
 	if err != nil {
 		return nil, err
 	}
+	wireMet, err := felixwire.NewMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
 	syncSvc := newSyncService(eng, cfg.Log)
 	syncSvc.pipeMode = cfg.FelixPipe
-	s := &Server{cfg: cfg, icpt: icpt, health: health.NewServer(), sync: syncSvc}
+	syncSvc.wireMet = wireMet
+	s := &Server{cfg: cfg, icpt: icpt, health: health.NewServer(), sync: syncSvc, wireMet: wireMet}
 	s.SetServing(false)
 	inspect := newInspectService(eng, kernel, cfg.Version, cfg.Dataplane)
 
@@ -96,6 +104,7 @@ func New(cfg Config, eng Engine, kernel any, reg prometheus.Registerer) (*Server
 // keepalive.
 func (s *Server) serverOptions() []grpc.ServerOption {
 	return append(s.icpt.serverOptions(),
+		rawCodecOption(),
 		grpc.MaxRecvMsgSize(s.cfg.MaxRecvMsgSize),
 		// Find half-dead clients; the takeover policy makes them harmless,
 		// keepalive frees their resources.

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 
 	"github.com/dpd-dev/dpd/dataplane/engine"
 	dpdv1 "github.com/dpd-dev/dpd/proto/dpd/v1"
 	"github.com/dpd-dev/dpd/proto/felix"
 	"github.com/dpd-dev/dpd/server/felixconv"
+	"github.com/dpd-dev/dpd/server/felixwire"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
@@ -35,6 +37,7 @@ type syncService struct {
 	// pipeMode: Felix drives dpd over its pipe; a gRPC controller would
 	// take over from it, so Sync is refused.
 	pipeMode bool
+	wireMet  *felixwire.Metrics // nil: not counted
 
 	mu       sync.Mutex
 	active   *controllerConn // guarded by mu: the newest Sync stream
@@ -83,6 +86,7 @@ func (s *syncService) Sync(stream dpdv1.Dataplane_SyncServer) error {
 	sess := s.engine.NewSession(peerName)
 	st := &syncStream{stream: stream, sess: sess, ctx: ctx, cancel: cancel,
 		log: s.log.With("session", sess.ID(), "peer", peerName)}
+	st.wire = newWireIn(s.wireMet, "grpc", st.log)
 	st.log.Info("controller session started")
 
 	forwarded := make(chan struct{})
@@ -161,6 +165,7 @@ type syncStream struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	log    *slog.Logger
+	wire   *wireIn // owned by receive
 
 	// mu serialises Submit/Reject with Close, so nothing reaches a session
 	// after it is closed and a successor's session has begun.
@@ -175,26 +180,53 @@ func (st *syncStream) closeSession() {
 	st.sess.Close()
 }
 
-// receive validates each message and hands it to the engine: valid ones are
-// submitted, invalid ones logged and rejected (the engine counts them in
+// receive decodes each message at the wire edge (either Felix
+// generation) and hands it to the engine: valid ones are submitted,
+// invalid ones logged and rejected (the engine counts them in
 // dpd_invalid_messages_total and errors their endpoint); the stream stays
-// up.
+// up. A message that does not decode and names no endpoint ends the
+// stream with InvalidArgument, so the controller resyncs.
 func (st *syncStream) receive() {
+	sink := wireSink{submit: st.handle, reject: st.reject}
 	for {
-		msg, err := st.stream.Recv()
+		// Not the generated Recv: the wire edge decodes (see rawFrame).
+		var raw rawFrame
+		err := st.stream.RecvMsg(&raw)
 		if errors.Is(err, io.EOF) {
 			st.cancel(errClientDone)
 			return
 		}
-		if err != nil {
-			st.cancel(err)
-			return
+		if err != nil && isUnmarshalError(err) {
+			err = st.wire.undecodable(err)
+		} else if err == nil {
+			err = st.wire.take(raw.b, sink)
 		}
-		if err := st.handle(msg); err != nil {
+		if err != nil {
+			var rs *errResync
+			if errors.As(err, &rs) {
+				err = status.Error(codes.InvalidArgument, rs.Error())
+			}
 			st.cancel(err)
 			return
 		}
 	}
+}
+
+// isUnmarshalError reports whether a RecvMsg error is grpc's failure to
+// unmarshal the message (codes.Internal), not a transport failure: only
+// on a server built without rawCodecOption.
+func isUnmarshalError(err error) bool {
+	s, ok := status.FromError(err)
+	return ok && s.Code() == codes.Internal && strings.Contains(s.Message(), "unmarshal")
+}
+
+func (st *syncStream) reject(msg *felix.ToDataplane, reason error) error {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.closed {
+		return context.Cause(st.ctx)
+	}
+	return st.sess.Reject(st.ctx, msg, reason)
 }
 
 func (st *syncStream) handle(msg *felix.ToDataplane) error {

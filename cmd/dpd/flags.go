@@ -68,6 +68,7 @@ func parseInto(lo *linux.Options, mem *memorySize, gc *gcPercent, st *startFlags
 	fs.BoolVar(&lo.ForceLegacyTC, "force-legacy-tc", false, "same as --attach-mode=tc (kept for existing configurations)")
 	fs.StringVar(&lo.Hostname, "hostname", "", "this node's name for VXLAN tunnel endpoints when ConfigUpdate has no FelixHostname (default: the OS hostname)")
 	fs.BoolVar(&cfg.FelixPipe, "felix-pipe", false, "be Felix's dataplane driver: ToDataplane on fd 3, FromDataplane on fd 4; the end of fd 3 stops dpd (exit 0)")
+	fs.BoolVar(&cfg.FelixPipeExtensions, "felix-pipe-extensions", false, "in --felix-pipe mode also send DataplaneInSync and dpd's extensions (HappyEndpointsReport), which Felix's reader does not handle")
 	fs.StringVar(&cfg.PolicySyncDir, "policysync-dir", "", "serve Calico's policy-sync API per workload under this directory (Felix's PolicySyncPathPrefix)")
 	fs.IntVar(&cfg.PolicySyncMaxWorkloads, "policysync-max-workloads", policysync.DefaultMaxWorkloads, "most workloads --policysync-dir serves at once (each costs descriptors); further credentials files are refused, logged and counted until others go")
 	fs.BoolVar(&cfg.RuleMetrics, "rule-metrics", false, "export per-rule packet and byte counters (dpd_rule_*) of the busiest rules")

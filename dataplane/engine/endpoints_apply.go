@@ -124,6 +124,9 @@ func (e *Engine) evalEndpoint(ent *wepEntry, now time.Time, p *pass) {
 		delete(m.dirty, ent.id)
 	}
 	if ent.invalid != "" || ent.spec == nil {
+		if !e.failClosed(ent, now, p) {
+			return // stays dirty; retried after the backoff
+		}
 		e.setStatus(ent, statusError, "invalid: "+ent.invalid)
 		settle()
 		return
@@ -165,6 +168,31 @@ func (e *Engine) evalEndpoint(ent *wepEntry, now time.Time, p *pass) {
 		e.met.latency.Observe(now.Sub(ent.receivedAt).Seconds())
 		ent.receivedAt = time.Time{}
 	}
+}
+
+// failClosed makes an endpoint whose last update was rejected drop all its
+// traffic: what the kernel enforced for it came from an older update and
+// may allow what the rejected one no longer does. The interface stays as
+// it was (no tiers and no profiles: everything drops), so the next valid
+// update is one policy swap. It reports false when the kernel refused.
+func (e *Engine) failClosed(ent *wepEntry, now time.Time, p *pass) bool {
+	if ent.applied == nil {
+		return true // nothing programmed: the interface drops already
+	}
+	closed := *ent.applied
+	closed.Ingress, closed.Egress = model.DirectionPolicy{}.WithDigest(), model.DirectionPolicy{}.WithDigest()
+	if sameEndpoint(&closed, ent.applied) {
+		return true
+	}
+	p.did = true
+	if err := e.k.ApplyEndpoint(&closed); err != nil {
+		ent.retry.fail(now, e.opts.RetryMin, e.opts.RetryMax)
+		p.fail("endpoint", ent.id.String(), err)
+		e.setStatus(ent, statusError, "invalid: "+ent.invalid+"; failing closed: "+err.Error())
+		return false
+	}
+	e.setApplied(ent, &closed, nil)
+	return true
 }
 
 // setApplied records what the kernel now enforces for ent and keeps the

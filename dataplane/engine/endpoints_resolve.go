@@ -52,11 +52,11 @@ func (e *Engine) resolveRefs(sp *felixconv.WorkloadEndpoint) *resolution {
 	var in, out model.DirectionPolicy
 	var missing []string
 	for _, t := range sp.Tiers {
-		if len(t.Ingress) > 0 {
-			in.Tiers = append(in.Tiers, e.resolveTier(t, t.Ingress, model.Ingress, &missing))
+		if tier, ok := e.resolveTier(t, t.Ingress, model.Ingress, &missing); ok {
+			in.Tiers = append(in.Tiers, tier)
 		}
-		if len(t.Egress) > 0 {
-			out.Tiers = append(out.Tiers, e.resolveTier(t, t.Egress, model.Egress, &missing))
+		if tier, ok := e.resolveTier(t, t.Egress, model.Egress, &missing); ok {
+			out.Tiers = append(out.Tiers, tier)
 		}
 	}
 	for _, name := range sp.Profiles {
@@ -111,10 +111,18 @@ func referenceKey(sp *felixconv.WorkloadEndpoint) string {
 }
 
 // resolveTier resolves one tier's policies for direction d. A policy is
-// named "tier/policy" in the model, as kernels and traces expect.
-func (e *Engine) resolveTier(t felixconv.TierRef, keys []felixconv.PolicyKey, d model.Direction, missing *[]string) model.Tier {
+// named "tier/policy" in the model, as kernels and traces expect. Staged
+// policies are skipped without being looked up (Felix enforces none); a
+// tier with no policy for d, or only staged ones, is not part of d's
+// policy at all (ok false): it would end in Pass, not its default action.
+func (e *Engine) resolveTier(t felixconv.TierRef, keys []felixconv.PolicyKey, d model.Direction, missing *[]string) (model.Tier, bool) {
 	tier := model.Tier{Name: t.Name, DefaultAction: t.DefaultAction}
+	enforced := false
 	for _, k := range keys {
+		if model.IsStagedKind(k.Kind) {
+			continue
+		}
+		enforced = true
 		pol := e.policies.get(k)
 		if pol == nil {
 			*missing = append(*missing, "policy "+k.String())
@@ -126,7 +134,7 @@ func (e *Engine) resolveTier(t felixconv.TierRef, keys []felixconv.PolicyKey, d 
 		}
 		tier.Policies = append(tier.Policies, model.PolicyRules{Name: t.Name + "/" + k.String(), Kind: "policy", Rules: rules})
 	}
-	return tier
+	return tier, enforced
 }
 
 // missingReason names up to five missing references.

@@ -172,8 +172,8 @@ func TestHeartbeats(t *testing.T) {
 func TestRejectMarksEndpointError(t *testing.T) {
 	h := newHarness(t)
 	s := h.session()
-	h.send(wep("a", "10.65.0.1", nil), inSync())
-	bad := wep("a", "10.65.0.1", nil)
+	h.send(profile("p", allowFrom()), wep("a", "10.65.0.1", nil, "p"), inSync())
+	bad := wep("a", "10.65.0.1", nil, "p")
 	bad.GetWorkloadEndpointUpdate().Endpoint.Ipv4Nets = []string{"not-a-net"}
 	verr := felixconv.Validate(bad)
 	if verr == nil {
@@ -186,16 +186,24 @@ func TestRejectMarksEndpointError(t *testing.T) {
 	if st, reason := h.endpointStatus("a"); st != statusError || !strings.Contains(reason, "not-a-net") {
 		t.Fatalf("status %q reason %q", st, reason)
 	}
+	// The endpoint stays programmed but fails closed: the rejected update
+	// may have taken away what the older policy allowed.
 	if len(h.k.Endpoints()) != 1 {
-		t.Fatal("an invalid message undid applied state")
+		t.Fatal("an invalid message removed the endpoint")
+	}
+	if ep, _ := h.k.Endpoint(wid("a")); ep == nil || !dropsAll(ep) {
+		t.Fatalf("rejected endpoint still enforces %+v", ep)
 	}
 	if st := h.e.Status(); st.InvalidMessages != 1 || st.Errored != 1 {
 		t.Fatalf("status %+v", st)
 	}
 	// A rejected update does not protect... a valid one repairs it.
-	h.send(wep("a", "10.65.0.1", nil))
+	h.send(wep("a", "10.65.0.1", nil, "p"))
 	if st, _ := h.endpointStatus("a"); st != statusUp {
 		t.Fatalf("status after valid update %q", st)
+	}
+	if ep, _ := h.k.Endpoint(wid("a")); ep == nil || dropsAll(ep) {
+		t.Fatalf("repaired endpoint enforces %+v", ep)
 	}
 	// Rejecting a message about an unknown endpoint creates it in error.
 	bad2 := wep("z", "10.65.0.7", nil)
@@ -284,4 +292,13 @@ func metricValue(t *testing.T, reg *prometheus.Registry, name, label string) flo
 		}
 	}
 	return -1
+}
+
+func wid(wl string) model.WorkloadID {
+	return model.WorkloadID{Orchestrator: "k8s", Workload: wl, Endpoint: "eth0"}
+}
+
+// dropsAll: no tier and no profile in either direction, which drops.
+func dropsAll(ep *model.Endpoint) bool {
+	return len(ep.Ingress.Tiers)+len(ep.Ingress.Profiles)+len(ep.Egress.Tiers)+len(ep.Egress.Profiles) == 0
 }

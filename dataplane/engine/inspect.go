@@ -29,6 +29,8 @@ type PolicyInfo struct {
 	InboundRules, OutboundRules int
 	Endpoints                   int      // workload endpoints referencing it
 	IPSets                      []string // IP sets its rules reference
+	// Staged: a staged policy (by its kind), listed but never enforced.
+	Staged bool
 }
 
 // IPSetInfo is one IP set, for Inspect. Members holds at most the number
@@ -83,6 +85,7 @@ func (e *Engine) Policies(ctx context.Context) ([]PolicyInfo, error) {
 				InboundRules: len(ent.inbound), OutboundRules: len(ent.outbound),
 				Endpoints: len(e.weps.polUsers.users(k)),
 				IPSets:    model.ReferencedSets(ent.inbound, ent.outbound),
+				Staged:    model.IsStagedKind(k.Kind),
 			})
 		}
 		for name, ent := range e.profiles.m {

@@ -90,6 +90,23 @@ func (d *Daemon) Stop(t testing.TB) {
 	})
 }
 
+// WaitExit waits for the daemon to stop on its own and returns what Run
+// returned; Stop does nothing afterwards.
+func (d *Daemon) WaitExit(t testing.TB) error {
+	t.Helper()
+	var err error
+	testutil.WaitFor(t, 10*time.Second, "the daemon to exit", func() bool {
+		select {
+		case err = <-d.done:
+			return true
+		default:
+			return false
+		}
+	})
+	d.stopOnce.Do(d.cancel)
+	return err
+}
+
 // Metric returns the value of the counter or gauge name (summed over its
 // label sets) from the daemon's registry.
 func (d *Daemon) Metric(t testing.TB, name string) float64 {

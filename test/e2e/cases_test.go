@@ -30,6 +30,14 @@ func inB(name string, rules ...*felix.Rule) *felix.ToDataplane {
 	return Policy("t1", "t1."+name, rules, nil)
 }
 
+// stagedInB is a staged (StagedGlobalNetworkPolicy) t1 policy with
+// ingress rules only: recorded by dpd, never enforced.
+func stagedInB(name string, rules ...*felix.Rule) *felix.ToDataplane {
+	m := inB(name, rules...)
+	m.GetActivePolicyUpdate().Id.Kind = "StagedGlobalNetworkPolicy"
+	return m
+}
+
 // policyCases is the packet matrix for policy on B's ingress (and B's egress
 // for the no-policy case). Each case applies a complete scenario.
 func policyCases() []policyCase {
@@ -77,6 +85,32 @@ func policyCases() []policyCase {
 			Expect(t, Allowed(Ping(e.a, e.b.IP)), Allowed(TCP(e.a, e.b.IP, tcpPort)))
 			e.apply(t, e.onB("Pass", profDenyAll, pol))
 			Expect(t, Denied(Ping(e.a, e.b.IP)), Denied(TCP(e.a, e.b.IP, tcpPort)))
+		}},
+		{"staged-policy-never-enforced", func(t *testing.T, e *env) {
+			// A staged deny-all ahead of the enforced allow of 8081: only the
+			// allow counts, and the tier still ends in Deny.
+			staged := stagedInB("staged-deny", Deny())
+			allow := inB("only-8081", Allow(Proto("tcp"), DstPorts(Port(tcpOther))))
+			tier := &felix.TierInfo{Name: "t1", IngressPolicies: []*felix.PolicyID{
+				staged.GetActivePolicyUpdate().GetId(), allow.GetActivePolicyUpdate().GetId()}}
+			e.apply(t, e.base([]string{profAllowAll}, []*felix.TierInfo{tier}, staged, allow))
+			Expect(t,
+				Allowed(TCP(e.a, e.b.IP, tcpOther)),
+				Denied(TCP(e.a, e.b.IP, tcpPort)),
+				Denied(Ping(e.a, e.b.IP)),
+			)
+		}},
+		{"staged-only-tier-passes", func(t *testing.T, e *env) {
+			// A tier of only staged policies does not end in its default
+			// action (Deny): the profile decides.
+			staged := stagedInB("staged-deny", Deny())
+			tier := &felix.TierInfo{Name: "t1", DefaultAction: "Deny", IngressPolicies: []*felix.PolicyID{staged.GetActivePolicyUpdate().GetId()}}
+			e.apply(t, e.base([]string{profAllowAll}, []*felix.TierInfo{tier}, staged))
+			Expect(t,
+				Allowed(Ping(e.a, e.b.IP)),
+				Allowed(TCP(e.a, e.b.IP, tcpPort)),
+				Allowed(UDP(e.a, e.b.IP, udpPort)),
+			)
 		}},
 		{"tier-default-deny", func(t *testing.T, e *env) {
 			pol := inB("only-8081", Allow(Proto("tcp"), DstPorts(Port(tcpOther))))

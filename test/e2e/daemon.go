@@ -59,6 +59,11 @@ func BuildBinaries(dir string) error {
 // the shared harness (internal/daemontest) and judged by the test.
 type Daemon struct {
 	*daemontest.Daemon
+	// wire is the generation the controller messages of Client are encoded
+	// in; wireClient is Client's own connection for a generation other
+	// than the current one.
+	wire       string
+	wireClient *client.Client
 }
 
 // daemonConfig is the suite's dpd: linux dataplane, metrics on a free
@@ -75,6 +80,16 @@ func daemonConfig(t testing.TB, pinDir string) daemontest.Config {
 		LogLevel:    "debug",
 		LogPath:     filepath.Join(dir, "dpd.log"),
 	}
+}
+
+// SetWire makes the controller messages of later Client calls use
+// generation wire (WireCurrent or WireLegacy).
+func (d *Daemon) SetWire(wire string) {
+	if wire == d.wire {
+		return
+	}
+	d.closeWireClient()
+	d.wire = wire
 }
 
 // StartDaemon starts dpd with a private socket, metrics port and BPF pin
@@ -111,8 +126,9 @@ func launchDaemon(t testing.TB, cfg daemontest.Config, ownPin bool) *Daemon {
 		keepLog(t, cfg.LogPath, cfg.PinDir)
 		t.Fatalf("start dpd%s (%s): %v", where, strings.Join(cfg.Args(), " "), err)
 	}
-	d := &Daemon{dd}
+	d := &Daemon{Daemon: dd}
 	t.Cleanup(func() {
+		d.closeWireClient()
 		d.Stop(t)
 		if t.Failed() {
 			d.reportLog(t)
@@ -141,9 +157,26 @@ func (d *Daemon) Kill(t testing.TB) {
 	}
 }
 
+func (d *Daemon) closeWireClient() {
+	if d.wireClient != nil {
+		_ = d.wireClient.Close()
+		d.wireClient = nil
+	}
+}
+
 // Client is the test's client of the daemon (closed when the daemon stops).
 func (d *Daemon) Client(t testing.TB) *client.Client {
 	t.Helper()
+	if d.wire != "" && d.wire != WireCurrent {
+		if d.wireClient == nil {
+			c, err := client.Dial(context.Background(), "unix://"+d.Socket, client.WithLazy(), client.WithDialOptions(wireDialOption(d.wire)...))
+			if err != nil {
+				t.Fatalf("dial dpd: %v", err)
+			}
+			d.wireClient = c
+		}
+		return d.wireClient
+	}
 	c := d.Daemon.Client()
 	if c == nil {
 		t.Fatalf("dpd pid %d has stopped: no client", d.Pid())

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"os"
 	"strings"
 	"testing"
 
@@ -41,20 +42,24 @@ func TestPacketMatrix(t *testing.T) {
 		name   string
 		legacy bool
 		args   []string
+		wire   string
 	}{
-		{"tcx", false, []string{"--attach-mode=tcx"}},
-		{"legacy-tc", true, []string{"--attach-mode=tc"}},
+		{"tcx", false, []string{"--attach-mode=tcx"}, WireCurrent},
+		{"legacy-tc", true, []string{"--attach-mode=tc"}, WireCurrent},
+		// The controller speaks Felix v3.28-v3.31's encoding.
+		{"tcx-felix-v3.31-wire", false, []string{"--attach-mode=tcx"}, WireLegacy},
 	}
-	// Sequential on purpose: both runs use the same addresses and routes.
+	// Sequential on purpose: the runs use the same addresses and routes.
 	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) { runMatrix(t, m.legacy, m.args) })
+		t.Run(m.name, func(t *testing.T) { runMatrix(t, m.legacy, m.args, m.wire) })
 	}
 }
 
-func runMatrix(t *testing.T, legacy bool, args []string) {
+func runMatrix(t *testing.T, legacy bool, args []string, wire string) {
 	testutil.RequirePrivileged(t)
 	e := &env{legacy: legacy}
 	e.d = StartDaemon(t, args...)
+	e.d.SetWire(wire)
 	e.a, e.b, e.cl = NewWorkload(t, 1), NewWorkload(t, 2), NewWorkload(t, 3)
 	e.b.Serve(t, []int{tcpPort, tcpOther, tcpRangePort}, []int{udpPort})
 
@@ -77,6 +82,14 @@ func runMatrix(t *testing.T, legacy bool, args []string) {
 	t.Run("conntrack-return", e.conntrackReturn)
 	t.Run("unknown-interface-fails-closed", e.unknownInterface)
 	t.Run("endpoint-removal", e.endpointRemoval)
+	if wire == WireLegacy {
+		// The run proves nothing unless dpd read the older encoding (the
+		// policy cases send what differs: tiers, policy ids).
+		log, err := os.ReadFile(e.d.LogPath)
+		if err != nil || !strings.Contains(string(log), "controller speaks the Felix v3.28-v3.31 encoding") {
+			t.Fatalf("dpd did not recognise the v3.28-v3.31 encoding (log read: %v)", err)
+		}
+	}
 }
 
 // base is the usual scenario: A and C allow everything, B gets bProfiles

@@ -916,7 +916,10 @@ type Policy struct {
 	// Workload endpoints referencing it.
 	Endpoints uint32 `protobuf:"varint,7,opt,name=endpoints,proto3" json:"endpoints,omitempty"`
 	// IP sets its rules reference.
-	IpSets        []string `protobuf:"bytes,8,rep,name=ip_sets,json=ipSets,proto3" json:"ip_sets,omitempty"`
+	IpSets []string `protobuf:"bytes,8,rep,name=ip_sets,json=ipSets,proto3" json:"ip_sets,omitempty"`
+	// A staged policy (StagedNetworkPolicy, StagedGlobalNetworkPolicy,
+	// StagedKubernetesNetworkPolicy): listed, never enforced.
+	Staged        bool `protobuf:"varint,9,opt,name=staged,proto3" json:"staged,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1005,6 +1008,13 @@ func (x *Policy) GetIpSets() []string {
 		return x.IpSets
 	}
 	return nil
+}
+
+func (x *Policy) GetStaged() bool {
+	if x != nil {
+		return x.Staged
+	}
+	return false
 }
 
 type ListIPSetsRequest struct {
@@ -2304,7 +2314,7 @@ const file_dpd_v1_dataplane_proto_rawDesc = "" +
 	"\bcounters\x18\x0f \x03(\v2\x13.dpd.v1.RuleCounterR\bcounters\"\x15\n" +
 	"\x13ListPoliciesRequest\"B\n" +
 	"\x14ListPoliciesResponse\x12*\n" +
-	"\bpolicies\x18\x01 \x03(\v2\x0e.dpd.v1.PolicyR\bpolicies\"\xe7\x01\n" +
+	"\bpolicies\x18\x01 \x03(\v2\x0e.dpd.v1.PolicyR\bpolicies\"\xff\x01\n" +
 	"\x06Policy\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
@@ -2313,7 +2323,8 @@ const file_dpd_v1_dataplane_proto_rawDesc = "" +
 	"\rinbound_rules\x18\x05 \x01(\rR\finboundRules\x12%\n" +
 	"\x0eoutbound_rules\x18\x06 \x01(\rR\routboundRules\x12\x1c\n" +
 	"\tendpoints\x18\a \x01(\rR\tendpoints\x12\x17\n" +
-	"\aip_sets\x18\b \x03(\tR\x06ipSets\"c\n" +
+	"\aip_sets\x18\b \x03(\tR\x06ipSets\x12\x16\n" +
+	"\x06staged\x18\t \x01(\bR\x06staged\"c\n" +
 	"\x11ListIPSetsRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1f\n" +
 	"\vmax_members\x18\x02 \x01(\rR\n" +
