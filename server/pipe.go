@@ -59,15 +59,21 @@ func (p *pipeController) run(ctx context.Context) error {
 	defer sess.Close()
 
 	fw := felixpipe.NewWriter(p.out)
+	statuses := newFelixStatuses()
 	go func() {
 		for m := range sess.Out() {
-			if err := fw.Write(m); err != nil {
+			fm, err := statuses.encode(m)
+			if err != nil {
+				cancel(err)
+				return
+			}
+			if err := fw.Write(fm); err != nil {
 				cancel(fmt.Errorf("write to felix: %w", err))
 				return
 			}
 		}
 	}()
-	go func() { cancel(p.read(ctx, sess)) }()
+	go func() { cancel(p.read(ctx, sess, statuses)) }()
 
 	<-ctx.Done()
 	err := context.Cause(ctx)
@@ -83,7 +89,7 @@ func (p *pipeController) run(ctx context.Context) error {
 
 // read submits every frame on in; a frame that does not decode is
 // rejected like any invalid message and reading goes on.
-func (p *pipeController) read(ctx context.Context, sess engine.Session) error {
+func (p *pipeController) read(ctx context.Context, sess engine.Session, statuses *felixStatuses) error {
 	fr := felixpipe.NewReader(p.in, p.maxFrame)
 	for {
 		msg := &felix.ToDataplane{}
@@ -91,6 +97,7 @@ func (p *pipeController) read(ctx context.Context, sess engine.Session) error {
 		var de *felixpipe.DecodeError
 		switch {
 		case err == nil:
+			statuses.observe(msg)
 			err = submitValidated(ctx, sess, msg, p.log)
 		case errors.As(err, &de):
 			p.log.Warn("undecodable frame from felix", "err", err)

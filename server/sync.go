@@ -82,7 +82,7 @@ func (s *syncService) Sync(stream dpdv1.Dataplane_SyncServer) error {
 	peerName := peerName(ctx)
 	sess := s.engine.NewSession(peerName)
 	st := &syncStream{stream: stream, sess: sess, ctx: ctx, cancel: cancel,
-		log: s.log.With("session", sess.ID(), "peer", peerName)}
+		statuses: newFelixStatuses(), log: s.log.With("session", sess.ID(), "peer", peerName)}
 	st.log.Info("controller session started")
 
 	forwarded := make(chan struct{})
@@ -161,6 +161,8 @@ type syncStream struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	log    *slog.Logger
+	// statuses encodes what forward sends; handle shows it what arrives.
+	statuses *felixStatuses
 
 	// mu serialises Submit/Reject with Close, so nothing reaches a session
 	// after it is closed and a successor's session has begun.
@@ -203,6 +205,7 @@ func (st *syncStream) handle(msg *felix.ToDataplane) error {
 	if st.closed {
 		return context.Cause(st.ctx)
 	}
+	st.statuses.observe(msg)
 	return submitValidated(st.ctx, st.sess, msg, st.log)
 }
 
@@ -237,7 +240,12 @@ func (st *syncStream) forward() {
 				st.cancel(errSessionEnded)
 				return
 			}
-			if err := st.stream.Send(m); err != nil {
+			fm, err := st.statuses.encode(m)
+			if err != nil {
+				st.cancel(status.Error(codes.Internal, err.Error()))
+				return
+			}
+			if err := st.stream.Send(fm); err != nil {
 				st.cancel(err)
 				return
 			}

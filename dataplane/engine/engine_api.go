@@ -74,8 +74,7 @@ type StatusInfo struct {
 }
 
 // Session is one controller connection's view of the engine: messages in,
-// status out. Its outbox is unbounded (statuses are never dropped and a slow
-// reader never stalls the engine).
+// status out. A slow reader never stalls the engine.
 type Session interface {
 	// ID is unique per engine lifetime.
 	ID() uint64
@@ -85,9 +84,9 @@ type Session interface {
 	// Reject records a message that failed validation: it is counted, and the
 	// endpoint it concerns (if any) goes to status "error" with reason.
 	Reject(ctx context.Context, msg *felix.ToDataplane, reason error) error
-	// Out carries FromDataplane messages for this session, closed when the
+	// Out carries the session's statuses (see Status), closed when the
 	// session ends.
-	Out() <-chan *felix.FromDataplane
+	Out() <-chan Status
 	// Close ends the session. The dataplane keeps enforcing the last state.
 	Close()
 }
