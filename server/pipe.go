@@ -49,6 +49,10 @@ type pipeController struct {
 // errPipeClosed marks the end of fd 3 (Felix closed it or is gone).
 var errPipeClosed = errors.New("felix closed the pipe")
 
+// errPipeSessionEnded: the engine closed the pipe's session (it stopped,
+// or Felix fell behind on its statuses).
+var errPipeSessionEnded = errors.New("the engine ended the felix pipe session")
+
 // run serves the pipe until fd 3 ends (nil: a clean stop that leaves the
 // kernel state for the next start to adopt), writing fails, or ctx ends.
 func (p *pipeController) run(ctx context.Context) error {
@@ -75,7 +79,16 @@ func (p *pipeController) run(ctx context.Context) error {
 	}()
 	go func() { cancel(p.read(ctx, sess, statuses)) }()
 
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-sess.Done():
+		cancel(errPipeSessionEnded)
+	}
+	if serr := sess.Err(); serr != nil {
+		// Felix restarts its driver when it exits; the new session resyncs.
+		p.log.Error("ending the felix pipe session; exiting so that felix restarts dpd and resyncs", "reason", serr)
+		return fmt.Errorf("felix pipe: %w", serr)
+	}
 	err := context.Cause(ctx)
 	switch {
 	case errors.Is(err, errPipeClosed):

@@ -91,7 +91,13 @@ func (s *syncService) Sync(stream dpdv1.Dataplane_SyncServer) error {
 	// handler returns, which is what ends the stream.
 	go st.receive()
 
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-sess.Done():
+		// Ended by the engine: forward may sit in a Send the controller
+		// does not read, so only returning ends the stream.
+		cancel(st.ended(errSessionEnded))
+	}
 	st.closeSession()
 	close(conn.released)
 	<-forwarded
@@ -193,7 +199,7 @@ func (st *syncStream) receive() {
 			return
 		}
 		if err := st.handle(msg); err != nil {
-			st.cancel(err)
+			st.cancel(st.ended(err))
 			return
 		}
 	}
@@ -230,6 +236,21 @@ func submitValidated(ctx context.Context, sess engine.Session, msg *felix.ToData
 	return sess.Reject(ctx, msg, verr)
 }
 
+// ended is why the stream ends when the session refused a message or
+// closed its statuses: the engine's reason if it ended the session, else
+// err. A controller that fell behind gets ResourceExhausted and resyncs
+// on its next stream.
+func (st *syncStream) ended(err error) error {
+	serr := st.sess.Err()
+	switch {
+	case serr == nil:
+		return err
+	case errors.Is(serr, engine.ErrControllerBehind):
+		return status.Error(codes.ResourceExhausted, serr.Error()+"; reconnect to resync")
+	}
+	return status.Error(codes.Unavailable, serr.Error())
+}
+
 // forward streams the session's statuses to the controller.
 func (st *syncStream) forward() {
 	out := st.sess.Out()
@@ -237,7 +258,7 @@ func (st *syncStream) forward() {
 		select {
 		case m, ok := <-out:
 			if !ok {
-				st.cancel(errSessionEnded)
+				st.cancel(st.ended(errSessionEnded))
 				return
 			}
 			fm, err := st.statuses.encode(m)

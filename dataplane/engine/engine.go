@@ -149,6 +149,9 @@ func withDefaults(o Options) Options {
 	if o.ResyncInterval <= 0 {
 		o.ResyncInterval = 5 * time.Minute
 	}
+	if o.MaxPendingStatuses <= 0 {
+		o.MaxPendingStatuses = 16384
+	}
 	if o.HeartbeatFirst <= 0 {
 		o.HeartbeatFirst = time.Second
 	}

@@ -36,6 +36,13 @@ type Options struct {
 	RetryMin, RetryMax time.Duration
 	// ResyncInterval forces a full resync to repair drift (default 5 min).
 	ResyncInterval time.Duration
+	// MaxPendingStatuses caps the statuses waiting for a session's reader
+	// beyond one per endpoint the engine knows (default 16384). Unread
+	// statuses coalesce to one per endpoint, host endpoint, heartbeat and
+	// happy report, so only a reader that stays behind while endpoints
+	// come and go reaches the cap; its session then ends with
+	// ErrControllerBehind.
+	MaxPendingStatuses int
 	// HeartbeatFirst is the delay of the first ProcessStatusUpdate (default
 	// 1 s, at most 10 s); later ones follow ReportingIntervalSecs (default 30).
 	HeartbeatFirst time.Duration
@@ -85,8 +92,15 @@ type Session interface {
 	// endpoint it concerns (if any) goes to status "error" with reason.
 	Reject(ctx context.Context, msg *felix.ToDataplane, reason error) error
 	// Out carries the session's statuses (see Status), closed when the
-	// session ends.
+	// session ends. Unread statuses of one subject coalesce to the latest.
 	Out() <-chan Status
+	// Err reports why the engine ended the session: nil while it is open
+	// or after Close, else an error wrapping ErrControllerBehind (the
+	// reader fell behind past Options.MaxPendingStatuses).
+	Err() error
+	// Done is closed when the session has ended: Close, the engine
+	// stopping, or the engine ending it (see Err).
+	Done() <-chan struct{}
 	// Close ends the session. The dataplane keeps enforcing the last state.
 	Close()
 }

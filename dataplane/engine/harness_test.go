@@ -112,6 +112,21 @@ func (h *harness) flush() {
 	if err := h.e.Flush(ctx); err != nil {
 		h.t.Fatalf("flush: %v", err)
 	}
+	// Unread statuses coalesce, so tests that follow each status must let
+	// the collector read what the engine queued before the next step.
+	if c := h.sess; c != nil && !c.isClosed() {
+		s := c.Session.(*session)
+		testutil.WaitFor(h.t, waitTimeout, "collector read every status", func() bool {
+			done, sent := s.drained()
+			return s.isClosed() || (done && uint64(c.received()) == sent)
+		})
+	}
+}
+
+func (c *collector) received() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.msgs)
 }
 
 func (c *collector) snapshot() []Status {

@@ -22,9 +22,16 @@ func (e *Engine) send(m Status) {
 }
 
 // flushOutbox hands the iteration's statuses to their sessions, in order.
+// A session may hold one status per endpoint the engine knows (a full
+// report) plus Options.MaxPendingStatuses more, which only endpoints that
+// came and went while the reader stayed behind can fill.
 func (e *Engine) flushOutbox() {
+	if len(e.outbox) == 0 {
+		return
+	}
+	limit := e.opts.MaxPendingStatuses + len(e.weps.eps) + len(e.heps.eps)
 	for i, o := range e.outbox {
-		o.s.enqueueOut(o.m)
+		o.s.enqueueOut(o.m, limit)
 		e.outbox[i] = outMsg{}
 	}
 	e.outbox = e.outbox[:0]

@@ -35,8 +35,13 @@ type session struct {
 	notify    chan struct{} // cap 1: the queue grew
 	closeOnce sync.Once
 
-	mu    sync.Mutex
-	queue []Status // guarded by mu
+	mu     sync.Mutex
+	queue  outbox // guarded by mu
+	popped uint64 // guarded by mu: statuses the pump took
+	sent   uint64 // guarded by mu: statuses the reader took
+
+	errMu sync.Mutex
+	err   error // guarded by errMu: why the engine ended the session
 
 	// Owned by the engine's Run goroutine.
 	reported     bool // statuses and the full happy report were sent
