@@ -26,33 +26,6 @@ func (m *endpointManager) sortedDirty() []model.WorkloadID {
 	return ids
 }
 
-func (m *endpointManager) readyWork(now time.Time) bool {
-	for id := range m.dirty {
-		if m.eps[id].retry.due(now) {
-			return true
-		}
-	}
-	return false
-}
-
-func (m *endpointManager) nextRetry() (next time.Time) {
-	for id := range m.dirty {
-		if r := m.eps[id].retry; r.failing() {
-			next = earliest(next, r.at)
-		}
-	}
-	return next
-}
-
-func (m *endpointManager) failing() (n int) {
-	for id := range m.dirty {
-		if m.eps[id].retry.failing() {
-			n++
-		}
-	}
-	return n
-}
-
 // applyEndpointRemovals removes endpoints that went away. It runs before
 // any upsert, so a re-used interface is cleared before its new owner is
 // programmed, and before set removals, so no applied policy references a
