@@ -49,7 +49,7 @@ type endpointManager struct {
 	polUsers  refIndex[felixconv.PolicyKey]
 	profUsers refIndex[string]
 	setUsers  refIndex[string] // from the last resolution
-	byIface   refIndex[string]
+	byIface   ifaceIndex
 	// appliedSetRefs counts applied endpoints per referenced set: a removed
 	// set leaves the kernel only when this drops to zero.
 	appliedSetRefs map[string]int
