@@ -32,6 +32,10 @@ type Config struct {
 	MaxRecvMsgSize int
 	// Dataplane names the kernel ("memory" or "linux") for status.
 	Dataplane string
+	// MaxPendingStatuses caps the statuses waiting for a controller that
+	// does not read them (0: the engine's default); past it the session
+	// ends (engine.Options.MaxPendingStatuses).
+	MaxPendingStatuses int
 	// Version is reported by Inspect/GetStatus.
 	Version string
 	// DrainTimeout bounds the graceful stop of the gRPC servers.

@@ -54,6 +54,10 @@ type pipeController struct {
 // errPipeClosed marks the end of fd 3 (Felix closed it or is gone).
 var errPipeClosed = errors.New("felix closed the pipe")
 
+// errPipeSessionEnded: the engine closed the pipe's session (it stopped,
+// or Felix fell behind on its statuses).
+var errPipeSessionEnded = errors.New("the engine ended the felix pipe session")
+
 // run serves the pipe until fd 3 ends (nil: a clean stop that leaves the
 // kernel state for the next start to adopt), writing fails, or ctx ends.
 func (p *pipeController) run(ctx context.Context) error {
@@ -64,20 +68,35 @@ func (p *pipeController) run(ctx context.Context) error {
 	defer sess.Close()
 
 	fw := felixpipe.NewWriter(p.out)
+	statuses := newFelixStatuses()
 	go func() {
 		for m := range sess.Out() {
-			if m = forFelix(m, p.extensions); m == nil {
+			fm, err := statuses.encode(m)
+			if err != nil {
+				cancel(err)
+				return
+			}
+			if fm = forFelix(fm, p.extensions); fm == nil {
 				continue
 			}
-			if err := fw.Write(m); err != nil {
+			if err := fw.Write(fm); err != nil {
 				cancel(fmt.Errorf("write to felix: %w", err))
 				return
 			}
 		}
 	}()
-	go func() { cancel(p.read(ctx, sess)) }()
+	go func() { cancel(p.read(ctx, sess, statuses)) }()
 
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-sess.Done():
+		cancel(errPipeSessionEnded)
+	}
+	if serr := sess.Err(); serr != nil {
+		// Felix restarts its driver when it exits; the new session resyncs.
+		p.log.Error("ending the felix pipe session; exiting so that felix restarts dpd and resyncs", "reason", serr)
+		return fmt.Errorf("felix pipe: %w", serr)
+	}
 	err := context.Cause(ctx)
 	switch {
 	case errors.Is(err, errPipeClosed):
@@ -95,11 +114,14 @@ func (p *pipeController) run(ctx context.Context) error {
 // endpoint stops the pipe with an error: dpd exits, Felix (which stops
 // when its driver does) is restarted and sends its whole state again to a
 // dpd that adopts the kernel state without dropping a packet.
-func (p *pipeController) read(ctx context.Context, sess engine.Session) error {
+func (p *pipeController) read(ctx context.Context, sess engine.Session, statuses *felixStatuses) error {
 	fr := felixpipe.NewReader(p.in, p.maxFrame)
 	wire := newWireIn(p.wireMet, "pipe", p.log.With("session", sess.ID()))
 	sink := wireSink{
-		submit: func(m *felix.ToDataplane) error { return submitValidated(ctx, sess, m, p.log) },
+		submit: func(m *felix.ToDataplane) error {
+			statuses.observe(m)
+			return submitValidated(ctx, sess, m, p.log)
+		},
 		reject: func(m *felix.ToDataplane, reason error) error { return sess.Reject(ctx, m, reason) },
 	}
 	for {

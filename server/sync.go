@@ -85,7 +85,7 @@ func (s *syncService) Sync(stream dpdv1.Dataplane_SyncServer) error {
 	peerName := peerName(ctx)
 	sess := s.engine.NewSession(peerName)
 	st := &syncStream{stream: stream, sess: sess, ctx: ctx, cancel: cancel,
-		log: s.log.With("session", sess.ID(), "peer", peerName)}
+		statuses: newFelixStatuses(), log: s.log.With("session", sess.ID(), "peer", peerName)}
 	st.wire = newWireIn(s.wireMet, "grpc", st.log)
 	st.log.Info("controller session started")
 
@@ -95,7 +95,13 @@ func (s *syncService) Sync(stream dpdv1.Dataplane_SyncServer) error {
 	// handler returns, which is what ends the stream.
 	go st.receive()
 
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-sess.Done():
+		// Ended by the engine: forward may sit in a Send the controller
+		// does not read, so only returning ends the stream.
+		cancel(st.ended(errSessionEnded))
+	}
 	st.closeSession()
 	close(conn.released)
 	<-forwarded
@@ -166,6 +172,8 @@ type syncStream struct {
 	cancel context.CancelCauseFunc
 	log    *slog.Logger
 	wire   *wireIn // owned by receive
+	// statuses encodes what forward sends; handle shows it what arrives.
+	statuses *felixStatuses
 
 	// mu serialises Submit/Reject with Close, so nothing reaches a session
 	// after it is closed and a successor's session has begun.
@@ -206,7 +214,7 @@ func (st *syncStream) receive() {
 			if errors.As(err, &rs) {
 				err = status.Error(codes.InvalidArgument, rs.Error())
 			}
-			st.cancel(err)
+			st.cancel(st.ended(err))
 			return
 		}
 	}
@@ -235,6 +243,7 @@ func (st *syncStream) handle(msg *felix.ToDataplane) error {
 	if st.closed {
 		return context.Cause(st.ctx)
 	}
+	st.statuses.observe(msg)
 	return submitValidated(st.ctx, st.sess, msg, st.log)
 }
 
@@ -259,6 +268,21 @@ func submitValidated(ctx context.Context, sess engine.Session, msg *felix.ToData
 	return sess.Reject(ctx, msg, verr)
 }
 
+// ended is why the stream ends when the session refused a message or
+// closed its statuses: the engine's reason if it ended the session, else
+// err. A controller that fell behind gets ResourceExhausted and resyncs
+// on its next stream.
+func (st *syncStream) ended(err error) error {
+	serr := st.sess.Err()
+	switch {
+	case serr == nil:
+		return err
+	case errors.Is(serr, engine.ErrControllerBehind):
+		return status.Error(codes.ResourceExhausted, serr.Error()+"; reconnect to resync")
+	}
+	return status.Error(codes.Unavailable, serr.Error())
+}
+
 // forward streams the session's statuses to the controller.
 func (st *syncStream) forward() {
 	out := st.sess.Out()
@@ -266,10 +290,15 @@ func (st *syncStream) forward() {
 		select {
 		case m, ok := <-out:
 			if !ok {
-				st.cancel(errSessionEnded)
+				st.cancel(st.ended(errSessionEnded))
 				return
 			}
-			if err := st.stream.Send(m); err != nil {
+			fm, err := st.statuses.encode(m)
+			if err != nil {
+				st.cancel(status.Error(codes.Internal, err.Error()))
+				return
+			}
+			if err := st.stream.Send(fm); err != nil {
 				st.cancel(err)
 				return
 			}

@@ -53,15 +53,12 @@ func (e *Engine) applyAllowed() bool {
 
 // readyWork reports whether some dirty state may be applied now.
 func (e *Engine) readyWork(now time.Time) bool {
-	if e.cfg.dirty && e.cfg.retry.due(now) {
-		return true
+	for _, m := range e.managers {
+		if m.readyWork(now) {
+			return true
+		}
 	}
-	if e.endApplyPending && e.endApplyRetry.due(now) {
-		return true
-	}
-	return e.ipsets.readyWork(now) || e.weps.readyWork(now) || len(e.heps.dirty) > 0 ||
-		e.hostMeta.readyWork(now) || e.vteps.readyWork(now) ||
-		e.routes.readyWork(now) || e.services.obj.readyWork(now)
+	return false
 }
 
 // needReport: the active session still waits for its first report or for
@@ -75,29 +72,17 @@ func (e *Engine) needReport() bool {
 }
 
 // failing counts objects whose last kernel call failed.
-func (e *Engine) failing() int {
-	n := e.ipsets.failing() + e.weps.failing() + e.hostMeta.failing() + e.vteps.failing() +
-		e.routes.failing() + e.services.obj.failing()
-	if e.cfg.retry.failing() {
-		n++
-	}
-	if e.endApplyRetry.failing() {
-		n++
+func (e *Engine) failing() (n int) {
+	for _, m := range e.managers {
+		n += m.failing()
 	}
 	return n
 }
 
-func (e *Engine) nextRetry() time.Time {
-	next := earliest(e.ipsets.nextRetry(), e.weps.nextRetry())
-	next = earliest(next, e.hostMeta.nextRetry())
-	next = earliest(next, e.vteps.nextRetry())
-	next = earliest(next, e.routes.nextRetry())
-	next = earliest(next, e.services.obj.nextRetry())
-	if e.cfg.retry.failing() {
-		next = earliest(next, e.cfg.retry.at)
-	}
-	if e.endApplyRetry.failing() {
-		next = earliest(next, e.endApplyRetry.at)
+// nextRetry is when the earliest failed object may be retried.
+func (e *Engine) nextRetry() (next time.Time) {
+	for _, m := range e.managers {
+		next = earliest(next, m.nextRetry())
 	}
 	return next
 }
@@ -116,14 +101,9 @@ func (e *Engine) markAllForResync() {
 	if r, ok := e.k.(Resyncer); ok {
 		r.Resync()
 	}
-	e.cfg.dirty = true
-	e.ipsets.markAllForResync()
-	e.weps.markAllForResync()
-	e.heps.markAllForResync()
-	e.hostMeta.markAllForResync()
-	e.vteps.markAllForResync()
-	e.routes.markAllForResync()
-	e.services.obj.markAllForResync()
+	for _, m := range e.managers {
+		m.markAllForResync()
+	}
 }
 
 // maybeApply runs a pass when applying is allowed, there is work and the
@@ -171,14 +151,14 @@ func (e *Engine) apply(now time.Time) {
 		e.services.obj.applyUpserts(e, now, p, e.k.ApplyService)
 		e.applyIPSetRemovals(now, p)
 		p.phase("routes_services")
-		if (p.did || e.endApplyPending) && e.endApplyRetry.due(now) {
+		if ea := &e.endApply; (p.did || ea.pending) && ea.retry.due(now) {
 			if err := e.k.EndApply(); err != nil {
-				e.endApplyPending = true
-				e.endApplyRetry.fail(now, e.opts.RetryMin, e.opts.RetryMax)
+				ea.pending = true
+				ea.retry.fail(now, e.opts.RetryMin, e.opts.RetryMax)
 				p.fail("end_apply", "", err)
 			} else {
-				e.endApplyPending = false
-				e.endApplyRetry.reset()
+				ea.pending = false
+				ea.retry.reset()
 			}
 		}
 	}

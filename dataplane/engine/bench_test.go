@@ -44,7 +44,7 @@ func BenchmarkSnapshotToInSync(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		s.waitFor(b, "DataplaneInSync", func(m []*felix.FromDataplane) bool { return count(m, isInSync) == 1 })
+		s.waitFor(b, "DataplaneInSync", func(m []Status) bool { return count(m, isInSync) == 1 })
 		b.ReportMetric(float64(time.Since(start).Milliseconds()), "ms/snapshot")
 	}
 }

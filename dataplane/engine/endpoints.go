@@ -43,13 +43,13 @@ type wepEntry struct {
 // endpointManager holds workload endpoints and the indexes from policies,
 // profiles, IP sets and interfaces to the endpoints that use them.
 type endpointManager struct {
-	eps   map[model.WorkloadID]*wepEntry
-	dirty map[model.WorkloadID]struct{}
+	eps map[model.WorkloadID]*wepEntry
+	dirtyQueue[model.WorkloadID]
 
 	polUsers  refIndex[felixconv.PolicyKey]
 	profUsers refIndex[string]
 	setUsers  refIndex[string] // from the last resolution
-	byIface   refIndex[string]
+	byIface   ifaceIndex
 	// appliedSetRefs counts applied endpoints per referenced set: a removed
 	// set leaves the kernel only when this drops to zero.
 	appliedSetRefs map[string]int
@@ -63,6 +63,7 @@ type endpointManager struct {
 func (m *endpointManager) init() {
 	m.eps = map[model.WorkloadID]*wepEntry{}
 	m.dirty = map[model.WorkloadID]struct{}{}
+	m.retryOf = func(id model.WorkloadID) *retryState { return &m.eps[id].retry }
 	m.polUsers.init()
 	m.profUsers.init()
 	m.setUsers.init()

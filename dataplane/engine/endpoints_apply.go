@@ -26,33 +26,6 @@ func (m *endpointManager) sortedDirty() []model.WorkloadID {
 	return ids
 }
 
-func (m *endpointManager) readyWork(now time.Time) bool {
-	for id := range m.dirty {
-		if m.eps[id].retry.due(now) {
-			return true
-		}
-	}
-	return false
-}
-
-func (m *endpointManager) nextRetry() (next time.Time) {
-	for id := range m.dirty {
-		if r := m.eps[id].retry; r.failing() {
-			next = earliest(next, r.at)
-		}
-	}
-	return next
-}
-
-func (m *endpointManager) failing() (n int) {
-	for id := range m.dirty {
-		if m.eps[id].retry.failing() {
-			n++
-		}
-	}
-	return n
-}
-
 // applyEndpointRemovals removes endpoints that went away. It runs before
 // any upsert, so a re-used interface is cleared before its new owner is
 // programmed, and before set removals, so no applied policy references a
@@ -74,6 +47,7 @@ func (e *Engine) applyEndpointRemovals(now time.Time, p *pass) {
 			}
 			e.setApplied(ent, nil, nil)
 		}
+		m.evaluatedOn(id, "")
 		m.forget(id)
 		e.emitWorkloadRemove(ent)
 	}
@@ -110,6 +84,27 @@ func (e *Engine) applyEndpointUpserts(now time.Time, p *pass) {
 	for _, ent := range due {
 		e.evalEndpoint(ent, now, p)
 	}
+	// An interface let go of in this pass (its holder moved) goes to the
+	// next endpoint naming it in the same pass: those are dirty and due
+	// now, as nothing else is after the loop above.
+	for round := 0; ; round++ {
+		due = due[:0]
+		for _, id := range e.weps.sortedDirty() {
+			if ent := e.weps.eps[id]; !ent.removed && ent.retry.due(now) {
+				due = append(due, ent)
+			}
+		}
+		if len(due) == 0 {
+			return
+		}
+		if round == 3 {
+			e.nudge() // the next loop iteration goes on
+			return
+		}
+		for _, ent := range due {
+			e.evalEndpoint(ent, now, p)
+		}
+	}
 }
 
 // evalEndpoint resolves ent, applies it if the kernel's copy differs (or a
@@ -134,6 +129,23 @@ func (e *Engine) evalEndpoint(ent *wepEntry, now time.Time, p *pass) {
 	desired, sets, missing := e.resolve(ent)
 	m.setUsers.set(ent.id, sets)
 	ent.desired = desired
+	m.evaluatedOn(ent.id, desired.Iface)
+	if holder, taken := m.ifaceHolder(ent.id, desired.Iface); taken {
+		// Programmed on another interface before: not any more.
+		if ent.applied != nil {
+			p.did = true
+			if err := e.k.RemoveEndpoint(ent.applied); err != nil {
+				ent.retry.fail(now, e.opts.RetryMin, e.opts.RetryMax)
+				p.fail("endpoint", ent.id.String(), err)
+				e.setStatus(ent, statusError, "remove: "+err.Error())
+				return // stays dirty; retried after the backoff
+			}
+			e.setApplied(ent, nil, nil)
+		}
+		e.setStatus(ent, statusError, "interface "+desired.Iface+" is held by endpoint "+holder.String())
+		settle()
+		return
+	}
 	if missing != "" {
 		e.setStatus(ent, statusError, missing)
 		settle()
@@ -199,6 +211,7 @@ func (e *Engine) failClosed(ent *wepEntry, now time.Time, p *pass) bool {
 // per-set reference counts that hold back set removals.
 func (e *Engine) setApplied(ent *wepEntry, ep *model.Endpoint, sets []string) {
 	m := &e.weps
+	m.appliedOn(ent.id, ent.applied, ep)
 	for _, s := range sets {
 		m.appliedSetRefs[s]++
 	}

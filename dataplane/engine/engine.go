@@ -64,20 +64,22 @@ type Engine struct {
 	hostMeta *objectManager[string, model.HostMetadata]
 	vteps    *objectManager[string, model.VTEP]
 	acks     ackStore
+	// managers lists the kernel state above for the apply loop's
+	// questions (readyWork, failing, nextRetry, markAllForResync).
+	managers []manager
 
 	// resolved memoises endpoint policy resolutions by reference key
 	// during an endpoint apply pass; nil outside one (policies change
 	// between passes).
 	resolved map[string]*resolution
 
-	limiter         *rate.Limiter
-	applyAt         time.Time // a throttled apply is due then (zero: none)
-	resyncAt        time.Time
-	endApplyPending bool
-	endApplyRetry   retryState
-	lastApply       time.Time
-	lastApplyErr    string
-	flushWaiters    []chan struct{}
+	limiter      *rate.Limiter
+	applyAt      time.Time // a throttled apply is due then (zero: none)
+	resyncAt     time.Time
+	endApply     endApply
+	lastApply    time.Time
+	lastApplyErr string
+	flushWaiters []chan struct{}
 	// outbox holds this iteration's statuses until publish has updated
 	// Inspect's snapshot, so no client sees "up" before Inspect does.
 	outbox []outMsg
@@ -114,6 +116,8 @@ func New(opts Options) *Engine {
 	e.hostMeta = newHostMetaManager()
 	e.vteps = newVTEPManager()
 	e.acks.init()
+	e.managers = []manager{&e.cfg, &e.endApply, &e.ipsets, &e.weps, &e.heps,
+		e.hostMeta, e.vteps, e.routes, e.services.obj}
 	e.snap.init()
 	return e
 }
@@ -148,6 +152,9 @@ func withDefaults(o Options) Options {
 	}
 	if o.ResyncInterval <= 0 {
 		o.ResyncInterval = 5 * time.Minute
+	}
+	if o.MaxPendingStatuses <= 0 {
+		o.MaxPendingStatuses = 16384
 	}
 	if o.HeartbeatFirst <= 0 {
 		o.HeartbeatFirst = time.Second

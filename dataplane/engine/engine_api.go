@@ -36,6 +36,13 @@ type Options struct {
 	RetryMin, RetryMax time.Duration
 	// ResyncInterval forces a full resync to repair drift (default 5 min).
 	ResyncInterval time.Duration
+	// MaxPendingStatuses caps the statuses waiting for a session's reader
+	// beyond one per endpoint the engine knows (default 16384). Unread
+	// statuses coalesce to one per endpoint, host endpoint, heartbeat and
+	// happy report, so only a reader that stays behind while endpoints
+	// come and go reaches the cap; its session then ends with
+	// ErrControllerBehind.
+	MaxPendingStatuses int
 	// HeartbeatFirst is the delay of the first ProcessStatusUpdate (default
 	// 1 s, at most 10 s); later ones follow ReportingIntervalSecs (default 30).
 	HeartbeatFirst time.Duration
@@ -74,8 +81,7 @@ type StatusInfo struct {
 }
 
 // Session is one controller connection's view of the engine: messages in,
-// status out. Its outbox is unbounded (statuses are never dropped and a slow
-// reader never stalls the engine).
+// status out. A slow reader never stalls the engine.
 type Session interface {
 	// ID is unique per engine lifetime.
 	ID() uint64
@@ -85,9 +91,16 @@ type Session interface {
 	// Reject records a message that failed validation: it is counted, and the
 	// endpoint it concerns (if any) goes to status "error" with reason.
 	Reject(ctx context.Context, msg *felix.ToDataplane, reason error) error
-	// Out carries FromDataplane messages for this session, closed when the
-	// session ends.
-	Out() <-chan *felix.FromDataplane
+	// Out carries the session's statuses (see Status), closed when the
+	// session ends. Unread statuses of one subject coalesce to the latest.
+	Out() <-chan Status
+	// Err reports why the engine ended the session: nil while it is open
+	// or after Close, else an error wrapping ErrControllerBehind (the
+	// reader fell behind past Options.MaxPendingStatuses).
+	Err() error
+	// Done is closed when the session has ended: Close, the engine
+	// stopping, or the engine ending it (see Err).
+	Done() <-chan struct{}
 	// Close ends the session. The dataplane keeps enforcing the last state.
 	Close()
 }

@@ -158,7 +158,7 @@ func TestMarkAndSweep(t *testing.T) {
 	h := newHarness(t)
 	first := h.session()
 	h.send(append(snapshot(), inSync())...)
-	first.waitFor(t, "first DataplaneInSync", func(m []*felix.FromDataplane) bool { return count(m, isInSync) == 1 })
+	first.waitFor(t, "first DataplaneInSync", func(m []Status) bool { return count(m, isInSync) == 1 })
 
 	// Same snapshot again: not one kernel call, not even Link.
 	h.k.ResetCalls()
@@ -167,7 +167,7 @@ func TestMarkAndSweep(t *testing.T) {
 		testutil.WaitFor(t, waitTimeout, "old session's Out closed", first.isClosed)
 	}
 	h.send(append(snapshot(), inSync())...)
-	second.waitFor(t, "second DataplaneInSync", func(m []*felix.FromDataplane) bool { return count(m, isInSync) == 1 })
+	second.waitFor(t, "second DataplaneInSync", func(m []Status) bool { return count(m, isInSync) == 1 })
 	if c := h.k.Calls(); len(c) != 0 {
 		t.Fatalf("unchanged resync made kernel calls: %v", c)
 	}
@@ -220,7 +220,7 @@ func TestFailureRetriesWithBackoffUntilUp(t *testing.T) {
 	h.k.FailNext(memkernel.MethodApplyEndpoint, boom)
 	h.k.FailNext(memkernel.MethodApplyEndpoint, boom)
 	h.send(wep("a", "10.65.0.1", nil), inSync())
-	msgs := s.waitFor(t, "endpoint up and DataplaneInSync", func(m []*felix.FromDataplane) bool {
+	msgs := s.waitFor(t, "endpoint up and DataplaneInSync", func(m []Status) bool {
 		st := statuses(m, "a")
 		return len(st) > 0 && st[len(st)-1] == statusUp && count(m, isInSync) == 1
 	})
@@ -233,7 +233,7 @@ func TestFailureRetriesWithBackoffUntilUp(t *testing.T) {
 		if isInSync(m) {
 			inSyncAt = i
 		}
-		if m.GetWorkloadEndpointStatusUpdate().GetStatus().GetStatus() == statusUp {
+		if u, ok := m.(*WorkloadStatus); ok && u.Status == statusUp {
 			upAt = i
 		}
 	}
@@ -297,7 +297,7 @@ func TestMissingReferences(t *testing.T) {
 			if st, reason := h.endpointStatus("a"); st != statusUp {
 				t.Fatalf("after the fix: status %q reason %q", st, reason)
 			}
-			s.waitFor(t, "error then up", func(m []*felix.FromDataplane) bool {
+			s.waitFor(t, "error then up", func(m []Status) bool {
 				return reflect.DeepEqual(statuses(m, "a"), []string{statusError, statusUp})
 			})
 			h.noViolations()

@@ -11,7 +11,6 @@ import (
 	"github.com/dpd-dev/dpd/dataplane/memkernel"
 	"github.com/dpd-dev/dpd/dataplane/model"
 	"github.com/dpd-dev/dpd/internal/testutil"
-	"github.com/dpd-dev/dpd/proto/felix"
 	"github.com/dpd-dev/dpd/server/felixconv"
 )
 
@@ -19,7 +18,7 @@ func TestStatusSentOnlyOnChange(t *testing.T) {
 	h := newHarness(t)
 	s := h.session()
 	h.send(policy("p", allowFrom()), wep("a", "10.65.0.1", []string{"p"}), inSync())
-	s.waitFor(t, "up", func(m []*felix.FromDataplane) bool { return len(statuses(m, "a")) == 1 })
+	s.waitFor(t, "up", func(m []Status) bool { return len(statuses(m, "a")) == 1 })
 
 	steps := []struct {
 		name string
@@ -35,14 +34,9 @@ func TestStatusSentOnlyOnChange(t *testing.T) {
 	for _, st := range steps {
 		st.do()
 		// A heartbeat-free flush point: everything emitted so far is queued.
-		got := s.waitFor(t, st.name, func(m []*felix.FromDataplane) bool { return len(statuses(m, "a")) >= len(st.want) })
+		got := s.waitFor(t, st.name, func(m []Status) bool { return len(statuses(m, "a")) >= len(st.want) })
 		if !reflect.DeepEqual(statuses(got, "a"), st.want) {
 			t.Fatalf("%s: statuses %v, want %v", st.name, statuses(got, "a"), st.want)
-		}
-	}
-	for _, m := range s.snapshot() {
-		if u := m.GetWorkloadEndpointStatusUpdate(); u != nil && u.GetEndpoint().GetName() != "calia" {
-			t.Fatalf("status without the endpoint: %v", u)
 		}
 	}
 }
@@ -59,7 +53,7 @@ func TestLinkAbsentThenUpReapplies(t *testing.T) {
 		t.Fatalf("ApplyEndpoint = %d, want 1 (recorded for when the link appears)", n)
 	}
 	h.k.SetLink("calia", model.LinkUp)
-	s.waitFor(t, "up", func(m []*felix.FromDataplane) bool {
+	s.waitFor(t, "up", func(m []Status) bool {
 		return reflect.DeepEqual(statuses(m, "a"), []string{statusDown, statusUp})
 	})
 	if n := h.k.Calls()[memkernel.MethodApplyEndpoint]; n != 2 {
@@ -74,20 +68,11 @@ func TestDataplaneInSyncOncePerSession(t *testing.T) {
 		h.send(wep("a", "10.65.0.1", nil), inSync())
 		h.send(wep("b", "10.65.0.2", nil), inSync())
 		h.send(wepRemove("b"))
-		s.waitFor(t, "statuses", func(m []*felix.FromDataplane) bool {
-			return count(m, func(m *felix.FromDataplane) bool { return m.GetWorkloadEndpointStatusRemove() != nil }) == 1
+		s.waitFor(t, "statuses", func(m []Status) bool {
+			return count(m, func(m Status) bool { _, ok := m.(*WorkloadRemoved); return ok }) == 1
 		})
 		if n := count(s.snapshot(), isInSync); n != 1 {
 			t.Fatalf("session %d: %d DataplaneInSync, want 1", i, n)
-		}
-		var seqs []uint64
-		for _, m := range s.snapshot() {
-			seqs = append(seqs, m.GetSequenceNumber())
-		}
-		for j := range seqs {
-			if seqs[j] != uint64(j+1) {
-				t.Fatalf("sequence numbers %v, want 1..n", seqs)
-			}
 		}
 	}
 }
@@ -96,34 +81,34 @@ func TestHappyReportFullThenDeltas(t *testing.T) {
 	h := newHarness(t)
 	s := h.session()
 	h.send(wep("a", "10.65.0.1", nil), wep("x", "10.65.0.9", []string{"missing"}), inSync())
-	happy := func() []*felix.HappyEndpointsReport {
-		var out []*felix.HappyEndpointsReport
+	happy := func() []*HappyReport {
+		var out []*HappyReport
 		for _, m := range s.snapshot() {
-			if r := m.GetHappyEndpoints(); r != nil {
+			if r, ok := m.(*HappyReport); ok {
 				out = append(out, r)
 			}
 		}
 		return out
 	}
-	ids := func(l []*felix.WorkloadEndpointID) []string {
+	ids := func(l []model.WorkloadID) []string {
 		var out []string
 		for _, id := range l {
-			out = append(out, id.GetWorkloadId())
+			out = append(out, id.Workload)
 		}
 		return out
 	}
-	s.waitFor(t, "full report", func(m []*felix.FromDataplane) bool { return count(m, isHappy) == 1 })
+	s.waitFor(t, "full report", func(m []Status) bool { return count(m, isHappy) == 1 })
 	r := happy()[0]
 	if !r.Full || !reflect.DeepEqual(ids(r.Added), []string{"a"}) || r.Happy != 1 || r.Errored != 1 {
 		t.Fatalf("first report %v", r)
 	}
 	h.send(wep("b", "10.65.0.2", nil))
-	s.waitFor(t, "delta add", func(m []*felix.FromDataplane) bool { return count(m, isHappy) == 2 })
+	s.waitFor(t, "delta add", func(m []Status) bool { return count(m, isHappy) == 2 })
 	if r := happy()[1]; r.Full || !reflect.DeepEqual(ids(r.Added), []string{"b"}) || len(r.Removed) != 0 || r.Happy != 2 {
 		t.Fatalf("second report %v", r)
 	}
 	h.send(wepRemove("a"))
-	s.waitFor(t, "delta remove", func(m []*felix.FromDataplane) bool { return count(m, isHappy) == 3 })
+	s.waitFor(t, "delta remove", func(m []Status) bool { return count(m, isHappy) == 3 })
 	if r := happy()[2]; r.Full || !reflect.DeepEqual(ids(r.Removed), []string{"a"}) || r.Happy != 1 {
 		t.Fatalf("third report %v", r)
 	}
@@ -136,9 +121,9 @@ func TestHappyReportFullThenDeltas(t *testing.T) {
 	// A new session starts with the whole set again.
 	s2 := h.session()
 	h.send(wep("b", "10.65.0.2", nil), inSync())
-	got := s2.waitFor(t, "full report", func(m []*felix.FromDataplane) bool { return count(m, isHappy) == 1 })
+	got := s2.waitFor(t, "full report", func(m []Status) bool { return count(m, isHappy) == 1 })
 	for _, m := range got {
-		if r := m.GetHappyEndpoints(); r != nil && (!r.Full || !reflect.DeepEqual(ids(r.Added), []string{"b"})) {
+		if r, ok := m.(*HappyReport); ok && (!r.Full || !reflect.DeepEqual(ids(r.Added), []string{"b"})) {
 			t.Fatalf("new session report %v", r)
 		}
 	}
@@ -147,24 +132,24 @@ func TestHappyReportFullThenDeltas(t *testing.T) {
 func TestHeartbeats(t *testing.T) {
 	h := newHarness(t, func(o *Options) { o.HeartbeatFirst = 5 * time.Millisecond })
 	s := h.session()
-	got := s.waitFor(t, "first heartbeat", func(m []*felix.FromDataplane) bool { return count(m, isHeartbeat) >= 1 })
-	hb := got[0].GetProcessStatusUpdate()
-	if hb == nil {
+	got := s.waitFor(t, "first heartbeat", func(m []Status) bool { return count(m, isHeartbeat) >= 1 })
+	hb, ok := got[0].(*Heartbeat)
+	if !ok {
 		t.Fatalf("first message %v, want a heartbeat", got[0])
 	}
-	if _, err := time.Parse(time.RFC3339, hb.GetIsoTimestamp()); err != nil {
-		t.Fatalf("iso_timestamp %q: %v", hb.GetIsoTimestamp(), err)
+	if hb.Time.IsZero() || hb.Uptime < 0 {
+		t.Fatalf("heartbeat %+v: want a time and a non-negative uptime", hb)
 	}
 	// The default interval is 30 s: a short configured one must take effect.
 	h.send(config("ReportingIntervalSecs", "0.02"))
-	got = s.waitFor(t, "periodic heartbeats", func(m []*felix.FromDataplane) bool { return count(m, isHeartbeat) >= 4 })
-	var last float64
+	got = s.waitFor(t, "periodic heartbeats", func(m []Status) bool { return count(m, isHeartbeat) >= 4 })
+	var last time.Duration
 	for _, m := range got {
-		if p := m.GetProcessStatusUpdate(); p != nil {
-			if p.GetUptime() < last {
-				t.Fatalf("uptime went backwards: %v after %v", p.GetUptime(), last)
+		if p, ok := m.(*Heartbeat); ok {
+			if p.Uptime < last {
+				t.Fatalf("uptime went backwards: %v after %v", p.Uptime, last)
 			}
-			last = p.GetUptime()
+			last = p.Uptime
 		}
 	}
 }
@@ -215,7 +200,7 @@ func TestRejectMarksEndpointError(t *testing.T) {
 	if st, _ := h.endpointStatus("z"); st != statusError {
 		t.Fatalf("unknown rejected endpoint status %q", st)
 	}
-	s.waitFor(t, "error status for z", func(m []*felix.FromDataplane) bool {
+	s.waitFor(t, "error status for z", func(m []Status) bool {
 		return reflect.DeepEqual(statuses(m, "z"), []string{statusError})
 	})
 }

@@ -176,7 +176,7 @@ func runFuzzOps(t *testing.T, data []byte) {
 			t.Fatal(err)
 		}
 	}
-	s.waitFor(t, "DataplaneInSync after convergence", func(m []*felix.FromDataplane) bool { return count(m, isInSync) == 1 })
+	s.waitFor(t, "DataplaneInSync after convergence", func(m []Status) bool { return count(m, isInSync) == 1 })
 	h.flush()
 	h.noViolations()
 	kernelEps := h.k.Endpoints()

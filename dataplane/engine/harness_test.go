@@ -31,8 +31,8 @@ type harness struct {
 type collector struct {
 	Session
 	mu     sync.Mutex
-	msgs   []*felix.FromDataplane // guarded by mu
-	closed bool                   // guarded by mu
+	msgs   []Status // guarded by mu
+	closed bool     // guarded by mu
 }
 
 func fastOptions(k *memkernel.Kernel) Options {
@@ -112,12 +112,27 @@ func (h *harness) flush() {
 	if err := h.e.Flush(ctx); err != nil {
 		h.t.Fatalf("flush: %v", err)
 	}
+	// Unread statuses coalesce, so tests that follow each status must let
+	// the collector read what the engine queued before the next step.
+	if c := h.sess; c != nil && !c.isClosed() {
+		s := c.Session.(*session)
+		testutil.WaitFor(h.t, waitTimeout, "collector read every status", func() bool {
+			done, sent := s.drained()
+			return s.isClosed() || (done && uint64(c.received()) == sent)
+		})
+	}
 }
 
-func (c *collector) snapshot() []*felix.FromDataplane {
+func (c *collector) received() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return append([]*felix.FromDataplane(nil), c.msgs...)
+	return len(c.msgs)
+}
+
+func (c *collector) snapshot() []Status {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]Status(nil), c.msgs...)
 }
 
 func (c *collector) isClosed() bool {
@@ -127,9 +142,9 @@ func (c *collector) isClosed() bool {
 }
 
 // waitFor waits until pred holds for the messages received so far.
-func (c *collector) waitFor(t testing.TB, what string, pred func([]*felix.FromDataplane) bool) []*felix.FromDataplane {
+func (c *collector) waitFor(t testing.TB, what string, pred func([]Status) bool) []Status {
 	t.Helper()
-	var got []*felix.FromDataplane
+	var got []Status
 	testutil.WaitFor(t, waitTimeout, what, func() bool {
 		got = c.snapshot()
 		return pred(got)
@@ -138,17 +153,17 @@ func (c *collector) waitFor(t testing.TB, what string, pred func([]*felix.FromDa
 }
 
 // statuses returns the workload statuses sent for endpoint wl, in order.
-func statuses(msgs []*felix.FromDataplane, wl string) []string {
+func statuses(msgs []Status, wl string) []string {
 	var out []string
 	for _, m := range msgs {
-		if u := m.GetWorkloadEndpointStatusUpdate(); u != nil && u.GetId().GetWorkloadId() == wl {
-			out = append(out, u.GetStatus().GetStatus())
+		if u, ok := m.(*WorkloadStatus); ok && u.ID.Workload == wl {
+			out = append(out, u.Status)
 		}
 	}
 	return out
 }
 
-func count(msgs []*felix.FromDataplane, pred func(*felix.FromDataplane) bool) int {
+func count(msgs []Status, pred func(Status) bool) int {
 	n := 0
 	for _, m := range msgs {
 		if pred(m) {
@@ -158,9 +173,9 @@ func count(msgs []*felix.FromDataplane, pred func(*felix.FromDataplane) bool) in
 	return n
 }
 
-func isInSync(m *felix.FromDataplane) bool    { return m.GetDataplaneInSync() != nil }
-func isHeartbeat(m *felix.FromDataplane) bool { return m.GetProcessStatusUpdate() != nil }
-func isHappy(m *felix.FromDataplane) bool     { return m.GetHappyEndpoints() != nil }
+func isInSync(m Status) bool    { _, ok := m.(*DataplaneInSync); return ok }
+func isHeartbeat(m Status) bool { _, ok := m.(*Heartbeat); return ok }
+func isHappy(m Status) bool     { _, ok := m.(*HappyReport); return ok }
 
 // writes sums the kernel calls that change state (everything but Link).
 func writes(calls map[string]int) int {

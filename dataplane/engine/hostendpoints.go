@@ -132,7 +132,7 @@ func (e *Engine) applyHostEndpoints() {
 		delete(m.dirty, id)
 		if h.removed {
 			delete(m.eps, id)
-			e.emitHostRemove(h)
+			e.emitHostRemove(id)
 			continue
 		}
 		st := statusUp
@@ -141,7 +141,7 @@ func (e *Engine) applyHostEndpoints() {
 		}
 		if st != h.status {
 			h.status = st
-			e.emitHostStatus(h)
+			e.emitHostStatus(id, h)
 		}
 	}
 }

@@ -42,12 +42,11 @@ func TestInspectNeverBehindStatus(t *testing.T) {
 	for checked < n {
 		select {
 		case m := <-sess.Out():
-			u := m.GetWorkloadEndpointStatusUpdate()
-			if u == nil || u.GetStatus().GetStatus() != statusUp {
+			u, ok := m.(*WorkloadStatus)
+			if !ok || u.Status != statusUp {
 				continue
 			}
-			id := u.GetId()
-			key := id.GetOrchestratorId() + "/" + id.GetWorkloadId() + "/" + id.GetEndpointId()
+			key := u.ID.String()
 			info, ok := h.e.Endpoint(key)
 			if !ok || info.Status != statusUp {
 				t.Fatalf("status says %s up, Inspect says %+v (found %t)", key, info, ok)
@@ -62,7 +61,7 @@ func TestInspectNeverBehindStatus(t *testing.T) {
 	for {
 		select {
 		case m := <-sess.Out():
-			if r := m.GetWorkloadEndpointStatusRemove(); r != nil && r.GetId().GetWorkloadId() == "w0" {
+			if r, ok := m.(*WorkloadRemoved); ok && r.ID.Workload == "w0" {
 				if _, ok := h.e.Endpoint("k8s/w0/eth0"); ok {
 					t.Fatal("status remove sent while Inspect still lists the endpoint")
 				}

@@ -38,13 +38,14 @@ func (s *ipsetEntry) present() bool { return !s.removed }
 // removed after them; a removed set stays in the kernel while an applied
 // endpoint still references it.
 type ipsetManager struct {
-	sets  map[string]*ipsetEntry
-	dirty map[string]struct{}
+	sets map[string]*ipsetEntry
+	dirtyQueue[string]
 }
 
 func (m *ipsetManager) init() {
 	m.sets = map[string]*ipsetEntry{}
 	m.dirty = map[string]struct{}{}
+	m.retryOf = func(id string) *retryState { return &m.sets[id].retry }
 }
 
 // exists reports whether the controller has the set (references resolve).
@@ -163,33 +164,6 @@ func (m *ipsetManager) sortedDirty() []string {
 	}
 	sort.Strings(ids)
 	return ids
-}
-
-func (m *ipsetManager) readyWork(now time.Time) bool {
-	for id := range m.dirty {
-		if m.sets[id].retry.due(now) {
-			return true
-		}
-	}
-	return false
-}
-
-func (m *ipsetManager) nextRetry() (next time.Time) {
-	for id := range m.dirty {
-		if r := m.sets[id].retry; r.failing() {
-			next = earliest(next, r.at)
-		}
-	}
-	return next
-}
-
-func (m *ipsetManager) failing() (n int) {
-	for id := range m.dirty {
-		if m.sets[id].retry.failing() {
-			n++
-		}
-	}
-	return n
 }
 
 // onIPSetUpdate parses and stores a full set.

@@ -293,14 +293,14 @@ func TestHostEndpointStatus(t *testing.T) {
 	h.k.SetLink("eth1", model.LinkDown)
 	h.send(hep("h0", "eth0"), hep("h1", "eth1"), hep("all", "*"), inSync())
 	h.send(td(&felix.HostEndpointRemove{Id: &felix.HostEndpointID{EndpointId: "h0"}}))
-	got := s.waitFor(t, "host statuses", func(m []*felix.FromDataplane) bool {
-		return count(m, func(m *felix.FromDataplane) bool { return m.GetHostEndpointStatusRemove() != nil }) == 1
+	got := s.waitFor(t, "host statuses", func(m []Status) bool {
+		return count(m, func(m Status) bool { _, ok := m.(*HostRemoved); return ok }) == 1
 	})
 	want := map[string]string{"h0": "up", "h1": "down", "all": "up"}
 	seen := map[string]string{}
 	for _, m := range got {
-		if u := m.GetHostEndpointStatusUpdate(); u != nil {
-			seen[u.GetId().GetEndpointId()] = u.GetStatus().GetStatus()
+		if u, ok := m.(*HostStatus); ok {
+			seen[u.ID] = u.Status
 		}
 	}
 	if !reflect.DeepEqual(seen, want) {

@@ -19,6 +19,10 @@ type metrics struct {
 	happy         prometheus.Gauge
 	latency       prometheus.Histogram
 	inboxFull     prometheus.Counter
+
+	statusPending    prometheus.Gauge
+	statusCoalesced  prometheus.Counter
+	controllerBehind prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, log *slog.Logger) *metrics {
@@ -62,12 +66,25 @@ func newMetrics(reg prometheus.Registerer, log *slog.Logger) *metrics {
 			Name: "dpd_inbox_full_total",
 			Help: "Times a sender blocked because the engine inbox was full.",
 		}),
+		statusPending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "dpd_status_pending",
+			Help: "Statuses waiting for the controller to read them.",
+		}),
+		statusCoalesced: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dpd_status_coalesced_total",
+			Help: "Unread statuses replaced by a newer one of the same subject.",
+		}),
+		controllerBehind: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "dpd_controller_behind_total",
+			Help: "Controller sessions ended because their unread statuses passed the cap.",
+		}),
 	}
 	if reg == nil {
 		return m
 	}
 	for _, c := range []prometheus.Collector{m.received, m.invalid, m.batch, m.applyDuration,
-		m.applyFailures, m.dirty, m.happy, m.latency, m.inboxFull} {
+		m.applyFailures, m.dirty, m.happy, m.latency, m.inboxFull,
+		m.statusPending, m.statusCoalesced, m.controllerBehind} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if !errors.As(err, &are) {

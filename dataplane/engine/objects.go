@@ -20,13 +20,16 @@ type objEntry[V any] struct {
 type objectManager[K comparable, V any] struct {
 	kind  string
 	items map[K]*objEntry[V]
-	dirty map[K]struct{}
+	dirtyQueue[K]
 	equal func(a, b *V) bool
 	str   func(K) string
 }
 
 func newObjectManager[K comparable, V any](kind string, equal func(a, b *V) bool, str func(K) string) *objectManager[K, V] {
-	return &objectManager[K, V]{kind: kind, items: map[K]*objEntry[V]{}, dirty: map[K]struct{}{}, equal: equal, str: str}
+	m := &objectManager[K, V]{kind: kind, items: map[K]*objEntry[V]{}, equal: equal, str: str}
+	m.dirty = map[K]struct{}{}
+	m.retryOf = func(k K) *retryState { return &m.items[k].retry }
+	return m
 }
 
 // set stores v as desired and reports whether that changed anything.
@@ -103,33 +106,6 @@ func (m *objectManager[K, V]) sortedDirty() []K {
 	}
 	sort.Slice(keys, func(i, j int) bool { return m.str(keys[i]) < m.str(keys[j]) })
 	return keys
-}
-
-func (m *objectManager[K, V]) readyWork(now time.Time) bool {
-	for k := range m.dirty {
-		if m.items[k].retry.due(now) {
-			return true
-		}
-	}
-	return false
-}
-
-func (m *objectManager[K, V]) nextRetry() (next time.Time) {
-	for k := range m.dirty {
-		if r := m.items[k].retry; r.failing() {
-			next = earliest(next, r.at)
-		}
-	}
-	return next
-}
-
-func (m *objectManager[K, V]) failing() (n int) {
-	for k := range m.dirty {
-		if m.items[k].retry.failing() {
-			n++
-		}
-	}
-	return n
 }
 
 // applyUpserts writes new and changed objects.

@@ -5,27 +5,33 @@ import (
 	"time"
 
 	"github.com/dpd-dev/dpd/dataplane/model"
-	"github.com/dpd-dev/dpd/proto/felix"
 )
 
 // outMsg is a status waiting in the engine's outbox for its session.
 type outMsg struct {
 	s *session
-	m *felix.FromDataplane
+	m Status
 }
 
 // send queues m for the active session, if any. It reaches the session at
 // the end of the loop iteration, after publish (flushOutbox).
-func (e *Engine) send(m *felix.FromDataplane) {
+func (e *Engine) send(m Status) {
 	if s := e.loopSess; s != nil {
 		e.outbox = append(e.outbox, outMsg{s: s, m: m})
 	}
 }
 
 // flushOutbox hands the iteration's statuses to their sessions, in order.
+// A session may hold one status per endpoint the engine knows (a full
+// report) plus Options.MaxPendingStatuses more, which only endpoints that
+// came and went while the reader stayed behind can fill.
 func (e *Engine) flushOutbox() {
+	if len(e.outbox) == 0 {
+		return
+	}
+	limit := e.opts.MaxPendingStatuses + len(e.weps.eps) + len(e.heps.eps)
 	for i, o := range e.outbox {
-		o.s.enqueueOut(o.m)
+		o.s.enqueueOut(o.m, limit)
 		e.outbox[i] = outMsg{}
 	}
 	e.outbox = e.outbox[:0]
@@ -39,45 +45,26 @@ func (e *Engine) reporting() bool {
 }
 
 func (e *Engine) emitWorkloadStatus(ent *wepEntry) {
-	if e.reporting() && ent.fid != nil {
-		e.send(workloadStatusMsg(ent))
+	if e.reporting() {
+		e.send(&WorkloadStatus{ID: ent.id, Status: ent.status})
 	}
-}
-
-func workloadStatusMsg(ent *wepEntry) *felix.FromDataplane {
-	return &felix.FromDataplane{Payload: &felix.FromDataplane_WorkloadEndpointStatusUpdate{
-		WorkloadEndpointStatusUpdate: &felix.WorkloadEndpointStatusUpdate{
-			Id:       ent.fid,
-			Status:   &felix.EndpointStatus{Status: ent.status},
-			Endpoint: ent.raw,
-		}}}
 }
 
 func (e *Engine) emitWorkloadRemove(ent *wepEntry) {
-	if e.reporting() && ent.fid != nil {
-		e.send(&felix.FromDataplane{Payload: &felix.FromDataplane_WorkloadEndpointStatusRemove{
-			WorkloadEndpointStatusRemove: &felix.WorkloadEndpointStatusRemove{Id: ent.fid}}})
+	if e.reporting() {
+		e.send(&WorkloadRemoved{ID: ent.id})
 	}
 }
 
-func (e *Engine) emitHostStatus(h *hepEntry) {
+func (e *Engine) emitHostStatus(id string, h *hepEntry) {
 	if e.reporting() {
-		e.send(hostStatusMsg(h))
+		e.send(&HostStatus{ID: id, Status: h.status})
 	}
 }
 
-func hostStatusMsg(h *hepEntry) *felix.FromDataplane {
-	return &felix.FromDataplane{Payload: &felix.FromDataplane_HostEndpointStatusUpdate{
-		HostEndpointStatusUpdate: &felix.HostEndpointStatusUpdate{
-			Id:     h.fid,
-			Status: &felix.EndpointStatus{Status: h.status},
-		}}}
-}
-
-func (e *Engine) emitHostRemove(h *hepEntry) {
+func (e *Engine) emitHostRemove(id string) {
 	if e.reporting() {
-		e.send(&felix.FromDataplane{Payload: &felix.FromDataplane_HostEndpointStatusRemove{
-			HostEndpointStatusRemove: &felix.HostEndpointStatusRemove{Id: h.fid}}})
+		e.send(&HostRemoved{ID: id})
 	}
 }
 
@@ -94,30 +81,26 @@ func (e *Engine) afterApply(p *pass) {
 	if !s.reported {
 		e.fullReport(s)
 	} else if len(touched) > 0 {
-		var added, removed []*felix.WorkloadEndpointID
+		var added, removed []model.WorkloadID
 		for _, id := range sortedIDs(touched) {
 			_, happy := e.weps.happy[id]
 			_, sent := s.happySent[id]
 			switch {
 			case happy && !sent:
 				s.happySent[id] = struct{}{}
-				added = append(added, e.weps.eps[id].fid)
+				added = append(added, id)
 			case sent && !happy:
 				delete(s.happySent, id)
-				if ent := e.weps.eps[id]; ent != nil && ent.fid != nil {
-					removed = append(removed, ent.fid)
-				} else {
-					removed = append(removed, wepFID(id))
-				}
+				removed = append(removed, id)
 			}
 		}
 		if len(added)+len(removed) > 0 {
-			e.send(e.happyMsg(false, added, removed))
+			e.send(e.happyReport(false, added, removed))
 		}
 	}
 	if !s.dpInSyncSent && p.failed == 0 && e.failing() == 0 {
 		s.dpInSyncSent = true
-		e.send(&felix.FromDataplane{Payload: &felix.FromDataplane_DataplaneInSync{DataplaneInSync: &felix.DataplaneInSync{}}})
+		e.send(&DataplaneInSync{})
 		e.log.Info("dataplane in sync", "session", s.id)
 	}
 }
@@ -128,41 +111,35 @@ func (e *Engine) fullReport(s *session) {
 	s.reported = true
 	var ids []model.WorkloadID
 	for id, ent := range e.weps.eps {
-		if ent.status != "" && ent.fid != nil && !ent.removed {
+		if ent.status != "" && !ent.removed {
 			ids = append(ids, id)
 		}
 	}
 	for _, id := range sortIDs(ids) {
-		e.send(workloadStatusMsg(e.weps.eps[id]))
+		e.send(&WorkloadStatus{ID: id, Status: e.weps.eps[id].status})
 	}
 	for _, id := range e.heps.sortedIDs(true) {
 		if h := e.heps.eps[id]; h.status != "" && !h.removed {
-			e.send(hostStatusMsg(h))
+			e.send(&HostStatus{ID: id, Status: h.status})
 		}
 	}
 	s.happySent = make(map[model.WorkloadID]struct{}, len(e.weps.happy))
-	var added []*felix.WorkloadEndpointID
-	for _, id := range sortedIDs(e.weps.happy) {
+	added := sortedIDs(e.weps.happy)
+	for _, id := range added {
 		s.happySent[id] = struct{}{}
-		added = append(added, e.weps.eps[id].fid)
 	}
-	e.send(e.happyMsg(true, added, nil))
+	e.send(e.happyReport(true, added, nil))
 }
 
-func (e *Engine) happyMsg(full bool, added, removed []*felix.WorkloadEndpointID) *felix.FromDataplane {
-	return &felix.FromDataplane{Payload: &felix.FromDataplane_HappyEndpoints{HappyEndpoints: &felix.HappyEndpointsReport{
+func (e *Engine) happyReport(full bool, added, removed []model.WorkloadID) *HappyReport {
+	return &HappyReport{
 		Full:    full,
 		Added:   added,
 		Removed: removed,
-		Happy:   uint32(len(e.weps.happy)),
-		Dirty:   uint32(len(e.weps.dirty)),
-		Errored: uint32(max(e.weps.counts[statusError], 0)),
-	}}}
-}
-
-// wepFID rebuilds a Felix id for an endpoint that is already forgotten.
-func wepFID(id model.WorkloadID) *felix.WorkloadEndpointID {
-	return &felix.WorkloadEndpointID{OrchestratorId: id.Orchestrator, WorkloadId: id.Workload, EndpointId: id.Endpoint}
+		Happy:   len(e.weps.happy),
+		Dirty:   len(e.weps.dirty),
+		Errored: max(e.weps.counts[statusError], 0),
+	}
 }
 
 func sortedIDs(m map[model.WorkloadID]struct{}) []model.WorkloadID {
@@ -185,10 +162,7 @@ func (e *Engine) heartbeat(now time.Time) {
 	if s == nil || s.isClosed() || now.Before(s.hbNext) {
 		return
 	}
-	e.send(&felix.FromDataplane{Payload: &felix.FromDataplane_ProcessStatusUpdate{ProcessStatusUpdate: &felix.ProcessStatusUpdate{
-		IsoTimestamp: now.UTC().Format(time.RFC3339),
-		Uptime:       now.Sub(e.started).Seconds(),
-	}}})
+	e.send(&Heartbeat{Time: now, Uptime: now.Sub(e.started)})
 	s.hbLast = now
 	s.hbNext = now.Add(e.cfg.reportInterval)
 }

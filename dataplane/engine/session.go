@@ -20,24 +20,28 @@ type item struct {
 	recv   time.Time
 }
 
-// session implements Session. Its outbox is an unbounded queue drained by
-// a pump goroutine into out, so the engine loop never blocks on a slow
-// reader.
+// session implements Session. Its statuses wait in an outbox (outbox.go)
+// drained by a pump goroutine into out, so the engine loop never blocks on
+// a slow reader.
 type session struct {
 	e     *Engine
 	id    uint64
 	peer  string
 	since time.Time
 
-	out       chan *felix.FromDataplane
+	out       chan Status
 	done      chan struct{} // closed by Close
 	pumpDone  chan struct{} // closed when the pump has closed out
 	notify    chan struct{} // cap 1: the queue grew
 	closeOnce sync.Once
 
-	mu    sync.Mutex
-	queue []*felix.FromDataplane // guarded by mu
-	seq   uint64                 // guarded by mu
+	mu     sync.Mutex
+	queue  outbox // guarded by mu
+	popped uint64 // guarded by mu: statuses the pump took
+	sent   uint64 // guarded by mu: statuses the reader took
+
+	errMu sync.Mutex
+	err   error // guarded by errMu: why the engine ended the session
 
 	// Owned by the engine's Run goroutine.
 	reported     bool // statuses and the full happy report were sent
@@ -60,7 +64,7 @@ func (e *Engine) NewSession(peer string) Session {
 		id:       e.nextSessionID,
 		peer:     peer,
 		since:    e.now(),
-		out:      make(chan *felix.FromDataplane),
+		out:      make(chan Status),
 		done:     make(chan struct{}),
 		pumpDone: make(chan struct{}),
 		notify:   make(chan struct{}, 1),
@@ -72,8 +76,8 @@ func (e *Engine) NewSession(peer string) Session {
 	return s
 }
 
-func (s *session) ID() uint64                       { return s.id }
-func (s *session) Out() <-chan *felix.FromDataplane { return s.out }
+func (s *session) ID() uint64         { return s.id }
+func (s *session) Out() <-chan Status { return s.out }
 
 func (s *session) isClosed() bool {
 	select {
@@ -143,48 +147,6 @@ func (e *Engine) enqueue(ctx context.Context, it item) error {
 
 // BlockedSenders reports how many Submit/Reject calls wait on a full inbox.
 func (e *Engine) BlockedSenders() int { return int(e.blockedSenders.Load()) }
-
-// enqueueOut numbers m and queues it for the reader; dropped once closed.
-func (s *session) enqueueOut(m *felix.FromDataplane) {
-	if s.isClosed() {
-		return
-	}
-	s.mu.Lock()
-	s.seq++
-	m.SequenceNumber = s.seq
-	s.queue = append(s.queue, m)
-	s.mu.Unlock()
-	select {
-	case s.notify <- struct{}{}:
-	default:
-	}
-}
-
-func (s *session) pump() {
-	defer close(s.pumpDone)
-	defer close(s.out)
-	for {
-		s.mu.Lock()
-		if len(s.queue) == 0 {
-			s.mu.Unlock()
-			select {
-			case <-s.notify:
-				continue
-			case <-s.done:
-				return
-			}
-		}
-		m := s.queue[0]
-		s.queue[0] = nil
-		s.queue = s.queue[1:]
-		s.mu.Unlock()
-		select {
-		case s.out <- m:
-		case <-s.done:
-			return
-		}
-	}
-}
 
 // syncSession starts a new epoch when a newer session exists.
 func (e *Engine) syncSession() {

@@ -51,6 +51,7 @@ type Kernel struct {
 
 	sets      map[string]*memSet
 	endpoints map[model.WorkloadID]*model.Endpoint
+	ifaces    map[string]model.WorkloadID // the endpoint programmed on each interface
 	routes    map[netip.Prefix]model.Route
 	services  map[model.ServiceKey]model.Service
 	vteps     map[string]model.VTEP
@@ -75,6 +76,7 @@ func New() *Kernel {
 	return &Kernel{
 		sets:        map[string]*memSet{},
 		endpoints:   map[model.WorkloadID]*model.Endpoint{},
+		ifaces:      map[string]model.WorkloadID{},
 		routes:      map[netip.Prefix]model.Route{},
 		services:    map[model.ServiceKey]model.Service{},
 		vteps:       map[string]model.VTEP{},
@@ -211,7 +213,8 @@ func (k *Kernel) Link(name string) model.LinkState {
 }
 
 // ApplyEndpoint records ep. Applying an endpoint whose policy references a
-// set that is not programmed is recorded as a violation.
+// set that is not programmed, or onto an interface programmed for another
+// endpoint, is recorded as a violation.
 func (k *Kernel) ApplyEndpoint(ep *model.Endpoint) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -223,8 +226,15 @@ func (k *Kernel) ApplyEndpoint(ep *model.Endpoint) error {
 			k.violateLocked("ApplyEndpoint %s: references ip set %s that is not programmed", ep.ID, id)
 		}
 	}
+	if id, ok := k.ifaces[ep.Iface]; ok && id != ep.ID {
+		k.violateLocked("ApplyEndpoint %s: interface %s is programmed for %s", ep.ID, ep.Iface, id)
+	}
+	if old := k.endpoints[ep.ID]; old != nil && k.ifaces[old.Iface] == ep.ID {
+		delete(k.ifaces, old.Iface)
+	}
 	cp := *ep
 	k.endpoints[ep.ID] = &cp
+	k.ifaces[ep.Iface] = ep.ID
 	return nil
 }
 
@@ -234,6 +244,9 @@ func (k *Kernel) RemoveEndpoint(ep *model.Endpoint) error {
 	defer k.mu.Unlock()
 	if err := k.callLocked(MethodRemoveEndpoint, ep.ID.String()); err != nil {
 		return err
+	}
+	if old := k.endpoints[ep.ID]; old != nil && k.ifaces[old.Iface] == ep.ID {
+		delete(k.ifaces, old.Iface)
 	}
 	delete(k.endpoints, ep.ID)
 	return nil
