@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"time"
 
 	"github.com/dpd-dev/dpd/dataplane/engine"
@@ -12,14 +11,6 @@ import (
 	"github.com/dpd-dev/dpd/dataplane/model"
 	"github.com/dpd-dev/dpd/dataplane/tcbpf"
 	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
-)
-
-// CrashAfterAttachEnv is a test hook: when set to "1", dpd exits with
-// CrashExitCode right after the first endpoint's entry programs are
-// attached and before its policy is installed, as a crash mid-apply would.
-const (
-	CrashAfterAttachEnv = "DPD_TEST_CRASH_AFTER_ATTACH"
-	CrashExitCode       = 97
 )
 
 // endpointState is what the kernel has programmed for one interface.
@@ -153,9 +144,8 @@ func (k *Kernel) ApplyEndpoint(ep *model.Endpoint) error {
 	if err := k.attachLocked(st, ep.Iface); err != nil {
 		return err
 	}
-	if k.crashAfterAttach {
-		k.log.Error("test hook: exiting after attach, before the policy install", "env", CrashAfterAttachEnv, "iface", ep.Iface)
-		os.Exit(CrashExitCode)
+	if k.opts.AfterAttach != nil {
+		k.opts.AfterAttach(ep.Iface)
 	}
 	if !st.ready {
 		// Attached but not yet policed: drop until the policy is in.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"os"
 	"sync"
 	"time"
 
@@ -28,6 +27,11 @@ type Options struct {
 	// which follows the first apply after InSync (default 60 s).
 	GCInterval time.Duration
 	Log        *slog.Logger
+	// AfterAttach, when set, runs in ApplyEndpoint right after an
+	// endpoint's entry programs are attached and before its policy is
+	// installed: the point where a crash leaves an interface attached but
+	// not ready. Only crash tests set it (see CrashAfterAttachEnv).
+	AfterAttach func(iface string)
 }
 
 // Kernel implements engine.Kernel on Linux. The engine calls it from one
@@ -61,8 +65,6 @@ type Kernel struct {
 	// at that moment. Guarded by mu.
 	applyStarted bool
 	opsBase      Ops
-	// crashAfterAttach is the CrashAfterAttachEnv test hook. Immutable.
-	crashAfterAttach bool
 
 	// Routes, tunnels and services (routes.go, vtep.go, services.go).
 	routes    map[netip.Prefix]*routeState // by masked destination; guarded by mu
@@ -118,12 +120,11 @@ func New(opts Options) (*Kernel, error) {
 		knownSets: map[string]bool{},
 		started:   time.Now(),
 
-		gcInterval:       opts.GCInterval,
-		crashAfterAttach: os.Getenv(CrashAfterAttachEnv) == "1",
-		routes:           map[netip.Prefix]*routeState{},
-		tun:              newTunnelState(defaultHostname(opts.Hostname)),
-		masqDirty:        true,
-		logged:           map[string]bool{},
+		gcInterval: opts.GCInterval,
+		routes:     map[netip.Prefix]*routeState{},
+		tun:        newTunnelState(defaultHostname(opts.Hostname)),
+		masqDirty:  true,
+		logged:     map[string]bool{},
 	}
 	if err := k.openBPFLocked(); err != nil {
 		_ = mon.Close()
