@@ -3,6 +3,7 @@ package linux
 import (
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -51,9 +52,14 @@ func (k *Kernel) adoptLocked() (adoption, error) {
 	}
 	for ifindex, e := range states {
 		l, err := netlink.LinkByIndex(ifindex)
-		if err != nil {
+		if isNoDevice(err) {
 			a.stale++ // the interface is gone: garbage
 			continue
+		}
+		if err != nil {
+			// Not knowing it is not knowing it is gone: collecting its
+			// entry would unpolice a live interface.
+			return a, fmt.Errorf("interface %d: %w", ifindex, err)
 		}
 		name := l.Attrs().Name
 		if _, dup := k.eps[name]; dup {

@@ -137,7 +137,12 @@ func (k *Kernel) failCloseLocked(name string, st *endpointState, ifindex int) er
 	if st.ifindex != 0 && st.ifindex != ifindex {
 		k.forgetIfindexLocked(st)
 	}
-	if ours, foreign := k.bpf.EntryOwners(ifindex); foreign && !ours && st.ep == nil {
+	ours, foreign, err := k.bpf.EntryOwners(ifindex)
+	if err != nil {
+		// Not knowing whose programs are there must not leave it open:
+		// fail it closed as if nothing were attached.
+		k.log.Warn("cannot tell whose entry programs an interface carries; failing it closed", "iface", name, "err", err)
+	} else if foreign && !ours && st.ep == nil {
 		// Another dpd (other pins) polices it: taking its attachment over
 		// for an interface we know nothing about would break it.
 		return errForeign

@@ -135,7 +135,12 @@ func (k *Kernel) gcEndpointsLocked(r *GCReport) error {
 			st.adopted = false
 			continue
 		}
-		if err := k.dropStateLocked(name, st, k.routedNetsLocked(ifindex, exists)); err != nil {
+		nets, err := k.routedNetsLocked(ifindex, exists)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("unclaimed %s: %w", name, err))
+			continue
+		}
+		if err := k.dropStateLocked(name, st, nets); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -147,13 +152,13 @@ func (k *Kernel) gcEndpointsLocked(r *GCReport) error {
 
 // routedNetsLocked lists the destinations of dpd's routes through an
 // interface: an adopted endpoint's addresses, whose neighbours go too.
-func (k *Kernel) routedNetsLocked(ifindex int, exists bool) []netip.Prefix {
+func (k *Kernel) routedNetsLocked(ifindex int, exists bool) ([]netip.Prefix, error) {
 	if !exists {
-		return nil
+		return nil, nil
 	}
 	routes, err := k.cfg.ListDpdRoutes()
 	if err != nil {
-		return nil
+		return nil, fmt.Errorf("list routes: %w", err)
 	}
 	var out []netip.Prefix
 	for _, rt := range routes {
@@ -165,7 +170,7 @@ func (k *Kernel) routedNetsLocked(ifindex int, exists bool) []netip.Prefix {
 			out = append(out, netip.PrefixFrom(a.Unmap(), ones))
 		}
 	}
-	return out
+	return out, nil
 }
 
 // gcAttachmentsLocked detaches dpd's entry programs from interfaces that
@@ -181,12 +186,20 @@ func (k *Kernel) gcAttachmentsLocked(r *GCReport) error {
 		if _, live := k.eps[name]; live {
 			continue
 		}
-		if ifindex, ok := k.mon.Ifindex(name); ok && k.bpf.OwnsAttachment(ifindex) {
-			if err := k.detachOrphanLocked(name, ifindex); err != nil {
-				errs = append(errs, err)
+		if ifindex, ok := k.mon.Ifindex(name); ok {
+			owned, err := k.bpf.OwnsAttachment(ifindex)
+			if err != nil {
+				// Unknown: its pins may hold its only links; keep them.
+				errs = append(errs, fmt.Errorf("orphan %s: %w", name, err))
 				continue
 			}
-			r.Attachments++
+			if owned {
+				if err := k.detachOrphanLocked(name, ifindex); err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				r.Attachments++
+			}
 		}
 		if err := k.bpf.RemoveLinkPins(name); err != nil {
 			errs = append(errs, err)
@@ -200,7 +213,15 @@ func (k *Kernel) gcAttachmentsLocked(r *GCReport) error {
 	}
 	for _, l := range links {
 		name, ifindex := l.Attrs().Name, l.Attrs().Index
-		if _, live := k.eps[name]; live || !k.mon.Matches(name) || !k.bpf.OwnsAttachment(ifindex) {
+		if _, live := k.eps[name]; live || !k.mon.Matches(name) {
+			continue
+		}
+		owned, err := k.bpf.OwnsAttachment(ifindex)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("orphan %s: %w", name, err))
+			continue
+		}
+		if !owned {
 			continue
 		}
 		if err := k.detachOrphanLocked(name, ifindex); err != nil {
@@ -215,7 +236,10 @@ func (k *Kernel) gcAttachmentsLocked(r *GCReport) error {
 // detachOrphanLocked removes dpd's programs and routes from an interface
 // with no state.
 func (k *Kernel) detachOrphanLocked(name string, ifindex int) error {
-	nets := k.routedNetsLocked(ifindex, true)
+	nets, err := k.routedNetsLocked(ifindex, true)
+	if err != nil {
+		return fmt.Errorf("orphan %s: %w", name, err)
+	}
 	if err := k.bpf.Detach(ifindex, name); err != nil {
 		return fmt.Errorf("detach orphan %s: %w", name, err)
 	}

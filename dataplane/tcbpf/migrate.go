@@ -166,12 +166,20 @@ func (d *Datapath) ReleaseRetired(ifindexes []int) (kept int, err error) {
 		progs = append(progs, ids...)
 	}
 	for _, ifindex := range ifindexes {
-		progs = append(progs, d.attachedPrograms(ifindex)...)
+		ids, err := d.attachedPrograms(ifindex)
+		if err != nil {
+			// What uses a retired map cannot be known: keep them all.
+			return len(ents), err
+		}
+		progs = append(progs, ids...)
 	}
 	for _, pid := range progs {
 		id, err := attachedIdentity(pid)
-		if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
 			continue // gone meanwhile
+		}
+		if err != nil {
+			return len(ents), err
 		}
 		for _, mid := range id.mapIDs {
 			used[mid] = true
@@ -181,14 +189,22 @@ func (d *Datapath) ReleaseRetired(ifindexes []int) (kept int, err error) {
 	for _, e := range ents {
 		path := filepath.Join(dir, e.Name())
 		m, err := ebpf.LoadPinnedMap(path, &ebpf.LoadPinOptions{ReadOnly: true})
+		if errors.Is(err, os.ErrNotExist) {
+			continue // removed meanwhile
+		}
 		if err != nil {
-			errs = append(errs, os.Remove(path))
+			errs = append(errs, fmt.Errorf("open retired %s: %w", e.Name(), err))
+			kept++
 			continue
 		}
 		info, ierr := m.Info()
 		_ = m.Close()
-		mid, _ := info.ID()
-		if ierr == nil && used[mid] {
+		if ierr != nil {
+			errs = append(errs, fmt.Errorf("retired %s: %w", e.Name(), ierr))
+			kept++
+			continue
+		}
+		if mid, _ := info.ID(); used[mid] {
 			kept++
 			continue
 		}
