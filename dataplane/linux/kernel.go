@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/netip"
 	"sync"
 	"time"
 
@@ -66,16 +65,16 @@ type Kernel struct {
 	applyStarted bool
 	opsBase      Ops
 
-	// Routes, tunnels and services (routes.go, vtep.go, services.go).
-	routes    map[netip.Prefix]*routeState // by masked destination; guarded by mu
-	tun       tunnelState                  // guarded by mu
-	nat       natTable                     // guarded by mu
-	masqDirty bool                         // pools changed since the nat_outgoing table was written; guarded by mu
-	masqDone  bool                         // the table was written at least once; guarded by mu
-	masqPools []netip.Prefix               // as last written; guarded by mu
-	allPools  []netip.Prefix               // as last written; guarded by mu
-	gcDone    bool                         // the post-restart garbage collection ran; guarded by mu
-	logged    map[string]bool              // one-time warnings given; guarded by mu
+	// The programmers of routes, tunnels, masquerading and services
+	// (routes.go, vtep.go, masquerade.go, services.go), each over its own
+	// facilities; called under mu.
+	routes  *routeProgrammer
+	tunnels *tunnelProgrammer
+	masq    *masqProgrammer
+	svcs    *serviceProgrammer
+
+	gcDone bool            // the post-restart garbage collection ran; guarded by mu
+	logged map[string]bool // one-time warnings given; guarded by mu
 }
 
 // New checks the host, starts nothing yet, and opens the BPF side with
@@ -121,11 +120,13 @@ func New(opts Options) (*Kernel, error) {
 		started:   time.Now(),
 
 		gcInterval: opts.GCInterval,
-		routes:     map[netip.Prefix]*routeState{},
-		tun:        newTunnelState(defaultHostname(opts.Hostname)),
-		masqDirty:  true,
 		logged:     map[string]bool{},
 	}
+	net := realNet(mon, cfg)
+	k.tunnels = newTunnelProgrammer(net.tunnel, defaultHostname(opts.Hostname))
+	k.routes = newRouteProgrammer(nil, net.routes, k.tunnels, k.logOnceLocked)
+	k.tunnels.routes = k.routes
+	k.masq = &masqProgrammer{net: net.masq}
 	if err := k.openBPFLocked(); err != nil {
 		_ = mon.Close()
 		_ = cfg.Close()
@@ -145,8 +146,11 @@ func (k *Kernel) openBPFLocked() error {
 		return fmt.Errorf("open bpf dataplane: %w", err)
 	}
 	k.bpf = d
+	fac := realBPF(d)
+	k.routes.maps = fac.routes
 	k.slots = newSlotAllocator(d.Sizes().Slots())
-	if err := k.adoptNATLocked(); err != nil {
+	k.svcs = newServiceProgrammer(fac.nat, k.log)
+	if err := k.svcs.adopt(); err != nil {
 		_ = d.Close()
 		return fmt.Errorf("adopt service maps: %w", err)
 	}
@@ -197,15 +201,15 @@ func (k *Kernel) BPF() *tcbpf.Datapath {
 // and are logged.
 func (k *Kernel) Configure(cfg map[string]string) error {
 	k.mon.SetPrefixes(nl.ParsePrefixes(cfg["InterfacePrefix"]))
-	if err := k.configureTunnel(cfg); err != nil {
-		return err
-	}
 	sizes, err := tcbpf.MapSizesFromConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("map sizes: %w", err)
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if err := k.tunnels.configure(cfg); err != nil {
+		return err
+	}
 	if !k.applied && !k.applyStarted {
 		// The first apply after InSync starts here: what it costs is
 		// reported against this baseline.
@@ -216,7 +220,7 @@ func (k *Kernel) Configure(cfg map[string]string) error {
 	if sizes == k.sizes {
 		return nil
 	}
-	if k.claimedLocked() || len(k.routes) > 0 || len(k.nat.services) > 0 {
+	if k.claimedLocked() || len(k.routes.routes) > 0 || len(k.svcs.services) > 0 {
 		k.log.Warn("BPF map sizes changed; they take effect at the next restart", "want", sizes, "have", k.sizes)
 		return nil
 	}
@@ -242,22 +246,22 @@ func (k *Kernel) EndApply() error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	var errs []error
-	if k.masqDirty {
-		if err := k.syncMasqueradeLocked(); err != nil {
+	if k.routes.poolsDirty {
+		if err := k.masq.sync(k.routes.pools()); err != nil {
 			errs = append(errs, err)
 		} else {
-			k.masqDirty = false
+			k.routes.poolsDirty = false
 		}
 	}
 	if !k.gcDone {
-		gcErr := errors.Join(k.gcRoutesLocked(), k.gcNATLocked())
+		gcErr := errors.Join(k.routes.gc(), k.svcs.gc())
 		if gcErr != nil {
 			errs = append(errs, fmt.Errorf("garbage collection: %w", gcErr))
 		} else {
 			k.gcDone = true
 		}
 	}
-	if err := k.flushNATLocked(); err != nil {
+	if err := k.svcs.flushFlows(); err != nil {
 		errs = append(errs, err)
 	}
 	k.releaseUnusedPreloadsLocked()
