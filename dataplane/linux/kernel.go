@@ -33,48 +33,47 @@ type Options struct {
 	AfterAttach func(iface string)
 }
 
-// Kernel implements engine.Kernel on Linux. The engine calls it from one
-// goroutine; Inspect may read concurrently, so state is under mu.
+// Kernel implements engine.Kernel on Linux by composing one programmer
+// per concern, each over narrow facilities (facilities.go): endpoints
+// (attach, verify, fail closed), policy programs (shared, pinned,
+// preloaded), garbage collection, routes, tunnels, masquerading and
+// services. The engine calls it from one goroutine; Inspect, the link
+// monitor and the periodic collection call concurrently, so every call
+// takes mu and the programmers run under it.
 type Kernel struct {
-	opts Options
-	log  *slog.Logger
-	mon  *nl.Monitor
-	cfg  *nl.Configurer
+	opts   Options
+	log    *slog.Logger
+	mon    *nl.Monitor
+	cfg    *nl.Configurer
+	links  linkFacility  // the monitor as the programmers see it; immutable
+	netFac netFacilities // immutable
 
 	mu    sync.Mutex
-	bpf   *tcbpf.Datapath           // guarded by mu; reopened only before the first endpoint
-	sizes tcbpf.MapSizes            // guarded by mu
-	eps   map[string]*endpointState // by interface name; guarded by mu
-	slots slotAllocator             // guarded by mu
-	progs map[progKey]*sharedProg   // loaded policy programs by content; guarded by mu
+	bpf   *tcbpf.Datapath // guarded by mu; reopened only before the first endpoint
+	sizes tcbpf.MapSizes  // guarded by mu
 
-	// Restart adoption, fail-closed and garbage collection (adopt.go,
-	// failclosed.go, gc.go).
-	pinned      map[progKey]*sharedProg // pinned by an earlier dpd, not yet claimed; guarded by mu
-	stale       []*sharedProg           // pinned programs found out of date, still in some slot; guarded by mu
-	applied     bool                    // the first apply after InSync has ended; guarded by mu
-	knownSets   map[string]bool         // IP sets the engine replaced and did not remove; guarded by mu
-	retiredKept int                     // retired program arrays still in use at the last collection; guarded by mu
-	ops         Ops                     // guarded by mu
-	started     time.Time               // immutable
-	adopted     adoption                // what the start found; guarded by mu
-	gcInterval  time.Duration           // immutable
-	closed      bool                    // Close ran; guarded by mu
+	// The programmers, each owning its concern's state. eps, pols and the
+	// collector's facilities are rebuilt when the datapath is reopened.
+	eps     *endpointProgrammer // endpoints.go, failclosed.go, adopt.go
+	pols    *policyProgrammer   // programs.go, preload.go
+	gc      *collector          // gc.go
+	routes  *routeProgrammer    // routes.go
+	tunnels *tunnelProgrammer   // vtep.go
+	masq    *masqProgrammer     // masquerade.go
+	svcs    *serviceProgrammer  // services.go
+
+	applied    bool          // the first apply after InSync has ended; guarded by mu
+	ops        Ops           // shared by the programmers; guarded by mu
+	started    time.Time     // immutable
+	adopted    adoption      // what the start found; guarded by mu
+	gcInterval time.Duration // immutable
+	closed     bool          // Close ran; guarded by mu
 	// applyStarted: the first apply configured the kernel; opsBase is ops
 	// at that moment. Guarded by mu.
 	applyStarted bool
 	opsBase      Ops
-
-	// The programmers of routes, tunnels, masquerading and services
-	// (routes.go, vtep.go, masquerade.go, services.go), each over its own
-	// facilities; called under mu.
-	routes  *routeProgrammer
-	tunnels *tunnelProgrammer
-	masq    *masqProgrammer
-	svcs    *serviceProgrammer
-
-	gcDone bool            // the post-restart garbage collection ran; guarded by mu
-	logged map[string]bool // one-time warnings given; guarded by mu
+	gcDone       bool            // the post-restart garbage collection ran; guarded by mu
+	logged       map[string]bool // one-time warnings given; guarded by mu
 }
 
 // New checks the host, starts nothing yet, and opens the BPF side with
@@ -107,32 +106,33 @@ func New(opts Options) (*Kernel, error) {
 	if !pinned {
 		sizes = tcbpf.DefaultMapSizes()
 	}
-	k := &Kernel{
-		opts:      opts,
-		log:       opts.Log,
-		mon:       mon,
-		cfg:       cfg,
-		sizes:     sizes,
-		eps:       map[string]*endpointState{},
-		progs:     map[progKey]*sharedProg{},
-		pinned:    map[progKey]*sharedProg{},
-		knownSets: map[string]bool{},
-		started:   time.Now(),
-
-		gcInterval: opts.GCInterval,
-		logged:     map[string]bool{},
-	}
-	net := realNet(mon, cfg)
-	k.tunnels = newTunnelProgrammer(net.tunnel, defaultHostname(opts.Hostname))
-	k.routes = newRouteProgrammer(nil, net.routes, k.tunnels, k.logOnceLocked)
-	k.tunnels.routes = k.routes
-	k.masq = &masqProgrammer{net: net.masq}
+	k := newKernel(opts, realNet(mon, cfg))
+	k.mon, k.cfg, k.sizes = mon, cfg, sizes
 	if err := k.openBPFLocked(); err != nil {
 		_ = mon.Close()
 		_ = cfg.Close()
 		return nil, err
 	}
 	return k, nil
+}
+
+// newKernel composes the programmers that need no BPF side yet.
+func newKernel(opts Options, net netFacilities) *Kernel {
+	k := &Kernel{
+		opts:       opts,
+		log:        opts.Log,
+		links:      net.links,
+		started:    time.Now(),
+		gcInterval: opts.GCInterval,
+		logged:     map[string]bool{},
+	}
+	k.netFac = net
+	k.tunnels = newTunnelProgrammer(net.tunnel, defaultHostname(opts.Hostname))
+	k.routes = newRouteProgrammer(nil, net.routes, k.tunnels, k.logOnceLocked)
+	k.tunnels.routes = k.routes
+	k.masq = &masqProgrammer{net: net.masq}
+	k.gc = &collector{log: k.log, ops: &k.ops, interval: opts.GCInterval, knownSets: map[string]bool{}}
+	return k
 }
 
 func (k *Kernel) openBPFLocked() error {
@@ -146,18 +146,29 @@ func (k *Kernel) openBPFLocked() error {
 		return fmt.Errorf("open bpf dataplane: %w", err)
 	}
 	k.bpf = d
-	fac := realBPF(d)
+	if err := k.attachBPFLocked(realBPF(d), d.Sizes().Slots()); err != nil {
+		_ = d.Close()
+		return err
+	}
+	return nil
+}
+
+// attachBPFLocked builds the programmers over an opened BPF side and
+// adopts what an earlier dpd left in it.
+func (k *Kernel) attachBPFLocked(fac bpfFacilities, slots uint32) error {
 	k.routes.maps = fac.routes
-	k.slots = newSlotAllocator(d.Sizes().Slots())
 	k.svcs = newServiceProgrammer(fac.nat, k.log)
 	if err := k.svcs.adopt(); err != nil {
-		_ = d.Close()
 		return fmt.Errorf("adopt service maps: %w", err)
 	}
-	a, err := k.adoptLocked()
+	k.pols = newPolicyProgrammer(fac.programs, k.log, &k.ops)
+	k.eps = newEndpointProgrammer(fac.entry, k.netFac.endpoint, k.links, k.pols, slots, k.log, &k.ops)
+	k.eps.afterAttach = k.opts.AfterAttach
+	k.eps.applied = k.applied
+	k.gc.eps, k.gc.pols, k.gc.sweep = k.eps, k.pols, fac.sweep
+	a, err := k.eps.adopt()
 	if err != nil {
-		k.abandonLocked()
-		_ = d.Close()
+		k.pols.abandon()
 		return fmt.Errorf("adopt programmed state: %w", err)
 	}
 	k.adopted = a
@@ -177,9 +188,13 @@ func (k *Kernel) Close() error {
 		return nil
 	}
 	k.closed = true
-	k.abandonLocked()
-	_ = k.mon.Close()
-	_ = k.cfg.Close()
+	k.pols.abandon()
+	if k.mon != nil {
+		_ = k.mon.Close()
+	}
+	if k.cfg != nil {
+		_ = k.cfg.Close()
+	}
 	if k.bpf != nil {
 		return k.bpf.Close()
 	}
@@ -215,17 +230,17 @@ func (k *Kernel) Configure(cfg map[string]string) error {
 		// reported against this baseline.
 		k.applyStarted = true
 		k.opsBase = k.ops
-		k.opsBase.Netlink = k.cfg.Stats()
+		k.opsBase.Netlink = k.netStats()
 	}
 	if sizes == k.sizes {
 		return nil
 	}
-	if k.claimedLocked() || len(k.routes.routes) > 0 || len(k.svcs.services) > 0 {
+	if k.eps.claimed() || len(k.routes.routes) > 0 || len(k.svcs.services) > 0 {
 		k.log.Warn("BPF map sizes changed; they take effect at the next restart", "want", sizes, "have", k.sizes)
 		return nil
 	}
 	k.sizes = sizes
-	k.abandonLocked()
+	k.pols.abandon()
 	if err := k.bpf.Close(); err != nil {
 		k.log.Warn("close bpf dataplane before resize", "err", err)
 	}
@@ -264,9 +279,10 @@ func (k *Kernel) EndApply() error {
 	if err := k.svcs.flushFlows(); err != nil {
 		errs = append(errs, err)
 	}
-	k.releaseUnusedPreloadsLocked()
+	k.pols.releaseUnusedPreloads()
 	if !k.applied {
 		k.applied = true
+		k.eps.applied = true
 		if err := k.afterFirstApplyLocked(); err != nil {
 			errs = append(errs, err)
 		}
@@ -285,7 +301,7 @@ func (k *Kernel) logOnceLocked(key, msg string) {
 // ReplaceIPSet implements engine.IPSetKernel.
 func (k *Kernel) ReplaceIPSet(id string, typ model.IPSetType, members []model.IPSetMember) error {
 	k.mu.Lock()
-	k.knownSets[id] = true
+	k.gc.knownSets[id] = true
 	k.mu.Unlock()
 	return k.BPF().ReplaceIPSet(id, typ, members)
 }
@@ -293,7 +309,7 @@ func (k *Kernel) ReplaceIPSet(id string, typ model.IPSetType, members []model.IP
 // UpdateIPSet implements engine.IPSetKernel.
 func (k *Kernel) UpdateIPSet(id string, added, removed []model.IPSetMember) error {
 	k.mu.Lock()
-	k.knownSets[id] = true
+	k.gc.knownSets[id] = true
 	k.mu.Unlock()
 	return k.BPF().UpdateIPSet(id, added, removed)
 }
@@ -304,18 +320,17 @@ func (k *Kernel) RemoveIPSet(id string) error {
 		return err
 	}
 	k.mu.Lock()
-	delete(k.knownSets, id)
+	delete(k.gc.knownSets, id)
 	k.mu.Unlock()
 	return nil
 }
 
-// knownSetsLocked lists the IP sets the engine wants.
-func (k *Kernel) knownSetsLocked() []string {
-	out := make([]string, 0, len(k.knownSets))
-	for id := range k.knownSets {
-		out = append(out, id)
+// netStats are the configurer's counts, zero without one.
+func (k *Kernel) netStats() nl.Stats {
+	if k.cfg == nil {
+		return nl.Stats{}
 	}
-	return out
+	return k.cfg.Stats()
 }
 
 var _ engine.Kernel = (*Kernel)(nil)
