@@ -168,8 +168,10 @@ func (e *endpointProgrammer) apply(ep *model.Endpoint) error {
 	if e.afterAttach != nil {
 		e.afterAttach(ep.Iface)
 	}
-	if !st.ready {
-		// Attached but not yet policed: drop until the policy is in.
+	if !st.ready && !st.closed {
+		// Attached but not yet policed: drop until the policy is in. An
+		// interface failed closed drops already, whatever slot its entry
+		// names.
 		if err := e.setIfState(st, abi.IfWorkload); err != nil {
 			return fmt.Errorf("ifstate %s: %w", ep.Iface, err)
 		}

@@ -113,6 +113,13 @@ type sweepFacility interface {
 	ReleaseRetired(liveIfindexes []int) (kept int, err error)
 }
 
+// ipsetMaps are the IP set maps (members, and the index policies read).
+type ipsetMaps interface {
+	ReplaceIPSet(id string, typ model.IPSetType, members []model.IPSetMember) error
+	UpdateIPSet(id string, added, removed []model.IPSetMember) error
+	RemoveIPSet(id string) error
+}
+
 // routeMaps is the BPF route map (dpd_routes).
 type routeMaps interface {
 	SetRoute(dst netip.Prefix, info tcbpf.RouteInfo) error
@@ -159,6 +166,7 @@ type bpfFacilities struct {
 	entry    entryFacility
 	programs programFacility
 	sweep    sweepFacility
+	ipsets   ipsetMaps
 	routes   routeMaps
 	nat      natMaps
 }

@@ -16,7 +16,7 @@ import (
 
 // realBPF binds the BPF facilities to an opened datapath.
 func realBPF(d *tcbpf.Datapath) bpfFacilities {
-	return bpfFacilities{entry: entryMaps{d}, programs: polprogFacility{d}, sweep: d, routes: d, nat: d}
+	return bpfFacilities{entry: entryMaps{d}, programs: polprogFacility{d}, sweep: d, ipsets: d, routes: d, nat: d}
 }
 
 // realNet binds the netlink facilities to the monitor and configurer.
@@ -138,6 +138,7 @@ var (
 	_ entryFacility   = entryMaps{}
 	_ programFacility = polprogFacility{}
 	_ sweepFacility   = (*tcbpf.Datapath)(nil)
+	_ ipsetMaps       = (*tcbpf.Datapath)(nil)
 	_ routeMaps       = (*tcbpf.Datapath)(nil)
 	_ natMaps         = (*tcbpf.Datapath)(nil)
 	_ linkFacility    = monitorLinks{}

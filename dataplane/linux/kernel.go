@@ -61,6 +61,7 @@ type Kernel struct {
 	tunnels *tunnelProgrammer   // vtep.go
 	masq    *masqProgrammer     // masquerade.go
 	svcs    *serviceProgrammer  // services.go
+	ipsets  ipsetMaps           // written as the engine says; the collector keeps the rest
 
 	applied    bool          // the first apply after InSync has ended; guarded by mu
 	ops        Ops           // shared by the programmers; guarded by mu
@@ -157,6 +158,7 @@ func (k *Kernel) openBPFLocked() error {
 // adopts what an earlier dpd left in it.
 func (k *Kernel) attachBPFLocked(fac bpfFacilities, slots uint32) error {
 	k.routes.maps = fac.routes
+	k.ipsets = fac.ipsets
 	k.svcs = newServiceProgrammer(fac.nat, k.log)
 	if err := k.svcs.adopt(); err != nil {
 		return fmt.Errorf("adopt service maps: %w", err)
@@ -302,21 +304,26 @@ func (k *Kernel) logOnceLocked(key, msg string) {
 func (k *Kernel) ReplaceIPSet(id string, typ model.IPSetType, members []model.IPSetMember) error {
 	k.mu.Lock()
 	k.gc.knownSets[id] = true
+	m := k.ipsets
 	k.mu.Unlock()
-	return k.BPF().ReplaceIPSet(id, typ, members)
+	return m.ReplaceIPSet(id, typ, members)
 }
 
 // UpdateIPSet implements engine.IPSetKernel.
 func (k *Kernel) UpdateIPSet(id string, added, removed []model.IPSetMember) error {
 	k.mu.Lock()
 	k.gc.knownSets[id] = true
+	m := k.ipsets
 	k.mu.Unlock()
-	return k.BPF().UpdateIPSet(id, added, removed)
+	return m.UpdateIPSet(id, added, removed)
 }
 
 // RemoveIPSet implements engine.IPSetKernel.
 func (k *Kernel) RemoveIPSet(id string) error {
-	if err := k.BPF().RemoveIPSet(id); err != nil {
+	k.mu.Lock()
+	m := k.ipsets
+	k.mu.Unlock()
+	if err := m.RemoveIPSet(id); err != nil {
 		return err
 	}
 	k.mu.Lock()
