@@ -28,7 +28,11 @@ func (tr *transcript) step(t *testing.T, name string, do func() error) {
 	for _, o := range tr.f.take() {
 		fmt.Fprintf(&tr.b, "  %s\n", o)
 	}
-	for _, l := range strings.Split(strings.TrimSuffix(tr.f.dump(), "\n"), "\n") {
+	dump := strings.TrimSuffix(tr.f.dump(), "\n")
+	if dump == "" {
+		dump = "(nothing)"
+	}
+	for _, l := range strings.Split(dump, "\n") {
 		fmt.Fprintf(&tr.b, "  | %s\n", l)
 	}
 }

@@ -53,6 +53,8 @@ type fakeKernel struct {
 	bpfRoutes map[netip.Prefix]tcbpf.RouteInfo
 	kroutes   map[netip.Prefix]nl.RemoteRoute
 	masq      string
+	natFE     map[tcbpf.NATFrontend]uint32
+	natBE     map[uint32][]tcbpf.NATBackend
 
 	ops  []string         // every write, in order
 	fail map[string]error // operation name -> the error it returns
@@ -68,6 +70,7 @@ func newFakeKernel(t *testing.T) *fakeKernel {
 		nextProg: 100, progs: map[ebpf.ProgramID]*fakeProg{}, pins: map[string]ebpf.ProgramID{},
 		names: map[[32]byte]string{}, chain: map[uint32]bool{}, counters: map[uint64]bool{}, ipsets: map[string]bool{},
 		bpfRoutes: map[netip.Prefix]tcbpf.RouteInfo{}, kroutes: map[netip.Prefix]nl.RemoteRoute{},
+		natFE: map[tcbpf.NATFrontend]uint32{}, natBE: map[uint32][]tcbpf.NATBackend{},
 		fail: map[string]error{},
 	}
 }
@@ -232,6 +235,28 @@ func (f *fakeKernel) dump() string {
 	}
 	for s := range f.ipsets {
 		lines = append(lines, "ipset "+s)
+	}
+	for dst, ri := range f.bpfRoutes {
+		lines = append(lines, fmt.Sprintf("bpfroute %s flags=%#x pool=%d", dst, ri.Flags, ri.PoolType))
+	}
+	for dst, r := range f.kroutes {
+		l := "kroute " + dst.String()
+		if r.Gateway.IsValid() {
+			l += " via " + r.Gateway.String()
+		}
+		if r.Ifindex != 0 {
+			l += fmt.Sprintf(" dev #%d", r.Ifindex)
+		}
+		lines = append(lines, l)
+	}
+	if f.masq != "" && f.masq != "[] []" {
+		lines = append(lines, "masquerade "+f.masq)
+	}
+	for fe, id := range f.natFE {
+		lines = append(lines, fmt.Sprintf("natfe %s -> %d", fe, id))
+	}
+	for id, bes := range f.natBE {
+		lines = append(lines, fmt.Sprintf("natbe %d %v", id, bes))
 	}
 	slices.Sort(lines)
 	return strings.Join(lines, "\n") + "\n"
@@ -739,7 +764,15 @@ func (f *fakeKernel) EnsureVXLAN(d nl.VXLANDevice) (int, error) {
 	return fakeVXLANIfindex, nil
 }
 
-func (f *fakeKernel) DeleteVXLAN(name string) error { return f.op("DeleteVXLAN", "%s", name) }
+// DeleteVXLAN deletes the device and, as the kernel does, the routes
+// through it.
+func (f *fakeKernel) DeleteVXLAN(name string) error {
+	if err := f.op("DeleteVXLAN", "%s", name); err != nil {
+		return err
+	}
+	maps.DeleteFunc(f.kroutes, func(_ netip.Prefix, r nl.RemoteRoute) bool { return r.Ifindex == fakeVXLANIfindex })
+	return nil
+}
 
 func (f *fakeKernel) SetVXLANPeer(_ int, p nl.VXLANPeer) error {
 	return f.op("SetVXLANPeer", "%s", p.TunnelIP)
@@ -762,23 +795,78 @@ func (f *fakeKernel) SyncMasquerade(masq, all []netip.Prefix) error {
 }
 
 func (f *fakeKernel) NATFrontends() ([]tcbpf.NATFrontendEntry, error) {
-	return nil, f.read("NATFrontends")
+	if err := f.read("NATFrontends"); err != nil {
+		return nil, err
+	}
+	var out []tcbpf.NATFrontendEntry
+	for fe, id := range f.natFE {
+		out = append(out, tcbpf.NATFrontendEntry{Frontend: fe, ID: id, Count: len(f.natBE[id])})
+	}
+	return out, nil
 }
-func (f *fakeKernel) NATBackendsOf(uint32) ([]tcbpf.NATBackend, error) {
-	return nil, f.read("NATBackendsOf")
+
+func (f *fakeKernel) NATBackendsOf(id uint32) ([]tcbpf.NATBackend, error) {
+	return slices.Clone(f.natBE[id]), f.read("NATBackendsOf")
 }
-func (f *fakeKernel) ProgramNATPort(id uint32, _ []tcbpf.NATFrontend, _ []tcbpf.NATBackend, _ int) error {
-	return f.op("ProgramNATPort", "%d", id)
+
+func (f *fakeKernel) ProgramNATPort(id uint32, fes []tcbpf.NATFrontend, bes []tcbpf.NATBackend, _ int) error {
+	if err := f.op("ProgramNATPort", "%d %v -> %v", id, fes, bes); err != nil {
+		return err
+	}
+	for _, fe := range fes {
+		f.natFE[fe] = id
+	}
+	if len(bes) == 0 {
+		delete(f.natBE, id)
+	} else {
+		f.natBE[id] = slices.Clone(bes)
+	}
+	return nil
 }
+
 func (f *fakeKernel) DeleteNATFrontend(fe tcbpf.NATFrontend) error {
-	return f.op("DeleteNATFrontend", "%s", fe)
+	if err := f.op("DeleteNATFrontend", "%s", fe); err != nil {
+		return err
+	}
+	delete(f.natFE, fe)
+	return nil
 }
-func (f *fakeKernel) DeleteNATPort(id uint32, _ int) error { return f.op("DeleteNATPort", "%d", id) }
-func (f *fakeKernel) DeleteNATBackendsExcept(map[uint32]bool) (int, error) {
-	return 0, f.read("DeleteNATBackendsExcept")
+
+func (f *fakeKernel) DeleteNATPort(id uint32, _ int) error {
+	if err := f.op("DeleteNATPort", "%d", id); err != nil {
+		return err
+	}
+	delete(f.natBE, id)
+	return nil
 }
-func (f *fakeKernel) FlushNATFlows(tcbpf.NATFlowFilter) (int, error) {
-	return 0, f.op("FlushNATFlows", "")
+
+func (f *fakeKernel) DeleteNATBackendsExcept(keep map[uint32]bool) (int, error) {
+	if err := f.read("DeleteNATBackendsExcept"); err != nil {
+		return 0, err
+	}
+	n := 0
+	for id := range f.natBE {
+		if !keep[id] {
+			if err := f.op("DeleteNATPort", "%d", id); err != nil {
+				return n, err
+			}
+			delete(f.natBE, id)
+			n++
+		}
+	}
+	return n, nil
+}
+
+func (f *fakeKernel) FlushNATFlows(fl tcbpf.NATFlowFilter) (int, error) {
+	var what []string
+	for id := range fl.Services {
+		what = append(what, fmt.Sprintf("service %d", id))
+	}
+	for b := range fl.Backends {
+		what = append(what, fmt.Sprintf("backend %d/%s", b.ID, b.Backend))
+	}
+	slices.Sort(what)
+	return 0, f.op("FlushNATFlows", "%s", strings.Join(what, ", "))
 }
 
 var (

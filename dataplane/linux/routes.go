@@ -78,7 +78,7 @@ func (p *routeProgrammer) apply(r *model.Route) error {
 	if err := p.maps.SetRoute(dst, routeInfo(r)); err != nil {
 		errs = append(errs, err)
 	}
-	if err := p.syncKernelRoute(st); err != nil {
+	if err := p.syncKernelRoute(st, true); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
@@ -172,8 +172,11 @@ func (p *routeProgrammer) desiredRemote(r *model.Route) *nl.RemoteRoute {
 	return nil
 }
 
-// syncKernelRoute makes st's kernel route what it should be now.
-func (p *routeProgrammer) syncKernelRoute(st *routeState) error {
+// syncKernelRoute makes st's kernel route what it should be now. rewrite
+// writes it even when it is what this process installed (an apply, which
+// also repairs drift); a resync after a dependency changed writes only
+// the routes it changed.
+func (p *routeProgrammer) syncKernelRoute(st *routeState, rewrite bool) error {
 	want := p.desiredRemote(st.r)
 	if st.installed != nil && (want == nil || *want != *st.installed) {
 		if err := p.net.DeleteRemoteRoute(*st.installed); err != nil {
@@ -181,7 +184,7 @@ func (p *routeProgrammer) syncKernelRoute(st *routeState) error {
 		}
 		st.installed = nil
 	}
-	if want == nil {
+	if want == nil || (!rewrite && st.installed != nil && *want == *st.installed) {
 		return nil
 	}
 	if err := p.net.ReplaceRemoteRoute(*want); err != nil {
@@ -197,7 +200,7 @@ func (p *routeProgrammer) resync(match func(*model.Route) bool) error {
 	var errs []error
 	for _, st := range p.routes {
 		if match(st.r) {
-			if err := p.syncKernelRoute(st); err != nil {
+			if err := p.syncKernelRoute(st, false); err != nil {
 				errs = append(errs, err)
 			}
 		}
