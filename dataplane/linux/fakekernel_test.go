@@ -11,6 +11,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -55,6 +56,10 @@ type fakeKernel struct {
 	masq      string
 	natFE     map[tcbpf.NATFrontend]uint32
 	natBE     map[uint32][]tcbpf.NATBackend
+
+	// loadMu serialises what preloading workers reach concurrently (Load,
+	// and the recording of a program under the kernel's lock).
+	loadMu sync.Mutex
 
 	ops  []string         // every write, in order
 	fail map[string]error // operation name -> the error it returns
@@ -502,6 +507,8 @@ func (f *fakeKernel) pinProg(dir model.Direction, policy string) *fakeProg {
 }
 
 func (f *fakeKernel) Load(pol *model.DirectionPolicy, dir model.Direction) (loadedProgram, error) {
+	f.loadMu.Lock()
+	defer f.loadMu.Unlock()
 	name, ok := f.names[pol.Hash()]
 	if !ok {
 		name = "unnamed"
@@ -579,6 +586,8 @@ func (f *fakeKernel) CounterIDs() ([]uint64, error) {
 }
 
 func (f *fakeKernel) EnsureCounters(ids []uint64) error {
+	f.loadMu.Lock()
+	defer f.loadMu.Unlock()
 	for _, id := range ids {
 		f.counters[id] = true
 	}
@@ -608,6 +617,8 @@ func (p *fakeProg) HeadID() ebpf.ProgramID    { return p.id }
 func (p *fakeProg) Abandon()                  { p.held = false }
 
 func (p *fakeProg) Pin(dir string) error {
+	p.f.loadMu.Lock()
+	defer p.f.loadMu.Unlock()
 	if err := p.f.op("Pin", "%s", p.name); err != nil {
 		return err
 	}
@@ -617,6 +628,8 @@ func (p *fakeProg) Pin(dir string) error {
 }
 
 func (p *fakeProg) Unpin() error {
+	p.f.loadMu.Lock()
+	defer p.f.loadMu.Unlock()
 	if p.pin == "" {
 		return nil
 	}
@@ -630,6 +643,8 @@ func (p *fakeProg) Unpin() error {
 }
 
 func (p *fakeProg) Close() error {
+	p.f.loadMu.Lock()
+	defer p.f.loadMu.Unlock()
 	if err := p.f.op("Close", "%s", p.name); err != nil {
 		return err
 	}
@@ -639,6 +654,8 @@ func (p *fakeProg) Close() error {
 }
 
 func (p *fakeProg) Release(unpin bool) error {
+	p.f.loadMu.Lock()
+	defer p.f.loadMu.Unlock()
 	if err := p.f.op("Release", "%s", p.name); err != nil {
 		return err
 	}

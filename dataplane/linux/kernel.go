@@ -103,7 +103,12 @@ func New(opts Options) (*Kernel, error) {
 	if opts.GCInterval <= 0 {
 		opts.GCInterval = DefaultGCInterval
 	}
-	sizes, pinned := tcbpf.PinnedSizes(opts.PinDir)
+	sizes, pinned, err := tcbpf.PinnedSizes(opts.PinDir)
+	if err != nil {
+		_ = mon.Close()
+		_ = cfg.Close()
+		return nil, err
+	}
 	if !pinned {
 		sizes = tcbpf.DefaultMapSizes()
 	}

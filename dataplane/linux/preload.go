@@ -114,7 +114,12 @@ func (k *Kernel) planPreload(jobs []preloadJob) (*preloadEnv, []preloadJob, bool
 	if k.closed || k.pols == nil {
 		return nil, nil, false
 	}
-	p := k.pols
+	return &preloadEnv{pols: k.pols, fac: k.pols.fac, gcMark: k.ops.GCRemovals}, k.pols.planPreload(jobs), true
+}
+
+// planPreload drops the jobs whose programs are loaded or pinned already,
+// after releasing the unused preloads of an earlier batch.
+func (p *policyProgrammer) planPreload(jobs []preloadJob) []preloadJob {
 	p.releaseLeftovers(jobs)
 	out := jobs[:0]
 	for _, j := range jobs {
@@ -126,7 +131,7 @@ func (k *Kernel) planPreload(jobs []preloadJob) (*preloadEnv, []preloadJob, bool
 		}
 		out = append(out, j)
 	}
-	return &preloadEnv{pols: p, fac: p.fac, gcMark: k.ops.GCRemovals}, out, true
+	return out
 }
 
 // preloadOne compiles and loads one program without k.mu, then records it.
@@ -141,29 +146,39 @@ func (k *Kernel) preloadOne(env *preloadEnv, j preloadJob) {
 	k.addPreloadLocked(env, j.key, prog)
 }
 
-// addPreloadLocked records a preloaded program without references, unless
-// the kernel changed under the worker.
+// addPreloadLocked records a preloaded program, unless the kernel
+// changed under the worker (closed, or reopened on other maps).
 func (k *Kernel) addPreloadLocked(env *preloadEnv, key progKey, prog loadedProgram) {
-	p := k.pols
-	_, loaded := p.progs[key]
-	_, pinned := p.pinned[key]
-	if k.closed || p != env.pols || loaded || pinned {
-		// Closed, or reopened on other maps, or the program appeared
-		// meanwhile: this one is not needed. Nothing points at it.
+	if k.closed || k.pols != env.pols {
+		// Nothing points at it.
 		if err := prog.Close(); err != nil {
 			k.log.Debug("close unneeded preloaded policy program", "program", key, "err", err)
 		}
 		return
 	}
-	if k.ops.GCRemovals != env.gcMark {
-		// A collection ran during the load; it deletes the counters of
-		// rules no recorded program has, which may have been ours.
+	k.pols.addPreload(key, prog, k.ops.GCRemovals != env.gcMark)
+}
+
+// addPreload records a preloaded program without references, unless the
+// program appeared meanwhile. collected says a collection ran during the
+// load: it deletes the counters of rules no recorded program has, which
+// may have been this one's.
+func (p *policyProgrammer) addPreload(key progKey, prog loadedProgram, collected bool) {
+	_, loaded := p.progs[key]
+	_, pinned := p.pinned[key]
+	if loaded || pinned {
+		if err := prog.Close(); err != nil {
+			p.log.Debug("close unneeded preloaded policy program", "program", key, "err", err)
+		}
+		return
+	}
+	if collected {
 		ids := make([]uint64, 0, len(prog.Rules()))
 		for _, r := range prog.Rules() {
 			ids = append(ids, r.CounterID)
 		}
 		if err := p.fac.EnsureCounters(ids); err != nil {
-			k.log.Warn("recreate rule counters of a preloaded policy program", "program", key, "err", err)
+			p.log.Warn("recreate rule counters of a preloaded policy program", "program", key, "err", err)
 		}
 	}
 	p.addLoaded(key, prog).preloaded = true

@@ -75,7 +75,12 @@ func (d *Datapath) migrateOne(name, path string, ms *ebpf.MapSpec, old *ebpf.Map
 		return nil, fmt.Errorf("check pinned map %s: %w", name, cerr)
 	}
 	rep := &MigrationReport{Map: name, Reason: cerr.Error()}
-	if !convertible(name, ms, old) {
+	conv, err := convertible(name, ms, old)
+	if err != nil {
+		// Not knowing its layout is no reason to throw its contents away.
+		return nil, fmt.Errorf("check pinned map %s: %w", name, err)
+	}
+	if !conv {
 		if err := os.Remove(path); err != nil {
 			return nil, fmt.Errorf("unpin %s: %w", name, err)
 		}
@@ -231,23 +236,23 @@ func programArrayIDs(m *ebpf.Map) ([]ebpf.ProgramID, error) {
 
 // convertible: same type and key size, and a value that is the same or
 // longer (fields appended; the new tail starts zeroed).
-func convertible(name string, ms *ebpf.MapSpec, old *ebpf.Map) bool {
+func convertible(name string, ms *ebpf.MapSpec, old *ebpf.Map) (bool, error) {
 	if scratchMaps[name] {
-		return false
+		return false, nil
 	}
 	info, err := old.Info()
 	if err != nil {
-		return false
+		return false, err
 	}
 	if info.Type != ms.Type || info.KeySize != ms.KeySize || info.ValueSize > ms.ValueSize {
-		return false
+		return false, nil
 	}
 	switch ms.Type {
 	case ebpf.Hash, ebpf.LRUHash, ebpf.LPMTrie, ebpf.Array, ebpf.PerCPUHash, ebpf.LRUCPUHash,
 		ebpf.PerCPUArray, ebpf.ProgramArray:
-		return true
+		return true, nil
 	}
-	return false
+	return false, nil
 }
 
 // copyEntries copies old's entries into nm, zero-padding grown values.
@@ -333,8 +338,10 @@ func (d *Datapath) Migrations() []MigrationReport {
 // PinnedSizes reads the sizes of the maps pinned under pinDir, so a
 // restarted dpd opens them as they are instead of migrating them to the
 // defaults before the controller has said which sizes it wants. ok is
-// false when nothing is pinned there; absent maps keep the defaults.
-func PinnedSizes(pinDir string) (s MapSizes, ok bool) {
+// false when nothing is pinned there; absent maps keep the defaults. A
+// pinned map that cannot be read is an error: opening with other sizes
+// would migrate it, dropping what does not fit.
+func PinnedSizes(pinDir string) (s MapSizes, ok bool, err error) {
 	if pinDir == "" {
 		pinDir = abi.PinDir
 	}
@@ -345,15 +352,18 @@ func PinnedSizes(pinDir string) (s MapSizes, ok bool) {
 		abi.MapNATFrontends: &s.NATFrontend, abi.MapNATBackends: &s.NATBackend, abi.MapRoutes: &s.Routes,
 	} {
 		m, err := ebpf.LoadPinnedMap(filepath.Join(pinDir, name), &ebpf.LoadPinOptions{ReadOnly: true})
-		if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
 			continue
+		}
+		if err != nil {
+			return DefaultMapSizes(), false, fmt.Errorf("read pinned %s: %w", name, err)
 		}
 		*dst = int(m.MaxEntries())
 		ok = true
 		_ = m.Close()
 	}
 	if !ok || s.validate() != nil {
-		return DefaultMapSizes(), false
+		return DefaultMapSizes(), false, nil
 	}
-	return s, true
+	return s, true, nil
 }
