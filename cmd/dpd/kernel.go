@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"log/slog"
+	"os"
 
 	"github.com/dpd-dev/dpd/dataplane/engine"
 	"github.com/dpd-dev/dpd/dataplane/linux"
@@ -24,6 +26,9 @@ func newDaemon(c config) (*server.Daemon, func(), error) {
 		if err := checkBPFFS(cfg.Log, lo.PinDir, c.Start.AllowPrivateBPFFS); err != nil {
 			return nil, nil, err
 		}
+		if os.Getenv(linux.CrashAfterAttachEnv) == "1" {
+			lo.AfterAttach = crashAfterAttach(cfg.Log)
+		}
 		lk, err := linux.New(lo)
 		if err != nil {
 			return nil, nil, err
@@ -39,4 +44,16 @@ func newDaemon(c config) (*server.Daemon, func(), error) {
 		return nil, nil, err
 	}
 	return d, closeKernel, nil
+}
+
+// crashAfterAttach is the crash tests' hook (linux.CrashAfterAttachEnv):
+// dpd exits as a crash between attach and policy install would leave it.
+func crashAfterAttach(log *slog.Logger) func(string) {
+	if log == nil {
+		log = slog.Default()
+	}
+	return func(iface string) {
+		log.Error("test hook: exiting after attach, before the policy install", "env", linux.CrashAfterAttachEnv, "iface", iface)
+		os.Exit(linux.CrashExitCode)
+	}
 }

@@ -2,44 +2,41 @@ package linux
 
 import (
 	"encoding/hex"
-	"errors"
-	"os"
-	"path/filepath"
+	"fmt"
 	"strings"
 
 	"github.com/cilium/ebpf"
-	"github.com/vishvananda/netlink"
 
 	"github.com/dpd-dev/dpd/dataplane/model"
 	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
-	"github.com/dpd-dev/dpd/dataplane/tcbpf/polprog"
 )
 
 // A restarted dpd finds the previous one's work in the kernel: entry
 // programs attached (TCX links pinned under links/), dpd_ifstate entries,
-// policy programs in dpd_jump (pinned under progs/), routes. adoptLocked
+// policy programs in dpd_jump (pinned under progs/), routes. adopt
 // rebuilds the in-memory view of it without writing anything, so that
 // every packet keeps being policed as before until the controller's
 // snapshot is in (the engine applies nothing before InSync). The first
 // apply then claims what the controller still wants (unchanged endpoints
 // cost no write at all) and garbage collection removes the rest.
 
-// adoption summarises what adoptLocked found, for the log.
+// adoption summarises what adopt found, for the log.
 type adoption struct {
 	endpoints, closed, programs, stale int
 }
 
-// adoptLocked rebuilds k.eps, the slots and k.pinned from the pins and
-// maps. Anything it cannot make sense of is left for garbage collection.
-func (k *Kernel) adoptLocked() (adoption, error) {
+// adopt rebuilds the endpoint states, the slots and the policy
+// programmer's pinned programs from the pins and maps. Anything it cannot
+// make sense of is left for garbage collection.
+func (e *endpointProgrammer) adopt() (adoption, error) {
 	var a adoption
-	byHead := k.openPinnedProgsLocked()
-	a.programs = len(k.pinned)
-	states, err := k.bpf.IfStates()
+	byHead := e.pols.openPinned()
+	a.programs = len(e.pols.pinned)
+	states, err := e.entry.IfStates()
 	if err != nil {
 		return a, err
 	}
-	pols, err := k.bpf.Policies()
+	pols, err := e.entry.Policies()
 	if err != nil {
 		return a, err
 	}
@@ -49,33 +46,37 @@ func (k *Kernel) adoptLocked() (adoption, error) {
 		v[p.Dir] = p.Prog
 		installed[p.Slot] = v
 	}
-	for ifindex, e := range states {
-		l, err := netlink.LinkByIndex(ifindex)
-		if err != nil {
+	for ifindex, ent := range states {
+		name, err := e.links.LinkName(ifindex)
+		if isNoDevice(err) {
 			a.stale++ // the interface is gone: garbage
 			continue
 		}
-		name := l.Attrs().Name
-		if _, dup := k.eps[name]; dup {
+		if err != nil {
+			// Not knowing it is not knowing it is gone: collecting its
+			// entry would unpolice a live interface.
+			return a, fmt.Errorf("interface %d: %w", ifindex, err)
+		}
+		if _, dup := e.eps[name]; dup {
 			a.stale++
 			continue
 		}
-		st := &endpointState{ifindex: ifindex, adopted: true, ifsSlot: e.Slot}
-		st.ready = e.Flags&abi.IfReady != 0
+		st := &endpointState{ifindex: ifindex, adopted: true, ifsSlot: ent.Slot}
+		st.ready = ent.Flags&abi.IfReady != 0
 		st.closed = !st.ready
-		if st.ready && k.slots.reserve(e.Slot) {
-			st.slot, st.hasSlot = e.Slot, true
+		if st.ready && e.slots.reserve(ent.Slot) {
+			st.slot, st.hasSlot = ent.Slot, true
 			for _, dir := range []model.Direction{model.Ingress, model.Egress} {
-				if sp := byHead[installed[e.Slot][dir]]; sp != nil && sp.key.dir == dir {
+				if sp := byHead[installed[ent.Slot][dir]]; sp != nil && sp.key.dir == dir {
 					st.inst[dir] = sp
 					sp.refs++
 				}
 			}
 		}
-		if mode, ok := k.bpf.AttachedCurrent(ifindex, name); ok {
+		if mode, ok := e.entry.AttachedCurrent(ifindex, name); ok {
 			st.mode = mode
 		}
-		k.eps[name] = st
+		e.eps[name] = st
 		if st.ready {
 			a.endpoints++
 		} else {
@@ -85,31 +86,28 @@ func (k *Kernel) adoptLocked() (adoption, error) {
 	return a, nil
 }
 
-// openPinnedProgsLocked opens every complete pinned policy program into
-// k.pinned, reserving its chain indices, and indexes them by head id.
-func (k *Kernel) openPinnedProgsLocked() map[ebpf.ProgramID]*sharedProg {
+// openPinned opens every complete pinned policy program into p.pinned,
+// reserving its chain indices, and indexes them by head id.
+func (p *policyProgrammer) openPinned() map[ebpf.ProgramID]*sharedProg {
 	byHead := map[ebpf.ProgramID]*sharedProg{}
-	ents, err := os.ReadDir(k.progsDirLocked())
+	names, err := p.fac.PinnedNames()
 	if err != nil {
-		if !errors.Is(err, os.ErrNotExist) {
-			k.log.Warn("list pinned policy programs", "err", err)
-		}
+		p.log.Warn("list pinned policy programs", "err", err)
 		return byHead
 	}
-	chain := k.bpf.Maps().Chain
-	for _, e := range ents {
-		key, ok := parsePinName(e.Name())
+	for _, name := range names {
+		key, ok := parsePinName(name)
 		if !ok {
 			continue // garbage collection removes it
 		}
-		p, err := polprog.OpenPinned(filepath.Join(k.progsDirLocked(), e.Name()), chain)
+		pp, err := p.fac.OpenPinned(name)
 		if err != nil {
-			k.log.Info("ignoring pinned policy program", "dir", e.Name(), "reason", err)
+			p.log.Info("ignoring pinned policy program", "dir", name, "reason", err)
 			continue
 		}
-		sp := &sharedProg{key: key, pinned: p}
-		k.pinned[key] = sp
-		byHead[p.HeadID()] = sp
+		sp := &sharedProg{key: key, pinned: pp}
+		p.pinned[key] = sp
+		byHead[pp.HeadID()] = sp
 	}
 	return byHead
 }
@@ -137,27 +135,26 @@ func parsePinName(name string) (progKey, bool) {
 	return key, key.pinName() == name
 }
 
-// abandonLocked forgets every program and endpoint state without touching
-// the kernel: before Close, and before a reopen that adopts again.
-func (k *Kernel) abandonLocked() {
-	for _, sp := range k.progs {
+// abandon forgets every program without touching the kernel: before
+// Close, and before a reopen that adopts again.
+func (p *policyProgrammer) abandon() {
+	for _, sp := range p.progs {
 		sp.prog.Abandon()
 	}
-	for _, sp := range k.pinned {
+	for _, sp := range p.pinned {
 		sp.pinned.Abandon()
 	}
-	for _, sp := range k.stale {
+	for _, sp := range p.stale {
 		sp.pinned.Abandon()
 	}
-	k.progs = map[progKey]*sharedProg{}
-	k.pinned = map[progKey]*sharedProg{}
-	k.stale = nil
-	k.eps = map[string]*endpointState{}
+	p.progs = map[progKey]*sharedProg{}
+	p.pinned = map[progKey]*sharedProg{}
+	p.stale = nil
 }
 
-// claimedLocked reports whether the engine has applied any endpoint.
-func (k *Kernel) claimedLocked() bool {
-	for _, st := range k.eps {
+// claimed reports whether the engine has applied any endpoint.
+func (e *endpointProgrammer) claimed() bool {
+	for _, st := range e.eps {
 		if st.ep != nil {
 			return true
 		}

@@ -3,6 +3,30 @@
 // neighbours, sysctls) with the BPF side (dataplane/tcbpf: entry programs,
 // pinned maps, attach; dataplane/tcbpf/polprog: compiled policy programs).
 //
+// Kernel is a composition of one programmer per concern, each owning its
+// state and reaching the kernel only through narrow facilities
+// (facilities.go; facilities_real.go binds them to tcbpf, polprog and nl):
+//
+//   - endpointProgrammer (endpoints.go, failclosed.go, adopt.go): attach
+//     and verify the entry programs, dpd_ifstate, the policy slots of
+//     dpd_jump, an endpoint's routes and neighbours; fail closed what
+//     nothing programmed. Facilities: entryFacility, endpointNet,
+//     linkFacility.
+//   - policyProgrammer (programs.go, preload.go): policy programs shared
+//     by content hash, pinned, adopted, preloaded. Facility:
+//     programFacility.
+//   - collector (gc.go): garbage collection over the two above, plus IP
+//     sets and retired maps (sweepFacility).
+//   - routeProgrammer (routes.go, routeMaps, routeNet), tunnelProgrammer
+//     (vtep.go, tunnelNet), masqProgrammer (masquerade.go, masqNet) and
+//     serviceProgrammer (services.go, natMaps).
+//
+// Every programmer runs under Kernel's lock (the engine, the link monitor,
+// the periodic collection and Inspect call concurrently) and is tested
+// without root against a fake kernel that records operations and prints
+// its whole state (fakekernel_test.go, *_golden_test.go); the privileged
+// tests prove the real kernel agrees.
+//
 // Policy programs are shared by content hash: endpoints whose direction
 // policy hashes alike run one loaded program, reference-counted; a policy
 // change loads each distinct new program once and swaps it into each
@@ -24,5 +48,6 @@
 //     READY, so it drops everything until its policy is in.
 //   - Garbage collection (gc.go). After the first apply and then
 //     periodically, what belongs to no live interface is removed: pins,
-//     attachments, map entries, routes, IP sets and rule counters.
+//     attachments, map entries, routes, IP sets and rule counters. A read
+//     that fails removes nothing it would have decided on.
 package linux

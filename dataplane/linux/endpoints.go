@@ -3,24 +3,44 @@ package linux
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
-	"os"
 	"time"
 
-	"github.com/dpd-dev/dpd/dataplane/engine"
 	"github.com/dpd-dev/dpd/dataplane/linux/nl"
 	"github.com/dpd-dev/dpd/dataplane/model"
 	"github.com/dpd-dev/dpd/dataplane/tcbpf"
 	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
 )
 
-// CrashAfterAttachEnv is a test hook: when set to "1", dpd exits with
-// CrashExitCode right after the first endpoint's entry programs are
-// attached and before its policy is installed, as a crash mid-apply would.
-const (
-	CrashAfterAttachEnv = "DPD_TEST_CRASH_AFTER_ATTACH"
-	CrashExitCode       = 97
-)
+// endpointProgrammer programs workload interfaces: entry programs
+// attached, dpd_ifstate, the policy slots of dpd_jump (with programs from
+// the policy programmer), and the routes and neighbours of each endpoint.
+// It keeps what it verified per interface so that an unchanged endpoint
+// costs no kernel operation, and fails closed the interfaces nothing has
+// programmed (failclosed.go). Called under Kernel.mu.
+type endpointProgrammer struct {
+	entry entryFacility
+	net   endpointNet
+	links linkFacility
+	pols  *policyProgrammer
+	log   *slog.Logger
+	ops   *Ops
+	// afterAttach is Options.AfterAttach.
+	afterAttach func(iface string)
+
+	eps   map[string]*endpointState // by interface name
+	slots slotAllocator
+	// applied: the first apply after InSync has ended, so an interface
+	// that appears now is fresh.
+	applied bool
+}
+
+func newEndpointProgrammer(entry entryFacility, net endpointNet, links linkFacility, pols *policyProgrammer,
+	slots uint32, log *slog.Logger, ops *Ops) *endpointProgrammer {
+	return &endpointProgrammer{entry: entry, net: net, links: links, pols: pols, log: log, ops: ops,
+		eps: map[string]*endpointState{}, slots: newSlotAllocator(slots)}
+}
 
 // endpointState is what the kernel has programmed for one interface.
 type endpointState struct {
@@ -57,19 +77,15 @@ type endpointState struct {
 	epIfindex int
 }
 
-// newEndpointStateLocked is the state of an interface first seen now.
-func (k *Kernel) newEndpointStateLocked() *endpointState {
-	return &endpointState{fresh: k.applied}
+// newState is the state of an interface first seen now.
+func (e *endpointProgrammer) newState() *endpointState {
+	return &endpointState{fresh: e.applied}
 }
 
-var _ engine.Resyncer = (*Kernel)(nil)
-
-// Resync implements engine.Resyncer: the next ApplyEndpoint of every
-// interface re-reads the kernel instead of trusting what this process did.
-func (k *Kernel) Resync() {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	for _, st := range k.eps {
+// resync makes the next apply of every interface re-read the kernel
+// instead of trusting what this process did.
+func (e *endpointProgrammer) resync() {
+	for _, st := range e.eps {
 		st.attachOK, st.verified = false, false
 	}
 }
@@ -85,11 +101,9 @@ type EndpointDetails struct {
 	LastProgrammed time.Time
 }
 
-// Endpoint returns what is programmed on iface.
-func (k *Kernel) Endpoint(iface string) (EndpointDetails, bool) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	st, ok := k.eps[iface]
+// details returns what is programmed on iface.
+func (e *endpointProgrammer) details(iface string) (EndpointDetails, bool) {
+	st, ok := e.eps[iface]
 	if !ok {
 		return EndpointDetails{}, false
 	}
@@ -103,7 +117,7 @@ func (k *Kernel) Endpoint(iface string) (EndpointDetails, bool) {
 	return d, true
 }
 
-// ApplyEndpoint programs ep on its interface, in the order that keeps the
+// apply programs ep on its interface, in the order that keeps the
 // interface fail-closed throughout: attach (ifstate not ready drops),
 // install both policies, mark ready, then routes and neighbours. Each step
 // reads first and writes only what differs, so re-applying an unchanged
@@ -112,70 +126,69 @@ func (k *Kernel) Endpoint(iface string) (EndpointDetails, bool) {
 // since this process verified the interface, only the jump slots are
 // written (a policy used by a thousand endpoints switches in milliseconds);
 // the periodic resync verifies the rest.
-func (k *Kernel) ApplyEndpoint(ep *model.Endpoint) error {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	st := k.eps[ep.Iface]
+func (e *endpointProgrammer) apply(ep *model.Endpoint) error {
+	st := e.eps[ep.Iface]
 	if st == nil {
-		st = k.newEndpointStateLocked()
-		k.eps[ep.Iface] = st
+		st = e.newState()
+		e.eps[ep.Iface] = st
 	}
 	prev := st.ep
 	st.ep, st.adopted = ep, false
-	ifindex, ok := k.mon.Ifindex(ep.Iface)
+	ifindex, ok := e.links.Ifindex(ep.Iface)
 	if ok && st.verified && st.ifindex == ifindex && prev.SameInterface(ep) {
-		return k.installBothLocked(st)
+		return e.installBoth(st)
 	}
 	st.verified = false
 	if !ok {
 		// Programmed when the monitor reports the interface. Its links
 		// went with it; their pins would only keep them around.
 		if st.ifindex != 0 {
-			if err := k.bpf.RemoveLinkPins(ep.Iface); err != nil {
-				k.log.Warn("remove link pins of a vanished interface", "iface", ep.Iface, "err", err)
+			if err := e.entry.RemoveLinkPins(ep.Iface); err != nil {
+				e.log.Warn("remove link pins of a vanished interface", "iface", ep.Iface, "err", err)
 			}
 		}
-		k.forgetIfindexLocked(st)
+		e.forgetIfindex(st)
 		return nil
 	}
 	if st.ifindex != 0 && st.ifindex != ifindex {
 		// The interface was recreated: the old ifindex's state is stale.
-		k.forgetIfindexLocked(st)
+		e.forgetIfindex(st)
 	}
 	st.ifindex = ifindex
 	if !st.hasSlot {
-		s, err := k.slots.get()
+		s, err := e.slots.get()
 		if err != nil {
 			return err
 		}
 		st.slot, st.hasSlot = s, true
 	}
-	if err := k.attachLocked(st, ep.Iface); err != nil {
+	if err := e.attach(st, ep.Iface); err != nil {
 		return err
 	}
-	if k.crashAfterAttach {
-		k.log.Error("test hook: exiting after attach, before the policy install", "env", CrashAfterAttachEnv, "iface", ep.Iface)
-		os.Exit(CrashExitCode)
+	if e.afterAttach != nil {
+		e.afterAttach(ep.Iface)
 	}
-	if !st.ready {
-		// Attached but not yet policed: drop until the policy is in.
-		if err := k.setIfStateLocked(st, abi.IfWorkload); err != nil {
+	if !st.ready && !st.closed {
+		// Attached but not yet policed: drop until the policy is in. An
+		// interface failed closed drops already, whatever slot its entry
+		// names.
+		if err := e.setIfState(st, abi.IfWorkload); err != nil {
 			return fmt.Errorf("ifstate %s: %w", ep.Iface, err)
 		}
 	}
-	if err := k.installBothLocked(st); err != nil {
+	if err := e.installBoth(st); err != nil {
 		return err
 	}
 	if !st.ready || st.ifsSlot != st.slot {
 		// Ready, or moved to another slot (an adopted entry whose slot
 		// another interface held): the entry switches atomically.
-		if err := k.setIfStateLocked(st, abi.IfWorkload|abi.IfReady); err != nil {
+		if err := e.setIfState(st, abi.IfWorkload|abi.IfReady); err != nil {
 			return fmt.Errorf("ifstate %s: %w", ep.Iface, err)
 		}
 	}
-	configure := k.cfg.ConfigureEndpoint
+	configure := e.net.ConfigureEndpoint
 	if st.fresh && !st.configured {
-		configure = k.cfg.ConfigureNewEndpoint // nothing to read back
+		configure = e.net.ConfigureNewEndpoint // nothing to read back
 		// Once only: after a partial write (or for other nets) the next
 		// apply must read what is there.
 		st.configured = true
@@ -191,10 +204,10 @@ func (k *Kernel) ApplyEndpoint(ep *model.Endpoint) error {
 	return nil
 }
 
-// installBothLocked installs the ingress and egress policies.
-func (k *Kernel) installBothLocked(st *endpointState) error {
+// installBoth installs the ingress and egress policies.
+func (e *endpointProgrammer) installBoth(st *endpointState) error {
 	for _, dir := range []model.Direction{model.Ingress, model.Egress} {
-		if err := k.installLocked(st, dir); err != nil {
+		if err := e.install(st, dir); err != nil {
 			st.verified = false
 			return err
 		}
@@ -203,77 +216,77 @@ func (k *Kernel) installBothLocked(st *endpointState) error {
 	return nil
 }
 
-// attachLocked attaches the entry programs unless they already are, as
+// attach attaches the entry programs unless they already are, as
 // they are after a restart or a fail-closed attach. An attachment this
 // process made or checked at this ifindex is trusted until the next resync.
-func (k *Kernel) attachLocked(st *endpointState, iface string) error {
+func (e *endpointProgrammer) attach(st *endpointState, iface string) error {
 	if st.attachOK {
 		return nil
 	}
 	// A fresh interface has nothing attached to look for (and Attach is
 	// idempotent should something be there after all).
 	if !st.fresh || st.mode != "" {
-		if mode, ok := k.bpf.AttachedCurrent(st.ifindex, iface); ok {
+		if mode, ok := e.entry.AttachedCurrent(st.ifindex, iface); ok {
 			st.mode, st.attachOK = mode, true
 			return nil
 		}
 	}
-	mode, err := k.bpf.Attach(st.ifindex, iface)
+	mode, err := e.entry.Attach(st.ifindex, iface)
 	if err != nil {
 		return fmt.Errorf("attach %s: %w", iface, err)
 	}
-	k.ops.Attaches++
+	e.ops.Attaches++
 	st.mode, st.attachOK = mode, true
 	return nil
 }
 
-// setIfStateLocked writes the interface's dpd_ifstate entry. Without
+// setIfState writes the interface's dpd_ifstate entry. Without
 // IfReady the entry programs drop everything.
-func (k *Kernel) setIfStateLocked(st *endpointState, flags uint32) error {
+func (e *endpointProgrammer) setIfState(st *endpointState, flags uint32) error {
 	slot := uint32(0)
 	if st.hasSlot {
 		slot = st.slot
 	}
-	if err := k.bpf.SetIfState(st.ifindex, slot, flags); err != nil {
+	if err := e.entry.SetIfState(st.ifindex, slot, flags); err != nil {
 		return err
 	}
-	k.ops.IfStateWrites++
+	e.ops.IfStateWrites++
 	st.ifsSlot = slot
 	st.ready = flags&abi.IfReady != 0
 	st.closed = !st.ready
 	return nil
 }
 
-// installLocked puts the program for dir into the endpoint's jump slot when
+// install puts the program for dir into the endpoint's jump slot when
 // it differs from what is there, then releases the old one.
-func (k *Kernel) installLocked(st *endpointState, dir model.Direction) error {
-	sp, err := k.acquireLocked(st.ep.Policy(dir), dir)
+func (e *endpointProgrammer) install(st *endpointState, dir model.Direction) error {
+	sp, err := e.pols.acquire(st.ep.Policy(dir), dir)
 	if err != nil {
 		return fmt.Errorf("%s policy for %s: %w", dir, st.ep.Iface, err)
 	}
 	if st.inst[dir] == sp {
-		k.releaseLocked(sp) // already installed: drop the extra reference
+		e.pols.release(sp) // already installed: drop the extra reference
 		return nil
 	}
-	if err := k.bpf.InstallPolicy(st.slot, int(dir), sp.prog.Head()); err != nil {
-		k.releaseLocked(sp)
+	if err := e.entry.InstallPolicy(st.slot, int(dir), sp.prog); err != nil {
+		e.pols.release(sp)
 		return fmt.Errorf("install %s policy for %s: %w", dir, st.ep.Iface, err)
 	}
-	k.ops.JumpWrites++
+	e.ops.JumpWrites++
 	old := st.inst[dir]
 	st.inst[dir] = sp
-	k.releaseLocked(old)
+	e.pols.release(old)
 	return nil
 }
 
-// forgetIfindexLocked drops the kernel state tied to an interface index that
+// forgetIfindex drops the kernel state tied to an interface index that
 // no longer exists (the programs and links went with the interface).
-func (k *Kernel) forgetIfindexLocked(st *endpointState) {
+func (e *endpointProgrammer) forgetIfindex(st *endpointState) {
 	if st.ifindex != 0 {
-		if err := k.bpf.DeleteIfState(st.ifindex); err != nil {
-			k.log.Debug("delete stale ifstate", "ifindex", st.ifindex, "err", err)
+		if err := e.entry.DeleteIfState(st.ifindex); err != nil {
+			e.log.Debug("delete stale ifstate", "ifindex", st.ifindex, "err", err)
 		} else {
-			k.ops.IfStateWrites++
+			e.ops.IfStateWrites++
 		}
 	}
 	st.ifindex = 0
@@ -283,11 +296,9 @@ func (k *Kernel) forgetIfindexLocked(st *endpointState) {
 	st.attachOK, st.verified, st.configured = false, false, false
 }
 
-// RemoveEndpoint removes everything ApplyEndpoint added for ep.
-func (k *Kernel) RemoveEndpoint(ep *model.Endpoint) error {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	st, ok := k.eps[ep.Iface]
+// remove removes everything apply added for ep.
+func (e *endpointProgrammer) remove(ep *model.Endpoint) error {
+	st, ok := e.eps[ep.Iface]
 	if !ok {
 		return nil
 	}
@@ -298,44 +309,44 @@ func (k *Kernel) RemoveEndpoint(ep *model.Endpoint) error {
 	// The interface was re-created since the endpoint was programmed (and
 	// failed closed): what is on it now is not the endpoint's to take away.
 	recreated := st.epIfindex != 0 && st.ifindex != 0 && st.ifindex != st.epIfindex
-	if err := k.dropStateLocked(ep.Iface, st, nets); err != nil {
+	if err := e.dropState(ep.Iface, st, nets); err != nil {
 		return err
 	}
-	delete(k.eps, ep.Iface)
-	if ifindex, ok := k.mon.Ifindex(ep.Iface); recreated && ok {
-		fc := k.newEndpointStateLocked()
-		if err := k.failCloseLocked(ep.Iface, fc, ifindex); err != nil {
-			k.log.Warn("cannot fail closed a re-created interface; it may pass unpoliced traffic", "iface", ep.Iface, "err", err)
+	delete(e.eps, ep.Iface)
+	if ifindex, ok := e.links.Ifindex(ep.Iface); recreated && ok {
+		fc := e.newState()
+		if err := e.failClose(ep.Iface, fc, ifindex); err != nil {
+			e.log.Warn("cannot fail closed a re-created interface; it may pass unpoliced traffic", "iface", ep.Iface, "err", err)
 		}
 		if fc.ifindex != 0 {
-			k.eps[ep.Iface] = fc
+			e.eps[ep.Iface] = fc
 		}
 	}
 	return nil
 }
 
-// dropStateLocked undoes everything programmed for iface: attachments and
+// dropState undoes everything programmed for iface: attachments and
 // their pins, routes and neighbours, the ifstate entry, the policies in
 // its slot and the slot itself. The caller forgets st on success.
-func (k *Kernel) dropStateLocked(iface string, st *endpointState, nets []netip.Prefix) error {
+func (e *endpointProgrammer) dropState(iface string, st *endpointState, nets []netip.Prefix) error {
 	var errs []error
-	if ifindex, ok := k.mon.Ifindex(iface); ok {
-		if err := k.bpf.Detach(ifindex, iface); err != nil {
+	if ifindex, ok := e.links.Ifindex(iface); ok {
+		if err := e.entry.Detach(ifindex, iface); err != nil {
 			errs = append(errs, fmt.Errorf("detach %s: %w", iface, err))
 		} else {
-			k.ops.Detaches++
+			e.ops.Detaches++
 		}
-		if err := k.cfg.UnconfigureEndpoint(iface, nets); err != nil {
+		if err := e.net.UnconfigureEndpoint(iface, nets); err != nil {
 			errs = append(errs, fmt.Errorf("unconfigure %s: %w", iface, err))
 		}
-	} else if err := k.bpf.RemoveLinkPins(iface); err != nil {
+	} else if err := e.entry.RemoveLinkPins(iface); err != nil {
 		errs = append(errs, err)
 	}
-	if st.ifindex != 0 && !k.ifindexTakenLocked(st.ifindex, st) {
-		if err := k.bpf.DeleteIfState(st.ifindex); err != nil {
+	if st.ifindex != 0 && !e.ifindexTaken(st.ifindex, st) {
+		if err := e.entry.DeleteIfState(st.ifindex); err != nil {
 			errs = append(errs, fmt.Errorf("ifstate %s: %w", iface, err))
 		} else {
-			k.ops.IfStateWrites++
+			e.ops.IfStateWrites++
 		}
 	}
 	for _, dir := range []model.Direction{model.Ingress, model.Egress} {
@@ -343,29 +354,29 @@ func (k *Kernel) dropStateLocked(iface string, st *endpointState, nets []netip.P
 			continue
 		}
 		if st.hasSlot {
-			if err := k.bpf.ClearPolicy(st.slot, int(dir)); err != nil {
+			if err := e.entry.ClearPolicy(st.slot, int(dir)); err != nil {
 				errs = append(errs, fmt.Errorf("clear %s policy of %s: %w", dir, iface, err))
 				continue
 			}
-			k.ops.JumpWrites++
+			e.ops.JumpWrites++
 		}
-		k.releaseLocked(st.inst[dir])
+		e.pols.release(st.inst[dir])
 		st.inst[dir] = nil
 	}
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
 	if st.hasSlot {
-		k.slots.put(st.slot)
+		e.slots.put(st.slot)
 		st.hasSlot = false
 	}
 	return nil
 }
 
-// ifindexTakenLocked reports whether a state other than st holds ifindex
+// ifindexTaken reports whether a state other than st holds ifindex
 // (a renamed interface is known under its new name).
-func (k *Kernel) ifindexTakenLocked(ifindex int, st *endpointState) bool {
-	for _, o := range k.eps {
+func (e *endpointProgrammer) ifindexTaken(ifindex int, st *endpointState) bool {
+	for _, o := range e.eps {
 		if o != st && o.ifindex == ifindex {
 			return true
 		}

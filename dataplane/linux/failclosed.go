@@ -48,13 +48,18 @@ func (k *Kernel) WatchLinks(ctx context.Context, report func(model.LinkUpdate)) 
 	})
 }
 
-// onLink forgets what was verified on the interface, keeps a reported
-// workload interface fail-closed unless it is programmed (or adopted as
-// programmed), and forgets the fail-closed state of one that went away.
+// onLink hands a link change to the endpoint programmer.
 func (k *Kernel) onLink(u model.LinkUpdate) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	st := k.eps[u.Name]
+	k.eps.onLink(u)
+}
+
+// onLink forgets what was verified on the interface, keeps a reported
+// workload interface fail-closed unless it is programmed (or adopted as
+// programmed), and forgets the fail-closed state of one that went away.
+func (e *endpointProgrammer) onLink(u model.LinkUpdate) {
+	st := e.eps[u.Name]
 	if st != nil {
 		// A link that went down lost its routes; one that went away and
 		// came back under the same ifindex (moved to another namespace and
@@ -62,52 +67,52 @@ func (k *Kernel) onLink(u model.LinkUpdate) {
 		// attachments too. The next apply verifies everything.
 		st.verified, st.attachOK = false, false
 	}
-	if !k.mon.Matches(u.Name) {
+	if !e.links.Matches(u.Name) {
 		return
 	}
 	if u.State == model.LinkAbsent {
 		if st != nil && st.ep == nil && !st.ready {
-			if err := k.dropStateLocked(u.Name, st, nil); err != nil {
-				k.log.Warn("forget fail-closed interface", "iface", u.Name, "err", err)
+			if err := e.dropState(u.Name, st, nil); err != nil {
+				e.log.Warn("forget fail-closed interface", "iface", u.Name, "err", err)
 				return
 			}
-			delete(k.eps, u.Name)
+			delete(e.eps, u.Name)
 		}
 		return
 	}
-	ifindex, ok := k.mon.Ifindex(u.Name)
+	ifindex, ok := e.links.Ifindex(u.Name)
 	if !ok {
 		return
 	}
-	k.closeLinkLocked(u.Name, st, ifindex)
+	e.closeLink(u.Name, st, ifindex)
 }
 
-// closeLinkLocked fails closed the interface name, now ifindex, unless it
+// closeLink fails closed the interface name, now ifindex, unless it
 // is programmed or closed already; st is its state, nil if none. One that
 // vanishes meanwhile (the change event just before a deletion) is left for
 // its absent event to clean up.
-func (k *Kernel) closeLinkLocked(name string, st *endpointState, ifindex int) {
+func (e *endpointProgrammer) closeLink(name string, st *endpointState, ifindex int) {
 	if st != nil && st.ifindex == ifindex && (st.ready || st.closed) {
 		return // programmed, adopted, or closed already
 	}
 	fresh := st == nil
 	if fresh {
-		st = k.newEndpointStateLocked()
+		st = e.newState()
 	}
-	if err := k.failCloseLocked(name, st, ifindex); err != nil {
-		if k.linkGone(name, ifindex, err) {
+	if err := e.failClose(name, st, ifindex); err != nil {
+		if e.linkGone(name, ifindex, err) {
 			// Nothing passes through a deleted interface. The state is kept
 			// (an attach may have pinned a link) for the absent event.
-			k.log.Debug("interface went away before it could fail closed", "iface", name, "ifindex", ifindex, "err", err)
+			e.log.Debug("interface went away before it could fail closed", "iface", name, "ifindex", ifindex, "err", err)
 		} else {
-			k.log.Warn("cannot fail closed; the interface may pass unpoliced traffic", "iface", name, "err", err)
+			e.log.Warn("cannot fail closed; the interface may pass unpoliced traffic", "iface", name, "err", err)
 		}
 		if fresh && st.ifindex == 0 {
 			return // nothing of ours is on it
 		}
 	}
 	if fresh {
-		k.eps[name] = st
+		e.eps[name] = st
 	}
 }
 
@@ -116,11 +121,11 @@ func (k *Kernel) closeLinkLocked(name string, st *endpointState, ifindex int) {
 // TCX and netlink, the library's LinkNotFoundError from legacy TC,
 // nl.ErrNoLink from the configurer), or the monitor's cache, which runs
 // ahead of its reports, no longer knowing name as ifindex.
-func (k *Kernel) linkGone(name string, ifindex int, err error) bool {
+func (e *endpointProgrammer) linkGone(name string, ifindex int, err error) bool {
 	if isNoDevice(err) {
 		return true
 	}
-	idx, ok := k.mon.Ifindex(name)
+	idx, ok := e.links.Ifindex(name)
 	return !ok || idx != ifindex
 }
 
@@ -131,25 +136,30 @@ func isNoDevice(err error) bool {
 
 var errForeign = errors.New("another dpd's entry programs are attached")
 
-// failCloseLocked attaches the entry programs to ifindex with a dpd_ifstate
+// failClose attaches the entry programs to ifindex with a dpd_ifstate
 // entry that is not READY: every packet drops.
-func (k *Kernel) failCloseLocked(name string, st *endpointState, ifindex int) error {
+func (e *endpointProgrammer) failClose(name string, st *endpointState, ifindex int) error {
 	if st.ifindex != 0 && st.ifindex != ifindex {
-		k.forgetIfindexLocked(st)
+		e.forgetIfindex(st)
 	}
-	if ours, foreign := k.bpf.EntryOwners(ifindex); foreign && !ours && st.ep == nil {
+	ours, foreign, err := e.entry.EntryOwners(ifindex)
+	if err != nil {
+		// Not knowing whose programs are there must not leave it open:
+		// fail it closed as if nothing were attached.
+		e.log.Warn("cannot tell whose entry programs an interface carries; failing it closed", "iface", name, "err", err)
+	} else if foreign && !ours && st.ep == nil {
 		// Another dpd (other pins) polices it: taking its attachment over
 		// for an interface we know nothing about would break it.
 		return errForeign
 	}
 	st.ifindex = ifindex
-	if err := k.attachLocked(st, name); err != nil {
+	if err := e.attach(st, name); err != nil {
 		return err
 	}
-	if err := k.setIfStateLocked(st, abi.IfWorkload); err != nil {
+	if err := e.setIfState(st, abi.IfWorkload); err != nil {
 		return fmt.Errorf("ifstate %s: %w", name, err)
 	}
-	k.ops.FailClosed++
-	k.log.Debug("workload interface fails closed until programmed", "iface", name, "ifindex", ifindex)
+	e.ops.FailClosed++
+	e.log.Debug("workload interface fails closed until programmed", "iface", name, "ifindex", ifindex)
 	return nil
 }

@@ -154,12 +154,13 @@ func TestFailCloseVanishedInterface(t *testing.T) {
 			k := openKernelWith(t, Options{PinDir: newPinDir(t), ForceLegacyTC: legacy})
 			logs := &logRecords{}
 			k.log = slog.New(logs)
+			k.eps.log = k.log
 			w := newWorkload(t, "10.77.5.1")
 			ifindex := ifindexOf(t, w.HostIface)
 			testutil.Run(t, "ip", "link", "del", w.HostIface)
 
 			k.mu.Lock()
-			k.closeLinkLocked(w.HostIface, nil, ifindex)
+			k.eps.closeLink(w.HostIface, nil, ifindex)
 			k.mu.Unlock()
 			if warns := logs.at(slog.LevelWarn); len(warns) != 0 {
 				t.Fatalf("warned about a vanished interface: %q", warns)

@@ -4,14 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"time"
-
-	"github.com/vishvananda/netlink"
-
-	"github.com/dpd-dev/dpd/dataplane/tcbpf/polprog"
 )
 
 // DefaultGCInterval is how often garbage collection runs after the first.
@@ -39,13 +36,28 @@ func (r GCReport) Total() int {
 		r.Programs + r.ProgramPins + r.Routes + r.IPSets + r.Counters + r.RetiredMaps
 }
 
+// collector runs garbage collection over the endpoint and policy
+// programmers (which know what is live and remove what is theirs) and
+// the IP sets and retired maps. Called under Kernel.mu.
+type collector struct {
+	eps      *endpointProgrammer
+	pols     *policyProgrammer
+	sweep    sweepFacility
+	log      *slog.Logger
+	ops      *Ops
+	interval time.Duration
+
+	knownSets   map[string]bool // IP sets the engine replaced and did not remove
+	retiredKept int             // retired program arrays still in use at the last collection
+}
+
 // afterFirstApplyLocked ends the restart: what the first apply did not
 // claim is collected, and the cost of the reconciliation is logged.
 func (k *Kernel) afterFirstApplyLocked() error {
 	o := k.ops
-	o.Netlink = k.cfg.Stats()
+	o.Netlink = k.netStats()
 	o = o.Sub(k.opsBase) // the apply itself, not fail-closed work before it
-	r, err := k.collectLocked()
+	r, err := k.gc.collect()
 	k.log.Info("first apply after InSync done",
 		"since_start", time.Since(k.started).Round(time.Millisecond),
 		"adopted_endpoints", k.adopted.endpoints, "adopted_programs", k.adopted.programs,
@@ -79,10 +91,11 @@ func (k *Kernel) CollectGarbage() (GCReport, error) {
 	if !k.applied {
 		return GCReport{}, nil
 	}
-	return k.collectLocked()
+	return k.gc.collect()
 }
 
-func (k *Kernel) collectLocked() (GCReport, error) {
+// collect runs one collection.
+func (c *collector) collect() (GCReport, error) {
 	var r GCReport
 	var errs []error
 	note := func(err error) {
@@ -90,70 +103,84 @@ func (k *Kernel) collectLocked() (GCReport, error) {
 			errs = append(errs, err)
 		}
 	}
-	note(k.gcEndpointsLocked(&r))
-	note(k.gcAttachmentsLocked(&r))
-	note(k.gcMapsLocked(&r))
-	k.releasePreloadsBeforeLocked(time.Now().Add(-k.gcInterval))
-	note(k.gcProgramsLocked(&r))
-	if n, err := k.bpf.RetainIPSets(k.knownSetsLocked()); err != nil {
+	note(c.eps.sweepUnclaimed(&r))
+	note(c.eps.sweepAttachments(&r))
+	note(c.eps.sweepMaps(&r))
+	c.pols.releasePreloadsBefore(time.Now().Add(-c.interval))
+	note(c.pols.sweep(&r))
+	keep := make([]string, 0, len(c.knownSets))
+	for id := range c.knownSets {
+		keep = append(keep, id)
+	}
+	if n, err := c.sweep.RetainIPSets(keep); err != nil {
 		note(err)
 	} else {
 		r.IPSets = n
 	}
-	var live []int
-	for _, st := range k.eps {
-		if st.ifindex != 0 {
-			live = append(live, st.ifindex)
-		}
-	}
-	before := k.retiredKept
-	kept, err := k.bpf.ReleaseRetired(live)
+	before := c.retiredKept
+	kept, err := c.sweep.ReleaseRetired(c.eps.liveIfindexes())
 	note(err)
 	if before > kept {
 		r.RetiredMaps = before - kept
 	}
-	k.retiredKept = kept
-	k.ops.GCRemovals += uint64(r.Total())
+	c.retiredKept = kept
+	c.ops.GCRemovals += uint64(r.Total())
 	if r.Total() > 0 {
-		k.log.Info("garbage collected", "report", fmt.Sprintf("%+v", r))
+		c.log.Info("garbage collected", "report", fmt.Sprintf("%+v", r))
 	}
 	return r, errors.Join(errs...)
 }
 
-// gcEndpointsLocked settles the interfaces adopted at start that the first
+// liveIfindexes are the interfaces some endpoint state holds.
+func (e *endpointProgrammer) liveIfindexes() []int {
+	var live []int
+	for _, st := range e.eps {
+		if st.ifindex != 0 {
+			live = append(live, st.ifindex)
+		}
+	}
+	return live
+}
+
+// sweepUnclaimed settles the interfaces adopted at start that the first
 // apply did not claim: one that still exists unprogrammed stays fail
 // closed; an endpoint the controller no longer sends is removed like
 // RemoveEndpoint removes it; one whose interface is gone leaves nothing.
-func (k *Kernel) gcEndpointsLocked(r *GCReport) error {
+func (e *endpointProgrammer) sweepUnclaimed(r *GCReport) error {
 	var errs []error
-	for name, st := range k.eps {
+	for name, st := range e.eps {
 		if st.ep != nil {
 			continue
 		}
-		ifindex, exists := k.mon.Ifindex(name)
-		if exists && ifindex == st.ifindex && st.closed && k.mon.Matches(name) {
+		ifindex, exists := e.links.Ifindex(name)
+		if exists && ifindex == st.ifindex && st.closed && e.links.Matches(name) {
 			st.adopted = false
 			continue
 		}
-		if err := k.dropStateLocked(name, st, k.routedNetsLocked(ifindex, exists)); err != nil {
+		nets, err := e.routedNets(ifindex, exists)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("unclaimed %s: %w", name, err))
+			continue
+		}
+		if err := e.dropState(name, st, nets); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		delete(k.eps, name)
+		delete(e.eps, name)
 		r.Endpoints++
 	}
 	return errors.Join(errs...)
 }
 
-// routedNetsLocked lists the destinations of dpd's routes through an
+// routedNets lists the destinations of dpd's routes through an
 // interface: an adopted endpoint's addresses, whose neighbours go too.
-func (k *Kernel) routedNetsLocked(ifindex int, exists bool) []netip.Prefix {
+func (e *endpointProgrammer) routedNets(ifindex int, exists bool) ([]netip.Prefix, error) {
 	if !exists {
-		return nil
+		return nil, nil
 	}
-	routes, err := k.cfg.ListDpdRoutes()
+	routes, err := e.net.ListDpdRoutes()
 	if err != nil {
-		return nil
+		return nil, fmt.Errorf("list routes: %w", err)
 	}
 	var out []netip.Prefix
 	for _, rt := range routes {
@@ -165,45 +192,61 @@ func (k *Kernel) routedNetsLocked(ifindex int, exists bool) []netip.Prefix {
 			out = append(out, netip.PrefixFrom(a.Unmap(), ones))
 		}
 	}
-	return out
+	return out, nil
 }
 
-// gcAttachmentsLocked detaches dpd's entry programs from interfaces that
+// sweepAttachments detaches dpd's entry programs from interfaces that
 // have no state: link pins of vanished or forgotten interfaces, and legacy
 // filters or links a crash left unrecorded.
-func (k *Kernel) gcAttachmentsLocked(r *GCReport) error {
+func (e *endpointProgrammer) sweepAttachments(r *GCReport) error {
 	var errs []error
-	names, err := k.bpf.PinnedLinks()
+	names, err := e.entry.PinnedLinks()
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		errs = append(errs, err)
 	}
 	for _, name := range names {
-		if _, live := k.eps[name]; live {
+		if _, live := e.eps[name]; live {
 			continue
 		}
-		if ifindex, ok := k.mon.Ifindex(name); ok && k.bpf.OwnsAttachment(ifindex) {
-			if err := k.detachOrphanLocked(name, ifindex); err != nil {
-				errs = append(errs, err)
+		if ifindex, ok := e.links.Ifindex(name); ok {
+			owned, err := e.entry.OwnsAttachment(ifindex)
+			if err != nil {
+				// Unknown: its pins may hold its only links; keep them.
+				errs = append(errs, fmt.Errorf("orphan %s: %w", name, err))
 				continue
 			}
-			r.Attachments++
+			if owned {
+				if err := e.detachOrphan(name, ifindex); err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				r.Attachments++
+			}
 		}
-		if err := k.bpf.RemoveLinkPins(name); err != nil {
+		if err := e.entry.RemoveLinkPins(name); err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		r.LinkPins++
 	}
-	links, err := netlink.LinkList()
+	links, err := e.links.Links()
 	if err != nil {
-		return errors.Join(append(errs, fmt.Errorf("list links: %w", err))...)
+		return errors.Join(append(errs, err)...)
 	}
 	for _, l := range links {
-		name, ifindex := l.Attrs().Name, l.Attrs().Index
-		if _, live := k.eps[name]; live || !k.mon.Matches(name) || !k.bpf.OwnsAttachment(ifindex) {
+		name, ifindex := l.Name, l.Ifindex
+		if _, live := e.eps[name]; live || !e.links.Matches(name) {
 			continue
 		}
-		if err := k.detachOrphanLocked(name, ifindex); err != nil {
+		owned, err := e.entry.OwnsAttachment(ifindex)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("orphan %s: %w", name, err))
+			continue
+		}
+		if !owned {
+			continue
+		}
+		if err := e.detachOrphan(name, ifindex); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -212,31 +255,34 @@ func (k *Kernel) gcAttachmentsLocked(r *GCReport) error {
 	return errors.Join(errs...)
 }
 
-// detachOrphanLocked removes dpd's programs and routes from an interface
+// detachOrphan removes dpd's programs and routes from an interface
 // with no state.
-func (k *Kernel) detachOrphanLocked(name string, ifindex int) error {
-	nets := k.routedNetsLocked(ifindex, true)
-	if err := k.bpf.Detach(ifindex, name); err != nil {
+func (e *endpointProgrammer) detachOrphan(name string, ifindex int) error {
+	nets, err := e.routedNets(ifindex, true)
+	if err != nil {
+		return fmt.Errorf("orphan %s: %w", name, err)
+	}
+	if err := e.entry.Detach(ifindex, name); err != nil {
 		return fmt.Errorf("detach orphan %s: %w", name, err)
 	}
-	k.ops.Detaches++
-	if err := k.cfg.UnconfigureEndpoint(name, nets); err != nil {
+	e.ops.Detaches++
+	if err := e.net.UnconfigureEndpoint(name, nets); err != nil {
 		return fmt.Errorf("unconfigure orphan %s: %w", name, err)
 	}
 	return nil
 }
 
-// gcMapsLocked deletes dpd_ifstate entries of no live interface, dpd_jump
-// policies of unallocated slots, and dpd_chain entries no program owns.
-func (k *Kernel) gcMapsLocked(r *GCReport) error {
+// sweepMaps deletes dpd_ifstate entries of no live interface and dpd_jump
+// policies of unallocated slots.
+func (e *endpointProgrammer) sweepMaps(r *GCReport) error {
 	var errs []error
 	live := map[int]bool{}
-	for _, st := range k.eps {
+	for _, st := range e.eps {
 		if st.ifindex != 0 {
 			live[st.ifindex] = true
 		}
 	}
-	states, err := k.bpf.IfStates()
+	states, err := e.entry.IfStates()
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -244,91 +290,90 @@ func (k *Kernel) gcMapsLocked(r *GCReport) error {
 		if live[ifindex] {
 			continue
 		}
-		if err := k.bpf.DeleteIfState(ifindex); err != nil {
+		if err := e.entry.DeleteIfState(ifindex); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		k.ops.IfStateWrites++
+		e.ops.IfStateWrites++
 		r.IfStates++
 	}
-	pols, err := k.bpf.Policies()
+	pols, err := e.entry.Policies()
 	if err != nil {
 		errs = append(errs, err)
 	}
 	for _, p := range pols {
-		if k.slots.inUse(p.Slot) {
+		if e.slots.inUse(p.Slot) {
 			continue
 		}
-		if err := k.bpf.ClearPolicy(p.Slot, p.Dir); err != nil {
+		if err := e.entry.ClearPolicy(p.Slot, p.Dir); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		k.ops.JumpWrites++
+		e.ops.JumpWrites++
 		r.JumpSlots++
 	}
-	chain := k.bpf.Maps().Chain
-	idx, err := k.bpf.ChainIndices()
+	return errors.Join(errs...)
+}
+
+// sweep releases adopted programs nobody claimed, removes pin directories
+// no program owns, deletes the counters of rules no loaded program has,
+// and the dpd_chain entries no program owns.
+func (p *policyProgrammer) sweep(r *GCReport) error {
+	var errs []error
+	idx, err := p.fac.ChainIndices()
 	if err != nil {
 		errs = append(errs, err)
 	}
 	for _, i := range idx {
-		if polprog.ChainIndexInUse(chain, i) {
+		if p.fac.ChainIndexInUse(i) {
 			continue
 		}
-		if err := k.bpf.DeleteChainIndex(i); err != nil {
+		if err := p.fac.DeleteChainIndex(i); err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		r.ChainSlots++
 	}
-	return errors.Join(errs...)
-}
-
-// gcProgramsLocked releases adopted programs nobody claimed, removes pin
-// directories no program owns, and deletes the counters of rules no
-// loaded program has.
-func (k *Kernel) gcProgramsLocked(r *GCReport) error {
-	var errs []error
-	for key, sp := range k.pinned {
+	for key, sp := range p.pinned {
 		if sp.refs > 0 {
 			continue // still installed in a slot the first apply kept
 		}
-		delete(k.pinned, key)
+		delete(p.pinned, key)
 		if err := sp.pinned.Release(true); err != nil {
 			errs = append(errs, err)
 		}
 		r.Programs++
 	}
 	owned := map[string]bool{}
-	for _, sp := range k.progs {
+	for _, sp := range p.progs {
 		owned[sp.prog.PinDir()] = true
 	}
-	for _, sp := range k.pinned {
-		owned[sp.pinned.Dir] = true
+	for _, sp := range p.pinned {
+		owned[sp.pinned.Dir()] = true
 	}
-	dir := k.progsDirLocked()
-	ents, err := os.ReadDir(dir)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
+	dir := p.fac.ProgsDir()
+	names, err := p.fac.PinnedNames()
+	if err != nil {
 		errs = append(errs, err)
 	}
-	for _, e := range ents {
-		p := filepath.Join(dir, e.Name())
-		if owned[p] {
+	for _, name := range names {
+		path := filepath.Join(dir, name)
+		if owned[path] {
 			continue
 		}
-		if err := os.RemoveAll(p); err != nil {
-			errs = append(errs, fmt.Errorf("remove stale program pins %s: %w", p, err))
+		if err := p.fac.RemovePinDir(path); err != nil {
+			errs = append(errs, fmt.Errorf("remove stale program pins %s: %w", path, err))
 			continue
 		}
 		r.ProgramPins++
 	}
 	keep := map[uint64]bool{}
-	for _, sp := range k.progs {
+	for _, sp := range p.progs {
 		for _, ri := range sp.prog.Rules() {
 			keep[ri.CounterID] = true
 		}
 	}
-	ids, err := k.bpf.CounterIDs()
+	ids, err := p.fac.CounterIDs()
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -338,7 +383,7 @@ func (k *Kernel) gcProgramsLocked(r *GCReport) error {
 			drop = append(drop, id)
 		}
 	}
-	if err := k.bpf.DeleteCounters(drop); err != nil {
+	if err := p.fac.DeleteCounters(drop); err != nil {
 		errs = append(errs, err)
 	} else {
 		r.Counters = len(drop)

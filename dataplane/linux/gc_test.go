@@ -87,7 +87,7 @@ func TestRestartCollectsGarbage(t *testing.T) {
 	addStrayFilter(t, strayIfindex, k1.datapath().Programs().FromWEP)
 	d := k1.datapath()
 	k1.mu.Lock()
-	head := k1.eps[a.HostIface].inst[model.Ingress].prog.Head()
+	head := k1.eps.eps[a.HostIface].inst[model.Ingress].prog.Head()
 	k1.mu.Unlock()
 	mustNil(t, d.SetIfState(999999, 5, abi.IfReady|abi.IfWorkload))
 	mustNil(t, d.InstallPolicy(900, 0, head))

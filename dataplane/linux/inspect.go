@@ -60,8 +60,8 @@ func (k *Kernel) Rules(iface string, dir model.Direction) ([]model.RuleInfo, boo
 	return out, true
 }
 
-func (k *Kernel) installedLocked(iface string, dir model.Direction) *polprog.Program {
-	st, ok := k.eps[iface]
+func (k *Kernel) installedLocked(iface string, dir model.Direction) loadedProgram {
+	st, ok := k.eps.eps[iface]
 	if !ok || st.inst[dir] == nil {
 		return nil
 	}
@@ -84,7 +84,7 @@ func (k *Kernel) Trace(iface string, dir model.Direction, frame []byte) (model.T
 	if k.closed {
 		return model.TraceResult{}, errClosed
 	}
-	st, ok := k.eps[iface]
+	st, ok := k.eps.eps[iface]
 	if !ok || st.ifindex == 0 {
 		return model.TraceResult{}, engine.ErrNotProgrammed
 	}
@@ -194,7 +194,7 @@ func (k *Kernel) MapUsage() ([]model.MapUsage, error) {
 		out = append(out, model.MapUsage{Name: "dpd_ct", Entries: ct, Capacity: capOf(m.Conntrack)})
 	}
 	ifstate, jump := 0, 1 // the epilogue sits at abi.JumpEpilogue
-	for _, st := range k.eps {
+	for _, st := range k.eps.eps {
 		if st.ifindex != 0 && (st.ready || st.closed) {
 			ifstate++
 		}
@@ -207,26 +207,26 @@ func (k *Kernel) MapUsage() ([]model.MapUsage, error) {
 		}
 	}
 	chain := 0
-	for _, sp := range k.progs {
-		if sp.prog != nil {
-			chain += len(sp.prog.ChainIndices())
+	for _, sp := range k.pols.progs {
+		if c, ok := sp.prog.(interface{ ChainIndices() []uint32 }); ok {
+			chain += len(c.ChainIndices())
 		}
 	}
 	routes := 0
-	for dst := range k.routes {
+	for dst := range k.routes.routes {
 		if dst.Addr().Is4() { // the only family ApplyRoute writes to dpd_routes
 			routes++
 		}
 	}
 	fe, be := 0, 0
-	for _, ports := range k.nat.services {
+	for _, ports := range k.svcs.services {
 		for _, p := range ports {
 			fe += len(p.fes)
 			be += len(p.bes)
 		}
 	}
-	for _, e := range k.nat.adopted {
-		if !k.nat.claimed[e.ID] {
+	for _, e := range k.svcs.adopted {
+		if !k.svcs.claimed[e.ID] {
 			fe++
 			be += e.Count
 		}

@@ -4,8 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/netip"
-	"os"
 	"sync"
 	"time"
 
@@ -31,53 +29,56 @@ type Options struct {
 	// which follows the first apply after InSync (default 60 s).
 	GCInterval time.Duration
 	Log        *slog.Logger
+	// AfterAttach, when set, runs in ApplyEndpoint right after an
+	// endpoint's entry programs are attached and before its policy is
+	// installed: the point where a crash leaves an interface attached but
+	// not ready. Only crash tests set it (see CrashAfterAttachEnv).
+	AfterAttach func(iface string)
 }
 
-// Kernel implements engine.Kernel on Linux. The engine calls it from one
-// goroutine; Inspect may read concurrently, so state is under mu.
+// Kernel implements engine.Kernel on Linux by composing one programmer
+// per concern, each over narrow facilities (facilities.go): endpoints
+// (attach, verify, fail closed), policy programs (shared, pinned,
+// preloaded), garbage collection, routes, tunnels, masquerading and
+// services. The engine calls it from one goroutine; Inspect, the link
+// monitor and the periodic collection call concurrently, so every call
+// takes mu and the programmers run under it.
 type Kernel struct {
-	opts Options
-	log  *slog.Logger
-	mon  *nl.Monitor
-	cfg  *nl.Configurer
+	opts   Options
+	log    *slog.Logger
+	mon    *nl.Monitor
+	cfg    *nl.Configurer
+	links  linkFacility  // the monitor as the programmers see it; immutable
+	netFac netFacilities // immutable
 
 	mu    sync.Mutex
-	bpf   *tcbpf.Datapath           // guarded by mu; reopened only before the first endpoint
-	sizes tcbpf.MapSizes            // guarded by mu
-	eps   map[string]*endpointState // by interface name; guarded by mu
-	slots slotAllocator             // guarded by mu
-	progs map[progKey]*sharedProg   // loaded policy programs by content; guarded by mu
+	bpf   *tcbpf.Datapath // guarded by mu; reopened only before the first endpoint
+	sizes tcbpf.MapSizes  // guarded by mu
 
-	// Restart adoption, fail-closed and garbage collection (adopt.go,
-	// failclosed.go, gc.go).
-	pinned      map[progKey]*sharedProg // pinned by an earlier dpd, not yet claimed; guarded by mu
-	stale       []*sharedProg           // pinned programs found out of date, still in some slot; guarded by mu
-	applied     bool                    // the first apply after InSync has ended; guarded by mu
-	knownSets   map[string]bool         // IP sets the engine replaced and did not remove; guarded by mu
-	retiredKept int                     // retired program arrays still in use at the last collection; guarded by mu
-	ops         Ops                     // guarded by mu
-	started     time.Time               // immutable
-	adopted     adoption                // what the start found; guarded by mu
-	gcInterval  time.Duration           // immutable
-	closed      bool                    // Close ran; guarded by mu
+	// The programmers, each owning its concern's state. eps, pols and the
+	// collector's facilities are rebuilt when the datapath is reopened.
+	eps     *endpointProgrammer // endpoints.go, failclosed.go, adopt.go
+	pols    *policyProgrammer   // programs.go, preload.go
+	gc      *collector          // gc.go
+	routes  *routeProgrammer    // routes.go
+	tunnels *tunnelProgrammer   // vtep.go
+	masq    *masqProgrammer     // masquerade.go
+	svcs    *serviceProgrammer  // services.go
+	ipsets  ipsetMaps           // written as the engine says; the collector keeps the rest
+
+	applied    bool          // the first apply after InSync has ended; guarded by mu
+	ops        Ops           // shared by the programmers; guarded by mu
+	started    time.Time     // immutable
+	adopted    adoption      // what the start found; guarded by mu
+	gcInterval time.Duration // immutable
+	closed     bool          // Close ran; guarded by mu
 	// applyStarted: the first apply configured the kernel; opsBase is ops
 	// at that moment. Guarded by mu.
 	applyStarted bool
 	opsBase      Ops
-	// crashAfterAttach is the CrashAfterAttachEnv test hook. Immutable.
-	crashAfterAttach bool
-
-	// Routes, tunnels and services (routes.go, vtep.go, services.go).
-	routes    map[netip.Prefix]*routeState // by masked destination; guarded by mu
-	tun       tunnelState                  // guarded by mu
-	nat       natTable                     // guarded by mu
-	masqDirty bool                         // pools changed since the nat_outgoing table was written; guarded by mu
-	masqDone  bool                         // the table was written at least once; guarded by mu
-	masqPools []netip.Prefix               // as last written; guarded by mu
-	allPools  []netip.Prefix               // as last written; guarded by mu
-	gcDone    bool                         // the post-restart garbage collection ran; guarded by mu
-	logged    map[string]bool              // one-time warnings given; guarded by mu
-	ctCount   ctCount                      // the last conntrack count (inspect.go); guarded by mu
+	gcDone       bool            // the post-restart garbage collection ran; guarded by mu
+	logged       map[string]bool // one-time warnings given; guarded by mu
+	ctCount      ctCount         // the last conntrack count (inspect.go); guarded by mu
 
 	attach tcbpf.AttachChoice // the attach mode in force and why; immutable
 }
@@ -136,36 +137,43 @@ func New(opts Options) (*Kernel, error) {
 	if opts.GCInterval <= 0 {
 		opts.GCInterval = DefaultGCInterval
 	}
-	sizes, pinned := tcbpf.PinnedSizes(opts.PinDir)
+	sizes, pinned, err := tcbpf.PinnedSizes(opts.PinDir)
+	if err != nil {
+		_ = mon.Close()
+		_ = cfg.Close()
+		return nil, err
+	}
 	if !pinned {
 		sizes = tcbpf.DefaultMapSizes()
 	}
-	k := &Kernel{
-		opts:      opts,
-		log:       opts.Log,
-		mon:       mon,
-		cfg:       cfg,
-		sizes:     sizes,
-		eps:       map[string]*endpointState{},
-		progs:     map[progKey]*sharedProg{},
-		pinned:    map[progKey]*sharedProg{},
-		knownSets: map[string]bool{},
-		started:   time.Now(),
-		attach:    choice,
-
-		gcInterval:       opts.GCInterval,
-		crashAfterAttach: os.Getenv(CrashAfterAttachEnv) == "1",
-		routes:           map[netip.Prefix]*routeState{},
-		tun:              newTunnelState(defaultHostname(opts.Hostname)),
-		masqDirty:        true,
-		logged:           map[string]bool{},
-	}
+	k := newKernel(opts, realNet(mon, cfg))
+	k.mon, k.cfg, k.sizes = mon, cfg, sizes
+	k.attach = choice
 	if err := k.openBPFLocked(); err != nil {
 		_ = mon.Close()
 		_ = cfg.Close()
 		return nil, err
 	}
 	return k, nil
+}
+
+// newKernel composes the programmers that need no BPF side yet.
+func newKernel(opts Options, net netFacilities) *Kernel {
+	k := &Kernel{
+		opts:       opts,
+		log:        opts.Log,
+		links:      net.links,
+		started:    time.Now(),
+		gcInterval: opts.GCInterval,
+		logged:     map[string]bool{},
+	}
+	k.netFac = net
+	k.tunnels = newTunnelProgrammer(net.tunnel, defaultHostname(opts.Hostname))
+	k.routes = newRouteProgrammer(nil, net.routes, k.tunnels, k.logOnceLocked)
+	k.tunnels.routes = k.routes
+	k.masq = &masqProgrammer{net: net.masq}
+	k.gc = &collector{log: k.log, ops: &k.ops, interval: opts.GCInterval, knownSets: map[string]bool{}}
+	return k
 }
 
 func (k *Kernel) openBPFLocked() error {
@@ -179,15 +187,30 @@ func (k *Kernel) openBPFLocked() error {
 		return fmt.Errorf("open bpf dataplane: %w", err)
 	}
 	k.bpf = d
-	k.slots = newSlotAllocator(d.Sizes().Slots())
-	if err := k.adoptNATLocked(); err != nil {
+	if err := k.attachBPFLocked(realBPF(d), d.Sizes().Slots()); err != nil {
 		_ = d.Close()
+		return err
+	}
+	return nil
+}
+
+// attachBPFLocked builds the programmers over an opened BPF side and
+// adopts what an earlier dpd left in it.
+func (k *Kernel) attachBPFLocked(fac bpfFacilities, slots uint32) error {
+	k.routes.maps = fac.routes
+	k.ipsets = fac.ipsets
+	k.svcs = newServiceProgrammer(fac.nat, k.log)
+	if err := k.svcs.adopt(); err != nil {
 		return fmt.Errorf("adopt service maps: %w", err)
 	}
-	a, err := k.adoptLocked()
+	k.pols = newPolicyProgrammer(fac.programs, k.log, &k.ops)
+	k.eps = newEndpointProgrammer(fac.entry, k.netFac.endpoint, k.links, k.pols, slots, k.log, &k.ops)
+	k.eps.afterAttach = k.opts.AfterAttach
+	k.eps.applied = k.applied
+	k.gc.eps, k.gc.pols, k.gc.sweep = k.eps, k.pols, fac.sweep
+	a, err := k.eps.adopt()
 	if err != nil {
-		k.abandonLocked()
-		_ = d.Close()
+		k.pols.abandon()
 		return fmt.Errorf("adopt programmed state: %w", err)
 	}
 	k.adopted = a
@@ -207,9 +230,13 @@ func (k *Kernel) Close() error {
 		return nil
 	}
 	k.closed = true
-	k.abandonLocked()
-	_ = k.mon.Close()
-	_ = k.cfg.Close()
+	k.pols.abandon()
+	if k.mon != nil {
+		_ = k.mon.Close()
+	}
+	if k.cfg != nil {
+		_ = k.cfg.Close()
+	}
 	if k.bpf != nil {
 		return k.bpf.Close()
 	}
@@ -233,31 +260,31 @@ func (k *Kernel) datapath() *tcbpf.Datapath {
 // and are logged.
 func (k *Kernel) Configure(cfg map[string]string) error {
 	k.mon.SetPrefixes(nl.ParsePrefixes(cfg["InterfacePrefix"]))
-	if err := k.configureTunnel(cfg); err != nil {
-		return err
-	}
 	sizes, err := tcbpf.MapSizesFromConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("map sizes: %w", err)
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if err := k.tunnels.configure(cfg); err != nil {
+		return err
+	}
 	if !k.applied && !k.applyStarted {
 		// The first apply after InSync starts here: what it costs is
 		// reported against this baseline.
 		k.applyStarted = true
 		k.opsBase = k.ops
-		k.opsBase.Netlink = k.cfg.Stats()
+		k.opsBase.Netlink = k.netStats()
 	}
 	if sizes == k.sizes {
 		return nil
 	}
-	if k.claimedLocked() || len(k.routes) > 0 || len(k.nat.services) > 0 {
+	if k.eps.claimed() || len(k.routes.routes) > 0 || len(k.svcs.services) > 0 {
 		k.log.Warn("BPF map sizes changed; they take effect at the next restart", "want", sizes, "have", k.sizes)
 		return nil
 	}
 	k.sizes = sizes
-	k.abandonLocked()
+	k.pols.abandon()
 	if err := k.bpf.Close(); err != nil {
 		k.log.Warn("close bpf dataplane before resize", "err", err)
 	}
@@ -278,27 +305,28 @@ func (k *Kernel) EndApply() error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	var errs []error
-	if k.masqDirty {
-		if err := k.syncMasqueradeLocked(); err != nil {
+	if k.routes.poolsDirty {
+		if err := k.masq.sync(k.routes.pools()); err != nil {
 			errs = append(errs, err)
 		} else {
-			k.masqDirty = false
+			k.routes.poolsDirty = false
 		}
 	}
 	if !k.gcDone {
-		gcErr := errors.Join(k.gcRoutesLocked(), k.gcNATLocked())
+		gcErr := errors.Join(k.routes.gc(), k.svcs.gc())
 		if gcErr != nil {
 			errs = append(errs, fmt.Errorf("garbage collection: %w", gcErr))
 		} else {
 			k.gcDone = true
 		}
 	}
-	if err := k.flushNATLocked(); err != nil {
+	if err := k.svcs.flushFlows(); err != nil {
 		errs = append(errs, err)
 	}
-	k.releaseUnusedPreloadsLocked()
+	k.pols.releaseUnusedPreloads()
 	if !k.applied {
 		k.applied = true
+		k.eps.applied = true
 		if err := k.afterFirstApplyLocked(); err != nil {
 			errs = append(errs, err)
 		}
@@ -317,37 +345,41 @@ func (k *Kernel) logOnceLocked(key, msg string) {
 // ReplaceIPSet implements engine.IPSetKernel.
 func (k *Kernel) ReplaceIPSet(id string, typ model.IPSetType, members []model.IPSetMember) error {
 	k.mu.Lock()
-	k.knownSets[id] = true
+	k.gc.knownSets[id] = true
+	m := k.ipsets
 	k.mu.Unlock()
-	return k.datapath().ReplaceIPSet(id, typ, members)
+	return m.ReplaceIPSet(id, typ, members)
 }
 
 // UpdateIPSet implements engine.IPSetKernel.
 func (k *Kernel) UpdateIPSet(id string, added, removed []model.IPSetMember) error {
 	k.mu.Lock()
-	k.knownSets[id] = true
+	k.gc.knownSets[id] = true
+	m := k.ipsets
 	k.mu.Unlock()
-	return k.datapath().UpdateIPSet(id, added, removed)
+	return m.UpdateIPSet(id, added, removed)
 }
 
 // RemoveIPSet implements engine.IPSetKernel.
 func (k *Kernel) RemoveIPSet(id string) error {
-	if err := k.datapath().RemoveIPSet(id); err != nil {
+	k.mu.Lock()
+	m := k.ipsets
+	k.mu.Unlock()
+	if err := m.RemoveIPSet(id); err != nil {
 		return err
 	}
 	k.mu.Lock()
-	delete(k.knownSets, id)
+	delete(k.gc.knownSets, id)
 	k.mu.Unlock()
 	return nil
 }
 
-// knownSetsLocked lists the IP sets the engine wants.
-func (k *Kernel) knownSetsLocked() []string {
-	out := make([]string, 0, len(k.knownSets))
-	for id := range k.knownSets {
-		out = append(out, id)
+// netStats are the configurer's counts, zero without one.
+func (k *Kernel) netStats() nl.Stats {
+	if k.cfg == nil {
+		return nl.Stats{}
 	}
-	return out
+	return k.cfg.Stats()
 }
 
 var _ engine.Kernel = (*Kernel)(nil)

@@ -45,6 +45,6 @@ func (k *Kernel) Ops() Ops {
 	k.mu.Lock()
 	o := k.ops
 	k.mu.Unlock()
-	o.Netlink = k.cfg.Stats()
+	o.Netlink = k.netStats()
 	return o
 }

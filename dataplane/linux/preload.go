@@ -8,17 +8,15 @@ import (
 
 	"github.com/dpd-dev/dpd/dataplane/engine"
 	"github.com/dpd-dev/dpd/dataplane/model"
-	"github.com/dpd-dev/dpd/dataplane/tcbpf"
-	"github.com/dpd-dev/dpd/dataplane/tcbpf/polprog"
 )
 
 // Preloading: a batch of endpoints with policies of their own (a cold
-// start, a burst of new pods) would have acquireLocked compile and load
+// start, a burst of new pods) would have acquire compile and load
 // their programs one at a time on the engine's goroutine, and the load
 // (verifier and JIT) dominates. PreloadPolicies loads the missing programs
 // of the whole batch on every CPU first, without holding k.mu meanwhile
 // (Inspect, fail-close and garbage collection must not wait for it). The
-// programs join k.progs without references; acquireLocked then takes them
+// programs join the policy programmer without references; acquire then takes them
 // as it takes any loaded program, and EndApply releases the ones no
 // endpoint took (its apply failed, its interface went away); the next
 // batch does if an apply pass ended without that.
@@ -39,8 +37,8 @@ type preloadJob struct {
 // preloadEnv is what the workers need from the kernel, captured under k.mu
 // so that they never read its fields.
 type preloadEnv struct {
-	bpf  *tcbpf.Datapath // safe for concurrent use; the Resolver of Compile
-	maps polprog.Maps
+	pols *policyProgrammer // the programmer the jobs were planned for
+	fac  programFacility   // its facility; Load is safe for concurrent use
 	// gcMark is k.ops.GCRemovals at the capture: a collection since then
 	// may have deleted counters a worker's Load created.
 	gcMark uint64
@@ -92,7 +90,7 @@ func (k *Kernel) preloadCandidates(eps []*model.Endpoint) []preloadJob {
 		if ep == nil {
 			continue
 		}
-		if _, ok := k.mon.Ifindex(ep.Iface); !ok {
+		if _, ok := k.links.Ifindex(ep.Iface); !ok {
 			continue
 		}
 		for _, dir := range []model.Direction{model.Ingress, model.Egress} {
@@ -113,30 +111,32 @@ func (k *Kernel) preloadCandidates(eps []*model.Endpoint) []preloadJob {
 func (k *Kernel) planPreload(jobs []preloadJob) (*preloadEnv, []preloadJob, bool) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	if k.closed || k.bpf == nil {
+	if k.closed || k.pols == nil {
 		return nil, nil, false
 	}
-	k.releaseLeftoversLocked(jobs)
+	return &preloadEnv{pols: k.pols, fac: k.pols.fac, gcMark: k.ops.GCRemovals}, k.pols.planPreload(jobs), true
+}
+
+// planPreload drops the jobs whose programs are loaded or pinned already,
+// after releasing the unused preloads of an earlier batch.
+func (p *policyProgrammer) planPreload(jobs []preloadJob) []preloadJob {
+	p.releaseLeftovers(jobs)
 	out := jobs[:0]
 	for _, j := range jobs {
-		if _, ok := k.progs[j.key]; ok {
+		if _, ok := p.progs[j.key]; ok {
 			continue
 		}
-		if _, ok := k.pinned[j.key]; ok {
-			continue // acquireLocked adopts it (or replaces it if stale)
+		if _, ok := p.pinned[j.key]; ok {
+			continue // acquire adopts it (or replaces it if stale)
 		}
 		out = append(out, j)
 	}
-	return &preloadEnv{bpf: k.bpf, maps: k.policyMapsLocked(), gcMark: k.ops.GCRemovals}, out, true
+	return out
 }
 
 // preloadOne compiles and loads one program without k.mu, then records it.
 func (k *Kernel) preloadOne(env *preloadEnv, j preloadJob) {
-	spec, err := polprog.Compile(j.pol, j.key.dir, env.bpf, polprog.Options{})
-	var prog *polprog.Program
-	if err == nil {
-		prog, err = spec.Load(env.maps)
-	}
+	prog, err := env.fac.Load(j.pol, j.key.dir)
 	if err != nil {
 		k.log.Debug("preload policy program failed; the endpoint's apply loads it again", "program", j.key, "err", err)
 		return
@@ -146,68 +146,79 @@ func (k *Kernel) preloadOne(env *preloadEnv, j preloadJob) {
 	k.addPreloadLocked(env, j.key, prog)
 }
 
-// addPreloadLocked records a preloaded program without references, unless
-// the kernel changed under the worker.
-func (k *Kernel) addPreloadLocked(env *preloadEnv, key progKey, prog *polprog.Program) {
-	_, loaded := k.progs[key]
-	_, pinned := k.pinned[key]
-	if k.closed || k.bpf != env.bpf || loaded || pinned {
-		// Closed, or reopened on other maps, or the program appeared
-		// meanwhile: this one is not needed. Nothing points at it.
+// addPreloadLocked records a preloaded program, unless the kernel
+// changed under the worker (closed, or reopened on other maps).
+func (k *Kernel) addPreloadLocked(env *preloadEnv, key progKey, prog loadedProgram) {
+	if k.closed || k.pols != env.pols {
+		// Nothing points at it.
 		if err := prog.Close(); err != nil {
 			k.log.Debug("close unneeded preloaded policy program", "program", key, "err", err)
 		}
 		return
 	}
-	if k.ops.GCRemovals != env.gcMark {
-		// A collection ran during the load; it deletes the counters of
-		// rules no recorded program has, which may have been ours.
+	k.pols.addPreload(key, prog, k.ops.GCRemovals != env.gcMark)
+}
+
+// addPreload records a preloaded program without references, unless the
+// program appeared meanwhile. collected says a collection ran during the
+// load: it deletes the counters of rules no recorded program has, which
+// may have been this one's.
+func (p *policyProgrammer) addPreload(key progKey, prog loadedProgram, collected bool) {
+	_, loaded := p.progs[key]
+	_, pinned := p.pinned[key]
+	if loaded || pinned {
+		if err := prog.Close(); err != nil {
+			p.log.Debug("close unneeded preloaded policy program", "program", key, "err", err)
+		}
+		return
+	}
+	if collected {
 		ids := make([]uint64, 0, len(prog.Rules()))
 		for _, r := range prog.Rules() {
 			ids = append(ids, r.CounterID)
 		}
-		if err := k.bpf.EnsureCounters(ids); err != nil {
-			k.log.Warn("recreate rule counters of a preloaded policy program", "program", key, "err", err)
+		if err := p.fac.EnsureCounters(ids); err != nil {
+			p.log.Warn("recreate rule counters of a preloaded policy program", "program", key, "err", err)
 		}
 	}
-	k.addLoadedLocked(key, prog).preloaded = true
+	p.addLoaded(key, prog).preloaded = true
 }
 
-// releaseLeftoversLocked drops the preloads of an earlier batch that no
+// releaseLeftovers drops the preloads of an earlier batch that no
 // endpoint took, except those this batch needs again (an endpoint whose
 // apply failed and is retried): a safety net should an apply pass end
-// without releaseUnusedPreloadsLocked.
-func (k *Kernel) releaseLeftoversLocked(jobs []preloadJob) {
+// without releaseUnusedPreloads.
+func (p *policyProgrammer) releaseLeftovers(jobs []preloadJob) {
 	want := make(map[progKey]bool, len(jobs))
 	for _, j := range jobs {
 		want[j.key] = true
 	}
-	for key, sp := range k.progs {
+	for key, sp := range p.progs {
 		if sp.preloaded && sp.refs == 0 && !want[key] {
-			k.dropLocked(sp)
+			p.drop(sp)
 		}
 	}
 }
 
-// releaseUnusedPreloadsLocked closes and unpins the preloaded programs no
+// releaseUnusedPreloads closes and unpins the preloaded programs no
 // endpoint took. EndApply calls it: by then every endpoint of the batch
 // has been applied.
-func (k *Kernel) releaseUnusedPreloadsLocked() { k.releasePreloadsBeforeLocked(time.Now()) }
+func (p *policyProgrammer) releaseUnusedPreloads() { p.releasePreloadsBefore(time.Now()) }
 
-// releasePreloadsBeforeLocked releases the unused preloads loaded before
+// releasePreloadsBefore releases the unused preloads loaded before
 // t. The periodic collection passes a collection interval ago: a preload
 // is taken within its apply pass, so an older unused one is a leftover of
 // a pass that did not reach EndApply.
-func (k *Kernel) releasePreloadsBeforeLocked(t time.Time) {
+func (p *policyProgrammer) releasePreloadsBefore(t time.Time) {
 	n := 0
-	for _, sp := range k.progs {
+	for _, sp := range p.progs {
 		if sp.preloaded && sp.refs == 0 && !sp.loadedAt.After(t) {
-			k.dropLocked(sp)
+			p.drop(sp)
 			n++
 		}
 	}
 	if n > 0 {
-		k.log.Debug("released preloaded policy programs no endpoint took", "programs", n)
+		p.log.Debug("released preloaded policy programs no endpoint took", "programs", n)
 	}
 }
 

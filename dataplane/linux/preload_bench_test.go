@@ -62,7 +62,7 @@ func BenchmarkPolicyLoad(b *testing.B) {
 			sps := make([]*sharedProg, 0, len(jobs))
 			k.mu.Lock()
 			for _, j := range jobs {
-				sp, err := k.acquireLocked(j.pol, j.key.dir)
+				sp, err := k.pols.acquire(j.pol, j.key.dir)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -72,7 +72,7 @@ func BenchmarkPolicyLoad(b *testing.B) {
 			b.StopTimer()
 			k.mu.Lock()
 			for _, sp := range sps {
-				k.releaseLocked(sp)
+				k.pols.release(sp)
 			}
 			k.mu.Unlock()
 			b.StartTimer()

@@ -127,7 +127,7 @@ func progPins(t *testing.T, k *Kernel) []string {
 func releaseUnused(k *Kernel) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.releaseUnusedPreloadsLocked()
+	k.pols.releaseUnusedPreloads()
 }
 
 // preloadBatch builds a batch on fresh workloads 10.79.<net>.x: a split

@@ -2,7 +2,6 @@ package linux
 
 import (
 	"errors"
-	"fmt"
 	"net/netip"
 	"slices"
 
@@ -20,13 +19,33 @@ const (
 	poolIPIP    = 3
 )
 
+// routeProgrammer programs RouteUpdates: the BPF route map for every
+// route, and kernel routes to other nodes' workloads, which depend on the
+// tunnels (tunnelProgrammer). It also knows the IP pools, which feed the
+// nat_outgoing table (masqProgrammer). Called under Kernel.mu.
+type routeProgrammer struct {
+	maps routeMaps
+	net  routeNet
+	tun  *tunnelProgrammer
+	warn func(key, msg string) // logs once per key
+
+	routes map[netip.Prefix]*routeState // by masked destination
+	// poolsDirty: the pools changed since the nat_outgoing table was
+	// last written.
+	poolsDirty bool
+}
+
+func newRouteProgrammer(maps routeMaps, net routeNet, tun *tunnelProgrammer, warn func(key, msg string)) *routeProgrammer {
+	return &routeProgrammer{maps: maps, net: net, tun: tun, warn: warn, routes: map[netip.Prefix]*routeState{}, poolsDirty: true}
+}
+
 // routeState is one RouteUpdate and the kernel route it produced.
 type routeState struct {
 	r         *model.Route
 	installed *nl.RemoteRoute // the kernel route in place; nil when none
 }
 
-// ApplyRoute implements dataplane.RouteKernel. Every route is written to
+// apply programs r. Every route is written to
 // the BPF route map (dpd_routes: the class of a destination, for the
 // programs and Inspect). Routes to other nodes' workloads also become
 // kernel routes (protocol 0xdd):
@@ -41,54 +60,50 @@ type routeState struct {
 // IPIP pools are not implemented: their routes only reach the BPF map.
 // Pools (routes with a pool type) also feed the nat_outgoing table, which
 // EndApply programs once per apply pass.
-func (k *Kernel) ApplyRoute(r *model.Route) error {
-	k.mu.Lock()
-	defer k.mu.Unlock()
+func (p *routeProgrammer) apply(r *model.Route) error {
 	dst := r.Dst.Masked()
-	st := k.routes[dst]
+	st := p.routes[dst]
 	if st == nil {
 		st = &routeState{}
-		k.routes[dst] = st
+		p.routes[dst] = st
 	}
 	if old := st.r; old == nil || old.PoolType != r.PoolType || old.NATOutgoing != r.NATOutgoing {
-		k.masqDirty = true
+		p.poolsDirty = true
 	}
 	st.r = r
 	if !dst.Addr().Is4() {
 		return nil // IPv6 is not programmed yet
 	}
 	var errs []error
-	if err := k.bpf.SetRoute(dst, routeInfo(r)); err != nil {
+	if err := p.maps.SetRoute(dst, routeInfo(r)); err != nil {
 		errs = append(errs, err)
 	}
-	if err := k.syncKernelRouteLocked(st); err != nil {
+	if err := p.syncKernelRoute(st, true); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
 
-// RemoveRoute implements dataplane.RouteKernel.
-func (k *Kernel) RemoveRoute(r *model.Route) error {
-	k.mu.Lock()
-	defer k.mu.Unlock()
+// remove removes what apply programmed for r.
+func (p *routeProgrammer) remove(r *model.Route) error {
 	dst := r.Dst.Masked()
-	st := k.routes[dst]
+	st := p.routes[dst]
 	if !dst.Addr().Is4() {
-		delete(k.routes, dst)
+		delete(p.routes, dst)
 		return nil
 	}
-	if err := k.bpf.DeleteRoute(dst); err != nil {
+	if err := p.maps.DeleteRoute(dst); err != nil {
 		return err
 	}
 	if st != nil && st.installed != nil {
-		if err := k.cfg.DeleteRemoteRoute(*st.installed); err != nil {
+		if err := p.net.DeleteRemoteRoute(*st.installed); err != nil {
 			return err
 		}
 	}
 	if st != nil && st.r.PoolType != poolNone {
-		k.masqDirty = true
+		p.poolsDirty = true
 	}
-	delete(k.routes, dst)
+	delete(p.routes, dst)
 	return nil
 }
 
@@ -115,10 +130,10 @@ func routeInfo(r *model.Route) tcbpf.RouteInfo {
 	return info
 }
 
-// desiredRemoteLocked is the kernel route r needs now, nil for none (a
+// desiredRemote is the kernel route r needs now, nil for none (a
 // local or non-workload destination, or what it needs is not known yet).
-func (k *Kernel) desiredRemoteLocked(r *model.Route) *nl.RemoteRoute {
-	if r.LocalWorkload || (k.tun.hostname != "" && r.DstNodeName == k.tun.hostname) || !r.Dst.Addr().Is4() {
+func (p *routeProgrammer) desiredRemote(r *model.Route) *nl.RemoteRoute {
+	if r.LocalWorkload || (p.tun.hostname != "" && r.DstNodeName == p.tun.hostname) || !r.Dst.Addr().Is4() {
 		return nil
 	}
 	dst := r.Dst.Masked()
@@ -126,10 +141,10 @@ func (k *Kernel) desiredRemoteLocked(r *model.Route) *nl.RemoteRoute {
 	switch {
 	case r.Types&abi.RTRemoteWorkload != 0:
 	case r.Types&abi.RTRemoteTunnel != 0 && vxlan:
-		if k.tun.ifindex == 0 {
+		if p.tun.ifindex == 0 {
 			return nil
 		}
-		return &nl.RemoteRoute{Dst: dst, Ifindex: k.tun.ifindex}
+		return &nl.RemoteRoute{Dst: dst, Ifindex: p.tun.ifindex}
 	default:
 		return nil
 	}
@@ -137,7 +152,7 @@ func (k *Kernel) desiredRemoteLocked(r *model.Route) *nl.RemoteRoute {
 	case r.PoolType == poolNoEncap || (r.SameSubnet && (r.PoolType == poolVXLAN || r.PoolType == poolIPIP)):
 		gw := r.DstNodeIP
 		if !gw.Is4() {
-			if h := k.tun.hosts[r.DstNodeName]; h != nil {
+			if h := p.tun.hosts[r.DstNodeName]; h != nil {
 				gw = h.IPv4Addr
 			}
 		}
@@ -146,44 +161,46 @@ func (k *Kernel) desiredRemoteLocked(r *model.Route) *nl.RemoteRoute {
 		}
 		return &nl.RemoteRoute{Dst: dst, Gateway: gw}
 	case r.PoolType == poolVXLAN:
-		v := k.tun.vteps[r.DstNodeName]
-		if k.tun.ifindex == 0 || v == nil || !v.IPv4Addr.Is4() {
+		v := p.tun.vteps[r.DstNodeName]
+		if p.tun.ifindex == 0 || v == nil || !v.IPv4Addr.Is4() {
 			return nil
 		}
-		return &nl.RemoteRoute{Dst: dst, Gateway: v.IPv4Addr, Ifindex: k.tun.ifindex}
+		return &nl.RemoteRoute{Dst: dst, Gateway: v.IPv4Addr, Ifindex: p.tun.ifindex}
 	case r.PoolType == poolIPIP:
-		k.logOnceLocked("ipip", "IPIP pools are not implemented; their routes are not programmed")
+		p.warn("ipip", "IPIP pools are not implemented; their routes are not programmed")
 	}
 	return nil
 }
 
-// syncKernelRouteLocked makes st's kernel route what it should be now.
-func (k *Kernel) syncKernelRouteLocked(st *routeState) error {
-	want := k.desiredRemoteLocked(st.r)
+// syncKernelRoute makes st's kernel route what it should be now. rewrite
+// writes it even when it is what this process installed (an apply, which
+// also repairs drift); a resync after a dependency changed writes only
+// the routes it changed.
+func (p *routeProgrammer) syncKernelRoute(st *routeState, rewrite bool) error {
+	want := p.desiredRemote(st.r)
 	if st.installed != nil && (want == nil || *want != *st.installed) {
-		if err := k.cfg.DeleteRemoteRoute(*st.installed); err != nil {
+		if err := p.net.DeleteRemoteRoute(*st.installed); err != nil {
 			return err
 		}
 		st.installed = nil
 	}
-	if want == nil {
+	if want == nil || (!rewrite && st.installed != nil && *want == *st.installed) {
 		return nil
 	}
-	if err := k.cfg.ReplaceRemoteRoute(*want); err != nil {
+	if err := p.net.ReplaceRemoteRoute(*want); err != nil {
 		return err
 	}
 	st.installed = want
 	return nil
 }
 
-// resyncRoutesLocked re-derives the kernel routes of the routes match
-// selects, after what they depend on (a VTEP, a host address, the VXLAN
-// device) changed.
-func (k *Kernel) resyncRoutesLocked(match func(*model.Route) bool) error {
+// resync re-derives the kernel routes of the routes match selects, after
+// what they depend on (a VTEP, a host address, the VXLAN device) changed.
+func (p *routeProgrammer) resync(match func(*model.Route) bool) error {
 	var errs []error
-	for _, st := range k.routes {
+	for _, st := range p.routes {
 		if match(st.r) {
-			if err := k.syncKernelRouteLocked(st); err != nil {
+			if err := p.syncKernelRoute(st, false); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -191,10 +208,9 @@ func (k *Kernel) resyncRoutesLocked(match func(*model.Route) bool) error {
 	return errors.Join(errs...)
 }
 
-// syncMasqueradeLocked programs the nat_outgoing table from the pools.
-func (k *Kernel) syncMasqueradeLocked() error {
-	var masq, all []netip.Prefix
-	for dst, st := range k.routes {
+// pools lists the IPv4 pools, sorted: those with NAT outgoing, and all.
+func (p *routeProgrammer) pools() (masq, all []netip.Prefix) {
+	for dst, st := range p.routes {
 		if st.r.PoolType == poolNone || !dst.Addr().Is4() {
 			continue
 		}
@@ -205,53 +221,56 @@ func (k *Kernel) syncMasqueradeLocked() error {
 	}
 	slices.SortFunc(masq, netip.Prefix.Compare)
 	slices.SortFunc(all, netip.Prefix.Compare)
-	if k.masqDone && slices.Equal(masq, k.masqPools) && slices.Equal(all, k.allPools) {
-		return nil
-	}
-	if err := k.cfg.SyncMasquerade(masq, all); err != nil {
-		return fmt.Errorf("nat outgoing: %w", err)
-	}
-	k.masqPools, k.allPools, k.masqDone = masq, all, true
-	return nil
+	return masq, all
 }
 
-// gcRoutesLocked removes what an earlier dpd left and nothing wants now:
-// BPF route entries and remote kernel routes.
-func (k *Kernel) gcRoutesLocked() error {
+// forgetDeviceRoutes forgets the kernel routes through the VXLAN device,
+// which went with it.
+func (p *routeProgrammer) forgetDeviceRoutes() {
+	for _, st := range p.routes {
+		if st.installed != nil && st.installed.Ifindex != 0 {
+			st.installed = nil
+		}
+	}
+}
+
+// gc removes what an earlier dpd left and nothing wants now: BPF route
+// entries and remote kernel routes.
+func (p *routeProgrammer) gc() error {
 	var errs []error
-	have, err := k.bpf.Routes()
+	have, err := p.maps.Routes()
 	if err != nil {
 		errs = append(errs, err)
 	}
 	for dst := range have {
-		if _, ok := k.routes[dst]; !ok {
-			if err := k.bpf.DeleteRoute(dst); err != nil {
+		if _, ok := p.routes[dst]; !ok {
+			if err := p.maps.DeleteRoute(dst); err != nil {
 				errs = append(errs, err)
 			}
 		}
 	}
-	kr, err := k.cfg.RemoteRoutes(k.tun.ifindex)
+	kr, err := p.net.RemoteRoutes(p.tun.ifindex)
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
 	for i := range kr {
 		r := &kr[i]
-		if k.wantsKernelRouteLocked(r.Dst.String()) {
+		if p.wantsKernelRoute(r.Dst.String()) {
 			continue
 		}
-		if err := k.cfg.DeleteRoute(r); err != nil {
+		if err := p.net.DeleteRoute(r); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// wantsKernelRouteLocked: some route state has a kernel route to dst.
-func (k *Kernel) wantsKernelRouteLocked(dst string) bool {
-	p, err := netip.ParsePrefix(dst)
+// wantsKernelRoute: some route state has a kernel route to dst.
+func (p *routeProgrammer) wantsKernelRoute(dst string) bool {
+	pfx, err := netip.ParsePrefix(dst)
 	if err != nil {
 		return false
 	}
-	st := k.routes[p.Masked()]
+	st := p.routes[pfx.Masked()]
 	return st != nil && st.installed != nil
 }

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"slices"
 
@@ -42,8 +43,12 @@ type natPort struct {
 	bes []tcbpf.NATBackend
 }
 
-// natTable is the userspace side of the NAT maps. Guarded by Kernel.mu.
-type natTable struct {
+// serviceProgrammer programs services into the NAT maps; its fields are
+// the userspace side of those maps. Called under Kernel.mu.
+type serviceProgrammer struct {
+	maps natMaps
+	log  *slog.Logger
+
 	services map[model.ServiceKey]map[svcPortKey]*natPort
 	owners   map[tcbpf.NATFrontend]*natPort // the port each programmed frontend points at
 	inUse    map[uint32]bool                // ids programmed, adopted or awaiting the flush
@@ -56,8 +61,10 @@ type natTable struct {
 	release []uint32 // ids freed once flush has run
 }
 
-func newNATTable() natTable {
-	return natTable{
+func newServiceProgrammer(maps natMaps, log *slog.Logger) *serviceProgrammer {
+	return &serviceProgrammer{
+		maps:     maps,
+		log:      log,
 		services: map[model.ServiceKey]map[svcPortKey]*natPort{},
 		owners:   map[tcbpf.NATFrontend]*natPort{},
 		inUse:    map[uint32]bool{},
@@ -68,21 +75,20 @@ func newNATTable() natTable {
 	}
 }
 
-// adoptNATLocked records the frontends a previous dpd programmed.
-func (k *Kernel) adoptNATLocked() error {
-	k.nat = newNATTable()
-	fes, err := k.bpf.NATFrontends()
+// adopt records the frontends a previous dpd programmed.
+func (t *serviceProgrammer) adopt() error {
+	fes, err := t.maps.NATFrontends()
 	if err != nil {
 		return err
 	}
 	for _, e := range fes {
-		k.nat.adopted[e.Frontend] = e
-		k.nat.inUse[e.ID] = true
+		t.adopted[e.Frontend] = e
+		t.inUse[e.ID] = true
 	}
 	return nil
 }
 
-func (t *natTable) allocID() uint32 {
+func (t *serviceProgrammer) allocID() uint32 {
 	for t.inUse[t.next] || t.next == 0 {
 		t.next++
 	}
@@ -92,24 +98,22 @@ func (t *natTable) allocID() uint32 {
 	return id
 }
 
-// ApplyService implements dataplane.ServiceKernel.
-func (k *Kernel) ApplyService(s *model.Service) error {
-	k.mu.Lock()
-	defer k.mu.Unlock()
+// apply programs s (engine.ServiceKernel's ApplyService).
+func (t *serviceProgrammer) apply(s *model.Service) error {
 	want := desiredPorts(s)
-	have := k.nat.services[s.Key]
+	have := t.services[s.Key]
 	if have == nil {
 		have = map[svcPortKey]*natPort{}
-		k.nat.services[s.Key] = have
+		t.services[s.Key] = have
 	}
 	var errs []error
 	for pk, d := range want {
 		np := have[pk]
 		if np == nil {
-			np = k.newPortLocked(d.fes)
+			np = t.newPort(d.fes)
 			have[pk] = np
 		}
-		if err := k.programPortLocked(np, d.fes, d.bes); err != nil {
+		if err := t.programPort(np, d.fes, d.bes); err != nil {
 			errs = append(errs, fmt.Errorf("service %s/%s port %d/%d: %w", s.Key.Namespace, s.Key.Name, pk.proto, pk.port, err))
 		}
 	}
@@ -117,7 +121,7 @@ func (k *Kernel) ApplyService(s *model.Service) error {
 		if _, ok := want[pk]; ok {
 			continue
 		}
-		if err := k.deletePortLocked(np); err != nil {
+		if err := t.deletePort(np); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -126,14 +130,12 @@ func (k *Kernel) ApplyService(s *model.Service) error {
 	return errors.Join(errs...)
 }
 
-// RemoveService implements dataplane.ServiceKernel.
-func (k *Kernel) RemoveService(s *model.Service) error {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	have := k.nat.services[s.Key]
+// remove removes what apply programmed for s.
+func (t *serviceProgrammer) remove(s *model.Service) error {
+	have := t.services[s.Key]
 	var errs []error
 	for pk, np := range have {
-		if err := k.deletePortLocked(np); err != nil {
+		if err := t.deletePort(np); err != nil {
 			errs = append(errs, err)
 			continue
 		}
@@ -142,22 +144,22 @@ func (k *Kernel) RemoveService(s *model.Service) error {
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
-	delete(k.nat.services, s.Key)
+	delete(t.services, s.Key)
 	return nil
 }
 
-// newPortLocked takes the id a previous dpd gave one of fes, else a new one.
-func (k *Kernel) newPortLocked(fes []tcbpf.NATFrontend) *natPort {
+// newPort takes the id a previous dpd gave one of fes, else a new one.
+func (t *serviceProgrammer) newPort(fes []tcbpf.NATFrontend) *natPort {
 	np := &natPort{}
 	for _, f := range fes {
-		if e, ok := k.nat.adopted[f]; ok && !k.nat.claimed[e.ID] {
-			k.nat.claimed[e.ID] = true
+		if e, ok := t.adopted[f]; ok && !t.claimed[e.ID] {
+			t.claimed[e.ID] = true
 			np.id = e.ID
 			// What the maps hold, so programming rewrites and trims it and
 			// flushes the connections of backends that are gone.
-			bes, err := k.bpf.NATBackendsOf(e.ID)
+			bes, err := t.maps.NATBackendsOf(e.ID)
 			if err != nil {
-				k.log.Warn("read adopted service backends", "id", e.ID, "err", err)
+				t.log.Warn("read adopted service backends", "id", e.ID, "err", err)
 			}
 			for len(bes) < e.Count {
 				bes = append(bes, tcbpf.NATBackend{})
@@ -166,110 +168,110 @@ func (k *Kernel) newPortLocked(fes []tcbpf.NATFrontend) *natPort {
 			return np
 		}
 	}
-	np.id = k.nat.allocID()
+	np.id = t.allocID()
 	return np
 }
 
-// programPortLocked makes np's maps entries fes -> bes, scheduling the
+// programPort makes np's maps entries fes -> bes, scheduling the
 // flush of connections pinned to backends that left.
-func (k *Kernel) programPortLocked(np *natPort, fes []tcbpf.NATFrontend, bes []tcbpf.NATBackend) error {
+func (t *serviceProgrammer) programPort(np *natPort, fes []tcbpf.NATFrontend, bes []tcbpf.NATBackend) error {
 	for _, f := range fes {
-		if o := k.nat.owners[f]; o != nil && o != np {
-			k.log.Warn("service frontend claimed by two services; the last one wins", "frontend", f)
+		if o := t.owners[f]; o != nil && o != np {
+			t.log.Warn("service frontend claimed by two services; the last one wins", "frontend", f)
 			o.fes = slices.DeleteFunc(o.fes, func(x tcbpf.NATFrontend) bool { return x == f })
 		}
-		delete(k.nat.adopted, f)
+		delete(t.adopted, f)
 	}
-	if err := k.bpf.ProgramNATPort(np.id, fes, bes, len(np.bes)); err != nil {
+	if err := t.maps.ProgramNATPort(np.id, fes, bes, len(np.bes)); err != nil {
 		return err
 	}
 	for _, f := range np.fes {
-		if !slices.Contains(fes, f) && k.nat.owners[f] == np {
-			if err := k.bpf.DeleteNATFrontend(f); err != nil {
+		if !slices.Contains(fes, f) && t.owners[f] == np {
+			if err := t.maps.DeleteNATFrontend(f); err != nil {
 				return err
 			}
-			delete(k.nat.owners, f)
+			delete(t.owners, f)
 		}
 	}
 	for _, b := range np.bes {
 		if b.Addr.IsValid() && !slices.Contains(bes, b) {
-			k.nat.flush.Backends[tcbpf.NATFlowBackend{ID: np.id, Backend: b}] = true
+			t.flush.Backends[tcbpf.NATFlowBackend{ID: np.id, Backend: b}] = true
 		}
 	}
 	for _, f := range fes {
-		k.nat.owners[f] = np
+		t.owners[f] = np
 	}
 	np.fes, np.bes = fes, bes
 	return nil
 }
 
-// deletePortLocked removes np's frontends and backends; its connections
+// deletePort removes np's frontends and backends; its connections
 // are flushed and its id freed at the end of the pass.
-func (k *Kernel) deletePortLocked(np *natPort) error {
+func (t *serviceProgrammer) deletePort(np *natPort) error {
 	for _, f := range np.fes {
-		if k.nat.owners[f] != np {
+		if t.owners[f] != np {
 			continue
 		}
-		if err := k.bpf.DeleteNATFrontend(f); err != nil {
+		if err := t.maps.DeleteNATFrontend(f); err != nil {
 			return err
 		}
-		delete(k.nat.owners, f)
+		delete(t.owners, f)
 	}
 	np.fes = nil
-	if err := k.bpf.DeleteNATPort(np.id, len(np.bes)); err != nil {
+	if err := t.maps.DeleteNATPort(np.id, len(np.bes)); err != nil {
 		return err
 	}
 	np.bes = nil
-	k.nat.flush.Services[np.id] = true
-	k.nat.release = append(k.nat.release, np.id)
+	t.flush.Services[np.id] = true
+	t.release = append(t.release, np.id)
 	return nil
 }
 
-// flushNATLocked runs the pending flush (EndApply) and frees the ids of
+// flushFlows runs the pending flush (EndApply) and frees the ids of
 // removed ports.
-func (k *Kernel) flushNATLocked() error {
-	if k.nat.flush.Empty() {
+func (t *serviceProgrammer) flushFlows() error {
+	if t.flush.Empty() {
 		return nil
 	}
-	n, err := k.bpf.FlushNATFlows(k.nat.flush)
+	n, err := t.maps.FlushNATFlows(t.flush)
 	if err != nil {
 		return fmt.Errorf("flush nat flows: %w", err)
 	}
 	if n > 0 {
-		k.log.Debug("flushed connections of removed service backends", "count", n)
+		t.log.Debug("flushed connections of removed service backends", "count", n)
 	}
-	for _, id := range k.nat.release {
-		delete(k.nat.inUse, id)
+	for _, id := range t.release {
+		delete(t.inUse, id)
 	}
-	k.nat.release = nil
-	clear(k.nat.flush.Services)
-	clear(k.nat.flush.Backends)
+	t.release = nil
+	clear(t.flush.Services)
+	clear(t.flush.Backends)
 	return nil
 }
 
-// gcNATLocked removes what a previous dpd programmed for services that
+// gc removes what a previous dpd programmed for services that
 // were not re-sent: adopted frontends nobody claimed, backends of ids no
 // port uses, and their connections.
-func (k *Kernel) gcNATLocked() error {
+func (t *serviceProgrammer) gc() error {
 	var errs []error
-	for f, e := range k.nat.adopted {
-		if err := k.bpf.DeleteNATFrontend(f); err != nil {
+	for f, e := range t.adopted {
+		if err := t.maps.DeleteNATFrontend(f); err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		delete(k.nat.adopted, f)
-		if !k.nat.claimed[e.ID] {
-			k.nat.flush.Services[e.ID] = true
-			k.nat.release = append(k.nat.release, e.ID)
+		delete(t.adopted, f)
+		if !t.claimed[e.ID] {
+			t.flush.Services[e.ID] = true
+			t.release = append(t.release, e.ID)
 		}
 	}
 	keep := map[uint32]bool{}
-	for _, ports := range k.nat.services {
+	for _, ports := range t.services {
 		for _, np := range ports {
 			keep[np.id] = true
 		}
 	}
-	if _, err := k.bpf.DeleteNATBackendsExcept(keep); err != nil {
+	if _, err := t.maps.DeleteNATBackendsExcept(keep); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

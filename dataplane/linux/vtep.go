@@ -27,9 +27,15 @@ type vxlanConfig struct {
 	vni, port, mtu int
 }
 
-// tunnelState is what routes to other nodes depend on. Guarded by
-// Kernel.mu.
-type tunnelState struct {
+// tunnelProgrammer programs the VXLAN device and its peers from the
+// VTEPs, and knows what routes to other nodes depend on: this node's
+// name, the VTEPs, the nodes' addresses and the device. A change that
+// routes depend on re-derives them through routes. Called under Kernel.mu.
+type tunnelProgrammer struct {
+	net         tunnelNet
+	routes      *routeProgrammer
+	defaultHost string // Options.Hostname, else the kernel's host name
+
 	hostname string // this node's name: whose VTEP is local
 	vxcfg    vxlanConfig
 	vteps    map[string]*model.VTEP
@@ -37,12 +43,14 @@ type tunnelState struct {
 	ifindex  int // the VXLAN device once the local VTEP made it; 0 before
 }
 
-func newTunnelState(hostname string) tunnelState {
-	return tunnelState{
-		hostname: hostname,
-		vxcfg:    vxlanConfig{name: nl.DefaultVXLANDevice, vni: nl.DefaultVXLANVNI, port: nl.DefaultVXLANPort, mtu: nl.DefaultVXLANMTU},
-		vteps:    map[string]*model.VTEP{},
-		hosts:    map[string]*model.HostMetadata{},
+func newTunnelProgrammer(net tunnelNet, hostname string) *tunnelProgrammer {
+	return &tunnelProgrammer{
+		net:         net,
+		defaultHost: hostname,
+		hostname:    hostname,
+		vxcfg:       vxlanConfig{name: nl.DefaultVXLANDevice, vni: nl.DefaultVXLANVNI, port: nl.DefaultVXLANPort, mtu: nl.DefaultVXLANMTU},
+		vteps:       map[string]*model.VTEP{},
+		hosts:       map[string]*model.HostMetadata{},
 	}
 }
 
@@ -55,9 +63,9 @@ func defaultHostname(opt string) string {
 	return h
 }
 
-// configureTunnel reads the node name and VXLAN settings; a change
-// reprograms the device and every route that depends on it.
-func (k *Kernel) configureTunnel(cfg map[string]string) error {
+// configure reads the node name and VXLAN settings; a change reprograms
+// the device and every route that depends on it.
+func (t *tunnelProgrammer) configure(cfg map[string]string) error {
 	vx := vxlanConfig{name: cfg[ConfigVXLANDevice]}
 	if vx.name == "" {
 		vx.name = nl.DefaultVXLANDevice
@@ -82,126 +90,105 @@ func (k *Kernel) configureTunnel(cfg map[string]string) error {
 	}
 	host := cfg[ConfigHostname]
 	if host == "" {
-		host = defaultHostname(k.opts.Hostname)
+		host = t.defaultHost
 	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if vx == k.tun.vxcfg && host == k.tun.hostname {
+	if vx == t.vxcfg && host == t.hostname {
 		return nil
 	}
-	oldName := k.tun.vxcfg.name
-	k.tun.vxcfg, k.tun.hostname = vx, host
+	oldName := t.vxcfg.name
+	t.vxcfg, t.hostname = vx, host
 	var errs []error
-	if oldName != vx.name && k.tun.ifindex != 0 {
-		if err := k.cfg.DeleteVXLAN(oldName); err != nil {
+	if oldName != vx.name && t.ifindex != 0 {
+		if err := t.net.DeleteVXLAN(oldName); err != nil {
 			errs = append(errs, err)
 		}
-		k.tun.ifindex = 0
+		t.ifindex = 0
 	}
-	if err := k.syncTunnelLocked(); err != nil {
+	if err := t.syncDevice(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := k.resyncRoutesLocked(func(*model.Route) bool { return true }); err != nil {
+	if err := t.routes.resync(func(*model.Route) bool { return true }); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
 
-// Hostname is the node name whose VTEP and routes are local.
-func (k *Kernel) Hostname() string {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.tun.hostname
-}
-
-// ApplyVTEP implements dataplane.TunnelKernel.
-func (k *Kernel) ApplyVTEP(v *model.VTEP) error {
+// applyVTEP records v (copied) and programs what depends on it.
+func (t *tunnelProgrammer) applyVTEP(v *model.VTEP) error {
 	if v.Node == "" {
 		return errors.New("vtep without node name")
 	}
 	c := *v
 	c.MAC = append(net.HardwareAddr(nil), v.MAC...)
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	old := k.tun.vteps[v.Node]
-	k.tun.vteps[v.Node] = &c
-	if v.Node == k.tun.hostname {
+	old := t.vteps[v.Node]
+	t.vteps[v.Node] = &c
+	if v.Node == t.hostname {
 		var errs []error
-		if err := k.syncTunnelLocked(); err != nil {
+		if err := t.syncDevice(); err != nil {
 			errs = append(errs, err)
 		}
-		if err := k.resyncRoutesLocked(isVXLANRoute); err != nil {
+		if err := t.routes.resync(isVXLANRoute); err != nil {
 			errs = append(errs, err)
 		}
 		return errors.Join(errs...)
 	}
-	if k.tun.ifindex != 0 {
+	if t.ifindex != 0 {
 		if old != nil && old.IPv4Addr.Is4() && len(old.MAC) == 6 && !samePeer(peerOf(old), peerOf(&c)) {
-			if err := k.cfg.DeleteVXLANPeer(k.tun.ifindex, peerOf(old)); err != nil {
+			if err := t.net.DeleteVXLANPeer(t.ifindex, peerOf(old)); err != nil {
 				return err
 			}
 		}
 		if c.ParentDeviceIP.Is4() && c.IPv4Addr.Is4() && len(c.MAC) == 6 {
-			if err := k.cfg.SetVXLANPeer(k.tun.ifindex, peerOf(&c)); err != nil {
+			if err := t.net.SetVXLANPeer(t.ifindex, peerOf(&c)); err != nil {
 				return err
 			}
 		}
 	}
-	return k.resyncRoutesLocked(func(r *model.Route) bool { return r.DstNodeName == v.Node })
+	return t.routes.resync(func(r *model.Route) bool { return r.DstNodeName == v.Node })
 }
 
-// RemoveVTEP implements dataplane.TunnelKernel.
-func (k *Kernel) RemoveVTEP(node string) error {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	v, ok := k.tun.vteps[node]
+// removeVTEP forgets the VTEP of node and what depended on it.
+func (t *tunnelProgrammer) removeVTEP(node string) error {
+	v, ok := t.vteps[node]
 	if !ok {
 		return nil
 	}
-	delete(k.tun.vteps, node)
+	delete(t.vteps, node)
 	var errs []error
-	if node == k.tun.hostname {
-		if err := k.cfg.DeleteVXLAN(k.tun.vxcfg.name); err != nil {
+	if node == t.hostname {
+		if err := t.net.DeleteVXLAN(t.vxcfg.name); err != nil {
 			return err
 		}
-		k.tun.ifindex = 0
-		for _, st := range k.routes {
-			if st.installed != nil && st.installed.Ifindex != 0 {
-				st.installed = nil // gone with the device
-			}
-		}
+		t.ifindex = 0
+		t.routes.forgetDeviceRoutes() // gone with the device
 		return nil
 	}
-	if k.tun.ifindex != 0 && v.IPv4Addr.Is4() && len(v.MAC) == 6 {
-		if err := k.cfg.DeleteVXLANPeer(k.tun.ifindex, peerOf(v)); err != nil {
+	if t.ifindex != 0 && v.IPv4Addr.Is4() && len(v.MAC) == 6 {
+		if err := t.net.DeleteVXLANPeer(t.ifindex, peerOf(v)); err != nil {
 			errs = append(errs, err)
 		}
 	}
-	if err := k.resyncRoutesLocked(func(r *model.Route) bool { return r.DstNodeName == node }); err != nil {
+	if err := t.routes.resync(func(r *model.Route) bool { return r.DstNodeName == node }); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
 
-// ApplyHostMetadata implements dataplane.TunnelKernel. A node's address
+// applyHost records a node's metadata (copied). A node's address
 // is the next hop of its no-encap routes that carry no dst_node_ip.
-func (k *Kernel) ApplyHostMetadata(h *model.HostMetadata) error {
+func (t *tunnelProgrammer) applyHost(h *model.HostMetadata) error {
 	c := *h
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.tun.hosts[h.Hostname] = &c
-	return k.resyncRoutesLocked(func(r *model.Route) bool { return r.DstNodeName == h.Hostname })
+	t.hosts[h.Hostname] = &c
+	return t.routes.resync(func(r *model.Route) bool { return r.DstNodeName == h.Hostname })
 }
 
-// RemoveHostMetadata implements dataplane.TunnelKernel.
-func (k *Kernel) RemoveHostMetadata(hostname string) error {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if _, ok := k.tun.hosts[hostname]; !ok {
+// removeHost forgets a node's metadata.
+func (t *tunnelProgrammer) removeHost(hostname string) error {
+	if _, ok := t.hosts[hostname]; !ok {
 		return nil
 	}
-	delete(k.tun.hosts, hostname)
-	return k.resyncRoutesLocked(func(r *model.Route) bool { return r.DstNodeName == hostname })
+	delete(t.hosts, hostname)
+	return t.routes.resync(func(r *model.Route) bool { return r.DstNodeName == hostname })
 }
 
 func isVXLANRoute(r *model.Route) bool { return r.PoolType == poolVXLAN || r.TunnelVXLAN }
@@ -214,44 +201,33 @@ func peerOf(v *model.VTEP) nl.VXLANPeer {
 	return nl.VXLANPeer{MAC: v.MAC, TunnelIP: v.IPv4Addr, ParentIP: v.ParentDeviceIP}
 }
 
-// syncTunnelLocked makes the VXLAN device and its peers match the known
-// VTEPs: the device exists while the local VTEP does.
-func (k *Kernel) syncTunnelLocked() error {
-	local := k.tun.vteps[k.tun.hostname]
+// syncDevice makes the VXLAN device and its peers match the known VTEPs:
+// the device exists while the local VTEP does.
+func (t *tunnelProgrammer) syncDevice() error {
+	local := t.vteps[t.hostname]
 	if local == nil {
 		return nil // created when the local VTEP arrives
 	}
-	idx, err := k.cfg.EnsureVXLAN(nl.VXLANDevice{
-		Name: k.tun.vxcfg.name, VNI: k.tun.vxcfg.vni, Port: k.tun.vxcfg.port, MTU: k.tun.vxcfg.mtu,
+	idx, err := t.net.EnsureVXLAN(nl.VXLANDevice{
+		Name: t.vxcfg.name, VNI: t.vxcfg.vni, Port: t.vxcfg.port, MTU: t.vxcfg.mtu,
 		MAC: local.MAC, Addr: local.IPv4Addr, ParentIP: local.ParentDeviceIP,
 	})
 	if err != nil {
 		return fmt.Errorf("vxlan device: %w", err)
 	}
-	if idx != k.tun.ifindex {
+	if idx != t.ifindex {
 		// A new device: the routes through the old one went with it.
-		for _, st := range k.routes {
-			if st.installed != nil && st.installed.Ifindex != 0 {
-				st.installed = nil
-			}
-		}
-		k.tun.ifindex = idx
+		t.routes.forgetDeviceRoutes()
+		t.ifindex = idx
 	}
 	var peers []nl.VXLANPeer
-	for node, v := range k.tun.vteps {
-		if node != k.tun.hostname && v.ParentDeviceIP.Is4() && v.IPv4Addr.Is4() && len(v.MAC) == 6 {
+	for node, v := range t.vteps {
+		if node != t.hostname && v.ParentDeviceIP.Is4() && v.IPv4Addr.Is4() && len(v.MAC) == 6 {
 			peers = append(peers, peerOf(v))
 		}
 	}
-	if err := k.cfg.SyncVXLANPeers(idx, peers); err != nil {
+	if err := t.net.SyncVXLANPeers(idx, peers); err != nil {
 		return fmt.Errorf("vxlan peers: %w", err)
 	}
 	return nil
-}
-
-// VXLANIfindex is the VXLAN device's ifindex, 0 when there is none.
-func (k *Kernel) VXLANIfindex() int {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	return k.tun.ifindex
 }

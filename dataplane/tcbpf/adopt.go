@@ -10,6 +10,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/dpd-dev/dpd/bpf"
 	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
@@ -152,9 +153,9 @@ func (d *Datapath) tcCurrent(ifindex int) (n int, ok bool) {
 		return 0, false
 	}
 	for _, h := range d.hooks() {
-		filters, ok := listFilters(d.nl, l, h.parent)
-		if !ok {
-			return n, true // no clsact qdisc, so no filters
+		filters, err := listFilters(d.nl, l, h.parent)
+		if err != nil {
+			return n, false
 		}
 		prog, _ := d.entryProgram(h.dir)
 		for _, f := range filters {
@@ -172,26 +173,37 @@ func (d *Datapath) tcCurrent(ifindex int) (n int, ok bool) {
 }
 
 // attachedPrograms lists every program on the interface's TCX hooks and
-// legacy clsact filters.
-func (d *Datapath) attachedPrograms(ifindex int) []ebpf.ProgramID {
+// legacy clsact filters. An interface that is gone has none; any other
+// failure to read is an error, never "none": callers decide from this
+// whether something is theirs to detach or release.
+func (d *Datapath) attachedPrograms(ifindex int) ([]ebpf.ProgramID, error) {
 	var out []ebpf.ProgramID
 	for _, at := range []ebpf.AttachType{ebpf.AttachTCXIngress, ebpf.AttachTCXEgress} {
 		res, err := link.QueryPrograms(link.QueryOptions{Target: ifindex, Attach: at})
-		if err != nil {
-			continue
+		switch {
+		case err == nil:
+		case isGone(err):
+			return nil, nil
+		case errors.Is(err, unix.EINVAL), errors.Is(err, ebpf.ErrNotSupported):
+			continue // a kernel before TCX: nothing can be attached there
+		default:
+			return nil, fmt.Errorf("query tcx programs of %d: %w", ifindex, err)
 		}
 		for _, p := range res.Programs {
 			out = append(out, p.ID)
 		}
 	}
 	l, err := d.nl.LinkByIndex(ifindex)
+	if isGone(err) {
+		return nil, nil
+	}
 	if err != nil {
-		return out
+		return nil, fmt.Errorf("link %d: %w", ifindex, err)
 	}
 	for _, parent := range []uint32{tcParentIngress, tcParentEgress} {
-		filters, ok := listFilters(d.nl, l, parent)
-		if !ok {
-			continue
+		filters, err := listFilters(d.nl, l, parent)
+		if err != nil {
+			return nil, err
 		}
 		for _, f := range filters {
 			if bf, ok := f.(*netlink.BpfFilter); ok && bf.Id > 0 {
@@ -199,33 +211,47 @@ func (d *Datapath) attachedPrograms(ifindex int) []ebpf.ProgramID {
 			}
 		}
 	}
-	return out
+	return out, nil
 }
 
 // OwnsAttachment reports whether a dpd entry program of this Datapath (or
 // of its predecessor on the same pins) is attached to the interface: an
 // entry program that uses this Datapath's dpd_ifstate or dpd_jump (or a
 // retired dpd_jump). Entry programs of another dpd with other pins are not
-// ours.
-func (d *Datapath) OwnsAttachment(ifindex int) bool {
-	ours, _ := d.EntryOwners(ifindex)
-	return ours
+// ours. When the answer cannot be known the error says why; callers must
+// then neither detach nor remove anything of the interface.
+func (d *Datapath) OwnsAttachment(ifindex int) (bool, error) {
+	ours, _, err := d.EntryOwners(ifindex)
+	return ours, err
 }
 
 // EntryOwners reports whether dpd entry programs on the interface are
 // ours (see OwnsAttachment) and whether some belong to another dpd.
-func (d *Datapath) EntryOwners(ifindex int) (ours, foreign bool) {
-	attached := d.attachedPrograms(ifindex)
+func (d *Datapath) EntryOwners(ifindex int) (ours, foreign bool, err error) {
+	attached, err := d.attachedPrograms(ifindex)
+	if err != nil {
+		return false, false, err
+	}
 	if len(attached) == 0 {
-		return false, false // the common case: a new interface
+		return false, false, nil // the common case: a new interface
 	}
 	mine := maps.Clone(d.ownMapIDs)
-	for _, r := range d.retiredIDs() {
+	retired, err := d.retiredIDs()
+	if err != nil {
+		return false, false, err
+	}
+	for _, r := range retired {
 		mine[r] = true
 	}
 	for _, pid := range attached {
 		id, err := attachedIdentity(pid)
-		if err != nil || !isEntryName(id.name) {
+		if errors.Is(err, os.ErrNotExist) {
+			continue // detached meanwhile
+		}
+		if err != nil {
+			return false, false, err
+		}
+		if !isEntryName(id.name) {
 			continue
 		}
 		if slices.ContainsFunc(id.mapIDs, func(m ebpf.MapID) bool { return mine[m] }) {
@@ -234,29 +260,37 @@ func (d *Datapath) EntryOwners(ifindex int) (ours, foreign bool) {
 			foreign = true
 		}
 	}
-	return ours, foreign
+	return ours, foreign, nil
 }
 
 // retiredIDs are the map ids of the retired program arrays.
-func (d *Datapath) retiredIDs() []ebpf.MapID {
+func (d *Datapath) retiredIDs() ([]ebpf.MapID, error) {
 	ents, err := os.ReadDir(d.retiredPath())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
 	if err != nil {
-		return nil
+		return nil, fmt.Errorf("list retired maps: %w", err)
 	}
 	var out []ebpf.MapID
 	for _, e := range ents {
 		m, err := ebpf.LoadPinnedMap(d.retiredPath()+"/"+e.Name(), &ebpf.LoadPinOptions{ReadOnly: true})
+		if errors.Is(err, os.ErrNotExist) {
+			continue // released meanwhile
+		}
 		if err != nil {
-			continue
+			return nil, fmt.Errorf("open retired map %s: %w", e.Name(), err)
 		}
-		if info, err := m.Info(); err == nil {
-			if id, ok := info.ID(); ok {
-				out = append(out, id)
-			}
-		}
+		info, err := m.Info()
 		_ = m.Close()
+		if err != nil {
+			return nil, fmt.Errorf("retired map %s: %w", e.Name(), err)
+		}
+		if id, ok := info.ID(); ok {
+			out = append(out, id)
+		}
 	}
-	return out
+	return out, nil
 }
 
 // RemoveLinkPins removes the TCX link pins of ifname. For an interface that

@@ -104,9 +104,9 @@ func (d *Datapath) detachTC(ifindex int) error {
 	}
 	remaining, removed := 0, 0
 	for _, h := range d.hooks() {
-		filters, ok := listFilters(d.nl, l, h.parent)
-		if !ok {
-			return nil // no clsact: nothing of ours
+		filters, err := listFilters(d.nl, l, h.parent)
+		if err != nil {
+			return err
 		}
 		for _, f := range filters {
 			if _, ok := isOurFilter(f); !ok {
@@ -121,8 +121,11 @@ func (d *Datapath) detachTC(ifindex int) error {
 	}
 	// Only a qdisc dpd emptied is removed; the qdisc dump this needs walks
 	// every device on the node, so it is kept off the common path.
-	if remaining > 0 || removed == 0 || !hasClsact(d.nl, l) {
+	if remaining > 0 || removed == 0 {
 		return nil
+	}
+	if has, err := hasClsact(d.nl, l); err != nil || !has {
+		return err
 	}
 	q := &netlink.GenericQdisc{
 		QdiscAttrs: netlink.QdiscAttrs{LinkIndex: ifindex, Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT},
@@ -134,24 +137,52 @@ func (d *Datapath) detachTC(ifindex int) error {
 	return nil
 }
 
+// filterLister is the part of a netlink handle listFilters and hasClsact
+// read through.
+type filterLister interface {
+	FilterList(link netlink.Link, parent uint32) ([]netlink.Filter, error)
+	QdiscList(link netlink.Link) ([]netlink.Qdisc, error)
+}
+
 // listFilters lists one hook's filters of one device (a per-device dump,
-// unlike RTM_GETQDISC); ok is false when the device has no clsact qdisc.
-func listFilters(h *netlink.Handle, l netlink.Link, parent uint32) ([]netlink.Filter, bool) {
+// unlike RTM_GETQDISC). A device without a clsact qdisc answers with no
+// filters, and so does one that is gone; every other failure is an error,
+// never "no filters", since callers detach or adopt from the answer.
+func listFilters(h filterLister, l netlink.Link, parent uint32) ([]netlink.Filter, error) {
 	fs, err := h.FilterList(l, parent)
-	return fs, err == nil
+	if isGone(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list tc filters of %s: %w", l.Attrs().Name, err)
+	}
+	return fs, nil
 }
 
 // hasClsact dumps the qdiscs, which walks every device on the node: call it
 // only off the per-endpoint path.
-func hasClsact(h *netlink.Handle, l netlink.Link) bool {
+func hasClsact(h filterLister, l netlink.Link) (bool, error) {
 	qs, err := h.QdiscList(l)
+	if isGone(err) {
+		return false, nil
+	}
 	if err != nil {
-		return false
+		return false, fmt.Errorf("list qdiscs of %s: %w", l.Attrs().Name, err)
 	}
 	for _, q := range qs {
 		if q.Type() == "clsact" {
-			return true
+			return true, nil
 		}
 	}
-	return false
+	return false, nil
+}
+
+// isGone reports whether err says the device (or the object asked about)
+// does not exist: the only answers that may be read as "nothing there".
+func isGone(err error) bool {
+	if err == nil {
+		return false
+	}
+	var nf netlink.LinkNotFoundError
+	return errors.Is(err, unix.ENODEV) || errors.Is(err, unix.ENOENT) || errors.As(err, &nf)
 }

@@ -37,7 +37,8 @@ func inspectHooks(t *testing.T, d *Datapath, ifindex int) hookState {
 	}
 	l, err := netlink.LinkByIndex(ifindex)
 	mustNil(t, err)
-	s.clsact = hasClsact(d.nl, l)
+	s.clsact, err = hasClsact(d.nl, l)
+	mustNil(t, err)
 	if s.clsact {
 		for i, h := range d.hooks() {
 			fs, err := netlink.FilterList(l, h.parent)

@@ -75,7 +75,12 @@ func (d *Datapath) migrateOne(name, path string, ms *ebpf.MapSpec, old *ebpf.Map
 		return nil, fmt.Errorf("check pinned map %s: %w", name, cerr)
 	}
 	rep := &MigrationReport{Map: name, Reason: cerr.Error()}
-	if !convertible(name, ms, old) {
+	conv, err := convertible(name, ms, old)
+	if err != nil {
+		// Not knowing its layout is no reason to throw its contents away.
+		return nil, fmt.Errorf("check pinned map %s: %w", name, err)
+	}
+	if !conv {
 		if err := os.Remove(path); err != nil {
 			return nil, fmt.Errorf("unpin %s: %w", name, err)
 		}
@@ -166,12 +171,20 @@ func (d *Datapath) ReleaseRetired(ifindexes []int) (kept int, err error) {
 		progs = append(progs, ids...)
 	}
 	for _, ifindex := range ifindexes {
-		progs = append(progs, d.attachedPrograms(ifindex)...)
+		ids, err := d.attachedPrograms(ifindex)
+		if err != nil {
+			// What uses a retired map cannot be known: keep them all.
+			return len(ents), err
+		}
+		progs = append(progs, ids...)
 	}
 	for _, pid := range progs {
 		id, err := attachedIdentity(pid)
-		if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
 			continue // gone meanwhile
+		}
+		if err != nil {
+			return len(ents), err
 		}
 		for _, mid := range id.mapIDs {
 			used[mid] = true
@@ -181,14 +194,22 @@ func (d *Datapath) ReleaseRetired(ifindexes []int) (kept int, err error) {
 	for _, e := range ents {
 		path := filepath.Join(dir, e.Name())
 		m, err := ebpf.LoadPinnedMap(path, &ebpf.LoadPinOptions{ReadOnly: true})
+		if errors.Is(err, os.ErrNotExist) {
+			continue // removed meanwhile
+		}
 		if err != nil {
-			errs = append(errs, os.Remove(path))
+			errs = append(errs, fmt.Errorf("open retired %s: %w", e.Name(), err))
+			kept++
 			continue
 		}
 		info, ierr := m.Info()
 		_ = m.Close()
-		mid, _ := info.ID()
-		if ierr == nil && used[mid] {
+		if ierr != nil {
+			errs = append(errs, fmt.Errorf("retired %s: %w", e.Name(), ierr))
+			kept++
+			continue
+		}
+		if mid, _ := info.ID(); used[mid] {
 			kept++
 			continue
 		}
@@ -215,23 +236,23 @@ func programArrayIDs(m *ebpf.Map) ([]ebpf.ProgramID, error) {
 
 // convertible: same type and key size, and a value that is the same or
 // longer (fields appended; the new tail starts zeroed).
-func convertible(name string, ms *ebpf.MapSpec, old *ebpf.Map) bool {
+func convertible(name string, ms *ebpf.MapSpec, old *ebpf.Map) (bool, error) {
 	if scratchMaps[name] {
-		return false
+		return false, nil
 	}
 	info, err := old.Info()
 	if err != nil {
-		return false
+		return false, err
 	}
 	if info.Type != ms.Type || info.KeySize != ms.KeySize || info.ValueSize > ms.ValueSize {
-		return false
+		return false, nil
 	}
 	switch ms.Type {
 	case ebpf.Hash, ebpf.LRUHash, ebpf.LPMTrie, ebpf.Array, ebpf.PerCPUHash, ebpf.LRUCPUHash,
 		ebpf.PerCPUArray, ebpf.ProgramArray:
-		return true
+		return true, nil
 	}
-	return false
+	return false, nil
 }
 
 // copyEntries copies old's entries into nm, zero-padding grown values.
@@ -317,8 +338,10 @@ func (d *Datapath) Migrations() []MigrationReport {
 // PinnedSizes reads the sizes of the maps pinned under pinDir, so a
 // restarted dpd opens them as they are instead of migrating them to the
 // defaults before the controller has said which sizes it wants. ok is
-// false when nothing is pinned there; absent maps keep the defaults.
-func PinnedSizes(pinDir string) (s MapSizes, ok bool) {
+// false when nothing is pinned there; absent maps keep the defaults. A
+// pinned map that cannot be read is an error: opening with other sizes
+// would migrate it, dropping what does not fit.
+func PinnedSizes(pinDir string) (s MapSizes, ok bool, err error) {
 	if pinDir == "" {
 		pinDir = abi.PinDir
 	}
@@ -329,15 +352,18 @@ func PinnedSizes(pinDir string) (s MapSizes, ok bool) {
 		abi.MapNATFrontends: &s.NATFrontend, abi.MapNATBackends: &s.NATBackend, abi.MapRoutes: &s.Routes,
 	} {
 		m, err := ebpf.LoadPinnedMap(filepath.Join(pinDir, name), &ebpf.LoadPinOptions{ReadOnly: true})
-		if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
 			continue
+		}
+		if err != nil {
+			return DefaultMapSizes(), false, fmt.Errorf("read pinned %s: %w", name, err)
 		}
 		*dst = int(m.MaxEntries())
 		ok = true
 		_ = m.Close()
 	}
 	if !ok || s.validate() != nil {
-		return DefaultMapSizes(), false
+		return DefaultMapSizes(), false, nil
 	}
-	return s, true
+	return s, true, nil
 }

@@ -147,15 +147,15 @@ func TestMigrateLayouts(t *testing.T) {
 // with, whatever the defaults.
 func TestPinnedSizes(t *testing.T) {
 	pinDir := testPinDir(t)
-	if _, ok := PinnedSizes(pinDir); ok {
-		t.Fatal("sizes reported for an empty pin dir")
+	if _, ok, err := PinnedSizes(pinDir); ok || err != nil {
+		t.Fatalf("sizes reported for an empty pin dir (%v)", err)
 	}
 	sizes := MapSizes{Conntrack: 1024, IPSets: 1024, IfState: 64, RuleCounters: 256, Chain: 64}
 	d := openTest(t, Options{PinDir: pinDir, Sizes: sizes})
 	want := d.Sizes()
 	mustNil(t, d.Close())
-	got, ok := PinnedSizes(pinDir)
-	if !ok || got != want {
-		t.Fatalf("pinned sizes %+v (%v), want %+v", got, ok, want)
+	got, ok, err := PinnedSizes(pinDir)
+	if !ok || err != nil || got != want {
+		t.Fatalf("pinned sizes %+v (%v, %v), want %+v", got, ok, err, want)
 	}
 }

@@ -1,0 +1,151 @@
+package linux
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/dpd-dev/dpd/dataplane/linux/nl"
+	"github.com/dpd-dev/dpd/dataplane/model"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf/polprog"
+)
+
+// realBPF binds the BPF facilities to an opened datapath.
+func realBPF(d *tcbpf.Datapath) bpfFacilities {
+	return bpfFacilities{entry: entryMaps{d}, programs: polprogFacility{d}, sweep: d, ipsets: d, routes: d, nat: d}
+}
+
+// realNet binds the netlink facilities to the monitor and configurer.
+func realNet(mon *nl.Monitor, cfg *nl.Configurer) netFacilities {
+	return netFacilities{links: monitorLinks{mon}, endpoint: cfg, routes: cfg, tunnel: cfg, masq: cfg}
+}
+
+// entryMaps is the datapath as an entryFacility.
+type entryMaps struct{ *tcbpf.Datapath }
+
+func (e entryMaps) InstallPolicy(slot uint32, dir int, p loadedProgram) error {
+	return e.Datapath.InstallPolicy(slot, dir, p.Head())
+}
+
+// monitorLinks is the monitor's cache plus netlink lookups.
+type monitorLinks struct{ *nl.Monitor }
+
+func (monitorLinks) LinkName(ifindex int) (string, error) {
+	l, err := netlink.LinkByIndex(ifindex)
+	if err != nil {
+		return "", err
+	}
+	return l.Attrs().Name, nil
+}
+
+func (monitorLinks) Links() ([]linkRef, error) {
+	ls, err := netlink.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("list links: %w", err)
+	}
+	out := make([]linkRef, 0, len(ls))
+	for _, l := range ls {
+		out = append(out, linkRef{Name: l.Attrs().Name, Ifindex: l.Attrs().Index})
+	}
+	return out, nil
+}
+
+// polprogFacility compiles with polprog against the datapath's maps.
+type polprogFacility struct{ d *tcbpf.Datapath }
+
+func (f polprogFacility) maps() polprog.Maps {
+	m := f.d.Maps()
+	return polprog.Maps{State: m.State, Jump: m.Jump, IPSets: m.IPSets, RuleCtrs: m.RuleCtrs, Chain: m.Chain,
+		IPSetIdx: f.d.IPSetIndex()}
+}
+
+func (f polprogFacility) Load(pol *model.DirectionPolicy, dir model.Direction) (loadedProgram, error) {
+	spec, err := polprog.Compile(pol, dir, f.d, polprog.Options{})
+	if err != nil {
+		return nil, err
+	}
+	p, err := spec.Load(f.maps())
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func (f polprogFacility) Adopt(pol *model.DirectionPolicy, dir model.Direction, p pinnedProgram) (loadedProgram, error) {
+	spec, err := polprog.Compile(pol, dir, f.d, polprog.Options{})
+	if err != nil {
+		return nil, err
+	}
+	pp, ok := p.(pinnedPolprog)
+	if !ok {
+		return nil, errors.New("not a pinned policy program")
+	}
+	prog, err := spec.Adopt(f.maps(), pp.Pinned)
+	if err != nil {
+		return nil, err
+	}
+	return prog, nil
+}
+
+func (f polprogFacility) ProgsDir() string { return filepath.Join(f.d.PinDir(), "progs") }
+
+func (f polprogFacility) PinnedNames() ([]string, error) {
+	ents, err := os.ReadDir(f.ProgsDir())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list pinned policy programs: %w", err)
+	}
+	out := make([]string, 0, len(ents))
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out, nil
+}
+
+func (f polprogFacility) OpenPinned(name string) (pinnedProgram, error) {
+	p, err := polprog.OpenPinned(filepath.Join(f.ProgsDir(), name), f.d.Maps().Chain)
+	if err != nil {
+		return nil, err
+	}
+	return pinnedPolprog{p}, nil
+}
+
+func (polprogFacility) RemovePinDir(path string) error { return os.RemoveAll(path) }
+
+func (f polprogFacility) ChainIndices() ([]uint32, error) { return f.d.ChainIndices() }
+
+func (f polprogFacility) ChainIndexInUse(idx uint32) bool {
+	return polprog.ChainIndexInUse(f.d.Maps().Chain, idx)
+}
+
+func (f polprogFacility) DeleteChainIndex(idx uint32) error { return f.d.DeleteChainIndex(idx) }
+func (f polprogFacility) CounterIDs() ([]uint64, error)     { return f.d.CounterIDs() }
+func (f polprogFacility) EnsureCounters(ids []uint64) error { return f.d.EnsureCounters(ids) }
+func (f polprogFacility) DeleteCounters(ids []uint64) error { return f.d.DeleteCounters(ids) }
+
+// pinnedPolprog is a polprog.Pinned as a pinnedProgram.
+type pinnedPolprog struct{ *polprog.Pinned }
+
+func (p pinnedPolprog) Dir() string { return p.Pinned.Dir }
+
+var (
+	_ entryFacility   = entryMaps{}
+	_ programFacility = polprogFacility{}
+	_ sweepFacility   = (*tcbpf.Datapath)(nil)
+	_ ipsetMaps       = (*tcbpf.Datapath)(nil)
+	_ routeMaps       = (*tcbpf.Datapath)(nil)
+	_ natMaps         = (*tcbpf.Datapath)(nil)
+	_ linkFacility    = monitorLinks{}
+	_ endpointNet     = (*nl.Configurer)(nil)
+	_ routeNet        = (*nl.Configurer)(nil)
+	_ tunnelNet       = (*nl.Configurer)(nil)
+	_ masqNet         = (*nl.Configurer)(nil)
+	_ loadedProgram   = (*polprog.Program)(nil)
+	_ pinnedProgram   = pinnedPolprog{}
+)
