@@ -62,7 +62,7 @@ func BenchmarkPolicyChange(b *testing.B) {
 }
 
 // BenchmarkPolicyFanOut measures one change of a policy that all 1000
-// endpoints use (issue 7's P2, engine side, on the memory kernel).
+// endpoints use (the P2 fan-out figure, engine side, on the memory kernel).
 func BenchmarkPolicyFanOut(b *testing.B) {
 	h := newHarness(b)
 	h.session()
