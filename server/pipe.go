@@ -10,7 +10,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/dpd-dev/dpd/dataplane/engine"
 	"github.com/dpd-dev/dpd/proto/felix"
 	"github.com/dpd-dev/dpd/server/felixpipe"
 )
@@ -58,16 +57,18 @@ func (p *pipeController) run(ctx context.Context) error {
 	p.log.Info("felix pipe session started", "session", sess.ID())
 	defer sess.Close()
 
+	in := newInbound(sess, p.log)
 	fw := felixpipe.NewWriter(p.out)
 	go func() {
 		for m := range sess.Out() {
+			in.echo.fill(m)
 			if err := fw.Write(m); err != nil {
 				cancel(fmt.Errorf("write to felix: %w", err))
 				return
 			}
 		}
 	}()
-	go func() { cancel(p.read(ctx, sess)) }()
+	go func() { cancel(p.read(ctx, in)) }()
 
 	<-ctx.Done()
 	err := context.Cause(ctx)
@@ -81,9 +82,9 @@ func (p *pipeController) run(ctx context.Context) error {
 	return err
 }
 
-// read submits every frame on in; a frame that does not decode is
-// rejected like any invalid message and reading goes on.
-func (p *pipeController) read(ctx context.Context, sess engine.Session) error {
+// read submits every frame on p.in through in; a frame that does not
+// decode is rejected like any invalid message and reading goes on.
+func (p *pipeController) read(ctx context.Context, in *inbound) error {
 	fr := felixpipe.NewReader(p.in, p.maxFrame)
 	for {
 		msg := &felix.ToDataplane{}
@@ -91,10 +92,9 @@ func (p *pipeController) read(ctx context.Context, sess engine.Session) error {
 		var de *felixpipe.DecodeError
 		switch {
 		case err == nil:
-			err = submitValidated(ctx, sess, msg, p.log)
+			err = in.submit(ctx, msg)
 		case errors.As(err, &de):
-			p.log.Warn("undecodable frame from felix", "err", err)
-			err = sess.Reject(ctx, &felix.ToDataplane{}, err)
+			err = in.rejectUndecodable(ctx, err)
 		case errors.Is(err, io.EOF), errors.Is(err, os.ErrClosed):
 			return errPipeClosed
 		default:

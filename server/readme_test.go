@@ -17,7 +17,7 @@ func TestMetricsDocumented(t *testing.T) {
 	}
 	defined := regexp.MustCompile(`(?:Name:\s*|NewDesc\(\s*)"(dpd_[a-z0-9_]+)"`)
 	names := map[string]bool{}
-	for _, glob := range []string{"../dataplane/*.go", "*.go", "policysync/*.go"} {
+	for _, glob := range []string{"../dataplane/engine/*.go", "*.go", "policysync/*.go"} {
 		files, err := filepath.Glob(glob)
 		if err != nil {
 			t.Fatal(err)

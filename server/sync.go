@@ -10,7 +10,6 @@ import (
 	"github.com/dpd-dev/dpd/dataplane/engine"
 	dpdv1 "github.com/dpd-dev/dpd/proto/dpd/v1"
 	"github.com/dpd-dev/dpd/proto/felix"
-	"github.com/dpd-dev/dpd/server/felixconv"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
@@ -81,8 +80,8 @@ func (s *syncService) Sync(stream dpdv1.Dataplane_SyncServer) error {
 
 	peerName := peerName(ctx)
 	sess := s.engine.NewSession(peerName)
-	st := &syncStream{stream: stream, sess: sess, ctx: ctx, cancel: cancel,
-		log: s.log.With("session", sess.ID(), "peer", peerName)}
+	log := s.log.With("session", sess.ID(), "peer", peerName)
+	st := &syncStream{stream: stream, sess: sess, in: newInbound(sess, log), ctx: ctx, cancel: cancel, log: log}
 	st.log.Info("controller session started")
 
 	forwarded := make(chan struct{})
@@ -158,6 +157,7 @@ func peerName(ctx context.Context) string {
 type syncStream struct {
 	stream dpdv1.Dataplane_SyncServer
 	sess   engine.Session
+	in     *inbound
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	log    *slog.Logger
@@ -175,10 +175,8 @@ func (st *syncStream) closeSession() {
 	st.sess.Close()
 }
 
-// receive validates each message and hands it to the engine: valid ones are
-// submitted, invalid ones logged and rejected (the engine counts them in
-// dpd_invalid_messages_total and errors their endpoint); the stream stays
-// up.
+// receive hands each message to the engine through st.in: translated and
+// submitted, or logged and rejected; the stream stays up.
 func (st *syncStream) receive() {
 	for {
 		msg, err := st.stream.Recv()
@@ -203,28 +201,7 @@ func (st *syncStream) handle(msg *felix.ToDataplane) error {
 	if st.closed {
 		return context.Cause(st.ctx)
 	}
-	return submitValidated(st.ctx, st.sess, msg, st.log)
-}
-
-// submitValidated hands msg to sess: submitted when valid, otherwise
-// logged and rejected (the engine counts it in dpd_invalid_messages_total
-// and errors its endpoint). The gRPC stream and the Felix pipe share it,
-// so both feed the engine identically.
-func submitValidated(ctx context.Context, sess engine.Session, msg *felix.ToDataplane, log *slog.Logger) error {
-	verr := felixconv.Validate(msg)
-	if verr == nil {
-		return sess.Submit(ctx, msg)
-	}
-	attrs := []any{"seq", msg.GetSequenceNumber(), "reason", verr}
-	var fe *felixconv.Error
-	if errors.As(verr, &fe) {
-		attrs = append(attrs, "kind", fe.Kind)
-		if fe.Endpoint != nil {
-			attrs = append(attrs, "endpoint", fe.Endpoint.String())
-		}
-	}
-	log.Warn("rejected invalid controller message", attrs...)
-	return sess.Reject(ctx, msg, verr)
+	return st.in.submit(st.ctx, msg)
 }
 
 // forward streams the session's statuses to the controller.
@@ -237,6 +214,7 @@ func (st *syncStream) forward() {
 				st.cancel(errSessionEnded)
 				return
 			}
+			st.in.echo.fill(m)
 			if err := st.stream.Send(m); err != nil {
 				st.cancel(err)
 				return

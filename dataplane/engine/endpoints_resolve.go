@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	"github.com/dpd-dev/dpd/dataplane/model"
-	"github.com/dpd-dev/dpd/server/felixconv"
 )
 
 // resolution is what an endpoint's policy references resolve to; endpoints
@@ -48,7 +47,7 @@ func (e *Engine) resolve(ent *wepEntry) (*model.Endpoint, []string, string) {
 }
 
 // resolveRefs resolves sp's tier and profile references.
-func (e *Engine) resolveRefs(sp *felixconv.WorkloadEndpoint) *resolution {
+func (e *Engine) resolveRefs(sp *model.WorkloadEndpoint) *resolution {
 	var in, out model.DirectionPolicy
 	var missing []string
 	for _, t := range sp.Tiers {
@@ -81,9 +80,9 @@ func (e *Engine) resolveRefs(sp *felixconv.WorkloadEndpoint) *resolution {
 
 // referenceKey identifies sp's tier and profile references: equal keys
 // resolve to the same policy.
-func referenceKey(sp *felixconv.WorkloadEndpoint) string {
+func referenceKey(sp *model.WorkloadEndpoint) string {
 	var b strings.Builder
-	keys := func(ks []felixconv.PolicyKey) {
+	keys := func(ks []model.PolicyKey) {
 		for _, k := range ks {
 			b.WriteString(k.Kind)
 			b.WriteByte(1)
@@ -112,7 +111,7 @@ func referenceKey(sp *felixconv.WorkloadEndpoint) string {
 
 // resolveTier resolves one tier's policies for direction d. A policy is
 // named "tier/policy" in the model, as kernels and traces expect.
-func (e *Engine) resolveTier(t felixconv.TierRef, keys []felixconv.PolicyKey, d model.Direction, missing *[]string) model.Tier {
+func (e *Engine) resolveTier(t model.TierRef, keys []model.PolicyKey, d model.Direction, missing *[]string) model.Tier {
 	tier := model.Tier{Name: t.Name, DefaultAction: t.DefaultAction}
 	for _, k := range keys {
 		pol := e.policies.get(k)

@@ -39,7 +39,7 @@ func (e *Engine) reporting() bool {
 }
 
 func (e *Engine) emitWorkloadStatus(ent *wepEntry) {
-	if e.reporting() && ent.fid != nil {
+	if e.reporting() {
 		e.send(workloadStatusMsg(ent))
 	}
 }
@@ -47,16 +47,15 @@ func (e *Engine) emitWorkloadStatus(ent *wepEntry) {
 func workloadStatusMsg(ent *wepEntry) *felix.FromDataplane {
 	return &felix.FromDataplane{Payload: &felix.FromDataplane_WorkloadEndpointStatusUpdate{
 		WorkloadEndpointStatusUpdate: &felix.WorkloadEndpointStatusUpdate{
-			Id:       ent.fid,
-			Status:   &felix.EndpointStatus{Status: ent.status},
-			Endpoint: ent.raw,
+			Id:     wepFID(ent.id),
+			Status: &felix.EndpointStatus{Status: ent.status},
 		}}}
 }
 
 func (e *Engine) emitWorkloadRemove(ent *wepEntry) {
-	if e.reporting() && ent.fid != nil {
+	if e.reporting() {
 		e.send(&felix.FromDataplane{Payload: &felix.FromDataplane_WorkloadEndpointStatusRemove{
-			WorkloadEndpointStatusRemove: &felix.WorkloadEndpointStatusRemove{Id: ent.fid}}})
+			WorkloadEndpointStatusRemove: &felix.WorkloadEndpointStatusRemove{Id: wepFID(ent.id)}}})
 	}
 }
 
@@ -69,7 +68,7 @@ func (e *Engine) emitHostStatus(h *hepEntry) {
 func hostStatusMsg(h *hepEntry) *felix.FromDataplane {
 	return &felix.FromDataplane{Payload: &felix.FromDataplane_HostEndpointStatusUpdate{
 		HostEndpointStatusUpdate: &felix.HostEndpointStatusUpdate{
-			Id:     h.fid,
+			Id:     &felix.HostEndpointID{EndpointId: h.id},
 			Status: &felix.EndpointStatus{Status: h.status},
 		}}}
 }
@@ -77,7 +76,7 @@ func hostStatusMsg(h *hepEntry) *felix.FromDataplane {
 func (e *Engine) emitHostRemove(h *hepEntry) {
 	if e.reporting() {
 		e.send(&felix.FromDataplane{Payload: &felix.FromDataplane_HostEndpointStatusRemove{
-			HostEndpointStatusRemove: &felix.HostEndpointStatusRemove{Id: h.fid}}})
+			HostEndpointStatusRemove: &felix.HostEndpointStatusRemove{Id: &felix.HostEndpointID{EndpointId: h.id}}}})
 	}
 }
 
@@ -101,14 +100,10 @@ func (e *Engine) afterApply(p *pass) {
 			switch {
 			case happy && !sent:
 				s.happySent[id] = struct{}{}
-				added = append(added, e.weps.eps[id].fid)
+				added = append(added, wepFID(id))
 			case sent && !happy:
 				delete(s.happySent, id)
-				if ent := e.weps.eps[id]; ent != nil && ent.fid != nil {
-					removed = append(removed, ent.fid)
-				} else {
-					removed = append(removed, wepFID(id))
-				}
+				removed = append(removed, wepFID(id))
 			}
 		}
 		if len(added)+len(removed) > 0 {
@@ -128,7 +123,7 @@ func (e *Engine) fullReport(s *session) {
 	s.reported = true
 	var ids []model.WorkloadID
 	for id, ent := range e.weps.eps {
-		if ent.status != "" && ent.fid != nil && !ent.removed {
+		if ent.status != "" && !ent.removed {
 			ids = append(ids, id)
 		}
 	}
@@ -144,7 +139,7 @@ func (e *Engine) fullReport(s *session) {
 	var added []*felix.WorkloadEndpointID
 	for _, id := range sortedIDs(e.weps.happy) {
 		s.happySent[id] = struct{}{}
-		added = append(added, e.weps.eps[id].fid)
+		added = append(added, wepFID(id))
 	}
 	e.send(e.happyMsg(true, added, nil))
 }
@@ -160,7 +155,7 @@ func (e *Engine) happyMsg(full bool, added, removed []*felix.WorkloadEndpointID)
 	}}}
 }
 
-// wepFID rebuilds a Felix id for an endpoint that is already forgotten.
+// wepFID builds the Felix id of an endpoint.
 func wepFID(id model.WorkloadID) *felix.WorkloadEndpointID {
 	return &felix.WorkloadEndpointID{OrchestratorId: id.Orchestrator, WorkloadId: id.Workload, EndpointId: id.Endpoint}
 }
