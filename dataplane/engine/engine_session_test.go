@@ -152,8 +152,14 @@ func TestEveryPayloadIsHandled(t *testing.T) {
 		t.Fatalf("ToDataplane has %d payload cases; update this test", fields.Len())
 	}
 	for i := 0; i < fields.Len(); i++ {
-		if _, ok := msgs[string(fields.Get(i).Name())]; !ok {
-			t.Errorf("no test message for payload %s", fields.Get(i).Name())
+		name := string(fields.Get(i).Name())
+		m, ok := msgs[name]
+		if !ok {
+			t.Errorf("no test message for payload %s", name)
+			continue
+		}
+		if k := tr(t, m).Kind(); k != name {
+			t.Errorf("payload %s translates to an update of kind %q", name, k)
 		}
 	}
 	h := newHarness(t)
