@@ -82,8 +82,8 @@ func (p *pipeController) run(ctx context.Context) error {
 	return err
 }
 
-// read submits every frame on p.in through in; a frame that does not
-// decode is rejected like any invalid message and reading goes on.
+// read hands every frame on p.in to the engine through in; a frame that
+// does not decode is rejected like any invalid message and reading goes on.
 func (p *pipeController) read(ctx context.Context, in *inbound) error {
 	fr := felixpipe.NewReader(p.in, p.maxFrame)
 	for {
