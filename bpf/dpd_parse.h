@@ -75,10 +75,21 @@ static __always_inline int dpd_parse_ipv4(struct __sk_buff *skb, struct dpd_pkt 
 	p->saddr = ip->saddr;
 	p->daddr = ip->daddr;
 	p->proto = ip->protocol;
-	if (ip->frag_off & bpf_htons(DPD_IP_OFFSET)) {
-		/* Only the first fragment carries the L4 header. */
-		p->flags |= DPD_ST_FRAGMENT;
-		return 0;
+	if (ip->frag_off & bpf_htons(DPD_IP_OFFSET | DPD_IP_MF)) {
+		p->frag_id = ip->id;
+		if (ip->frag_off & bpf_htons(DPD_IP_OFFSET)) {
+			/* Only the first fragment carries the L4 header; the
+			 * others borrow what it said (dpd_frag.h). A TCP
+			 * fragment at offset 8 could rewrite the header's
+			 * flags after the policy saw them (RFC 1858). */
+			p->flags |= DPD_ST_FRAGMENT;
+			p->frag = DPD_FRAG_LATER;
+			if (p->proto == IPPROTO_TCP &&
+			    (ip->frag_off & bpf_htons(DPD_IP_OFFSET)) == bpf_htons(1))
+				p->frag = DPD_FRAG_TINY;
+			return 0;
+		}
+		p->frag = DPD_FRAG_FIRST;
 	}
 
 	switch (p->proto) {

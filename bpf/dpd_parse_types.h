@@ -18,6 +18,13 @@
 #define DPD_ICMP_TIME_EXCEEDED 11
 #define DPD_ICMP_PARAMETERPROB 12
 #define DPD_IP_OFFSET      0x1fff
+#define DPD_IP_MF          0x2000
+
+/* dpd_pkt.frag: where the packet sits in a fragmented datagram. */
+#define DPD_FRAG_NONE  0 /* not fragmented */
+#define DPD_FRAG_FIRST 1 /* first fragment: carries the L4 header */
+#define DPD_FRAG_LATER 2 /* non-first fragment: no L4 header */
+#define DPD_FRAG_TINY  3 /* TCP fragment at offset 8: drop (RFC 1858) */
 
 struct dpd_icmphdr {
 	__u8   type;
@@ -45,6 +52,10 @@ struct dpd_pkt {
 	__u16 inner_dport;
 	__u8  inner_proto;
 	__u8  has_inner;
+	/* Fragments (dpd_frag.h). */
+	__u32 frag_id;   /* IPv4 identification (IPv6: fragment id), network order */
+	__u8  frag;      /* DPD_FRAG_* */
+	__u8  frag_pad[3];
 };
 
 #endif
