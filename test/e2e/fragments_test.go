@@ -112,4 +112,3 @@ func TestFragmentedUDP(t *testing.T) {
 		}
 	})
 }
-
