@@ -33,6 +33,7 @@
 #include "dpd_ct.h"
 #include "dpd_nat.h"
 #include "dpd_frag.h"
+#include "dpd_ipv6.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -65,8 +66,7 @@ static __always_inline int dpd_entry(struct __sk_buff *skb, __u32 dir)
 		return TC_ACT_SHOT;
 	if (eth->h_proto == bpf_htons(ETH_P_ARP))
 		return TC_ACT_OK;
-	/* IPv6 is not policed yet, so it must not pass unpoliced. */
-	if (eth->h_proto != bpf_htons(ETH_P_IP))
+	if (eth->h_proto != bpf_htons(ETH_P_IP) && eth->h_proto != bpf_htons(ETH_P_IPV6))
 		return TC_ACT_SHOT;
 
 	trace = skb->mark == DPD_TRACE_MARK;
@@ -76,6 +76,9 @@ static __always_inline int dpd_entry(struct __sk_buff *skb, __u32 dir)
 
 		dpd_trace_write(&empty);
 	}
+	/* IPv6 is parsed but not policed yet, so it must not pass. */
+	if (eth->h_proto == bpf_htons(ETH_P_IPV6))
+		return dpd_ipv6_unpoliced(skb, dir, trace);
 
 	ifindex = skb->ifindex;
 	ifs = bpf_map_lookup_elem(&dpd_ifstate, &ifindex);

@@ -62,7 +62,8 @@ type DpdDpdFragVal struct {
 	Dport    uint16
 	IcmpType uint8
 	IcmpCode uint8
-	Pad      uint16
+	Proto    uint8
+	Pad      uint8
 }
 
 type DpdDpdIfstate struct {

@@ -34,11 +34,11 @@ static __always_inline void dpd_frag_key_set(struct dpd_frag_key *k, const struc
 					     __u32 dir, __u32 ifindex)
 {
 	__builtin_memset(k, 0, sizeof(*k));
-	__builtin_memcpy(k->saddr, &p->saddr, 4);
-	__builtin_memcpy(k->daddr, &p->daddr, 4);
+	__builtin_memcpy(k->saddr, p->saddr6, 16);
+	__builtin_memcpy(k->daddr, p->daddr6, 16);
 	k->id = p->frag_id;
-	k->proto = p->proto;
-	k->family = 4;
+	k->proto = p->frag_proto;
+	k->family = p->family;
 	k->dir = dir;
 	k->ifindex = ifindex;
 }
@@ -70,6 +70,7 @@ static __always_inline int dpd_frag_track(struct dpd_pkt *p, __u32 dir, __u32 if
 		nv.dport = p->dport;
 		nv.icmp_type = p->icmp_type;
 		nv.icmp_code = p->icmp_code;
+		nv.proto = p->proto;
 		/* A full map evicts the oldest datagram: LRU. */
 		bpf_map_update_elem(&dpd_frags, &k, &nv, BPF_ANY);
 		return 0;
@@ -84,6 +85,7 @@ static __always_inline int dpd_frag_track(struct dpd_pkt *p, __u32 dir, __u32 if
 	p->dport = v->dport;
 	p->icmp_type = v->icmp_type;
 	p->icmp_code = v->icmp_code;
+	p->proto = v->proto;
 	return 0;
 }
 

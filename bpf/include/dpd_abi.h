@@ -299,7 +299,8 @@ struct dpd_frag_val {
 	__u16 dport;     /* 10: host order */
 	__u8  icmp_type; /* 12 */
 	__u8  icmp_code; /* 13 */
-	__u16 pad;       /* 14 */
+	__u8  proto;     /* 14: the L4 protocol (IPv6: past any extension headers) */
+	__u8  pad;       /* 15 */
 };                       /* sizeof == 16 */
 
 /* A first fragment older than this no longer vouches for later ones: the
@@ -312,5 +313,9 @@ struct dpd_frag_val {
 #define DPD_DROP_FRAG_TINY     1 /* TCP fragment at offset 8 (RFC 1858: could rewrite the header) */
 #define DPD_DROP_IPV6_EXT      2 /* IPv6: more extension headers than the parser walks */
 #define DPD_DROP_MAX           8
+
+/* dpd_state.flags, trace only: the packet was parsed, but its family is not
+ * policed yet (IPv6), so it was dropped. */
+#define DPD_ST_UNPOLICED (1u << 24)
 
 #endif

@@ -62,7 +62,7 @@ func TestBTFLayout(t *testing.T) {
 		}},
 		{"dpd_frag_val", abi.FragValSize, map[string]uint32{
 			"seen": abi.FragValSeen, "sport": abi.FragValSport, "dport": abi.FragValDport,
-			"icmp_type": abi.FragValICMPType, "icmp_code": abi.FragValICMPCode,
+			"icmp_type": abi.FragValICMPType, "icmp_code": abi.FragValICMPCode, "proto": abi.FragValProto,
 		}},
 	}
 	for _, tc := range tests {
@@ -124,6 +124,7 @@ func TestHeaderDefines(t *testing.T) {
 		"DPD_IPSET_IDX_WORDS":   abi.IPSetIdxWords, "DPD_IPSET_IDX_SLOTS": abi.IPSetIdxSlots,
 		"DPD_FRAG_TIMEOUT_S": abi.FragTimeoutS, "DPD_DROP_FRAG_NO_FIRST": abi.DropFragNoFirst,
 		"DPD_DROP_FRAG_TINY": abi.DropFragTiny, "DPD_DROP_IPV6_EXT": abi.DropIPv6Ext, "DPD_DROP_MAX": abi.DropMax,
+		"DPD_ST_UNPOLICED": abi.StUnpoliced,
 	}
 	f, err := os.Open("../../bpf/include/dpd_abi.h")
 	if err != nil {

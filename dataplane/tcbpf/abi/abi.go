@@ -285,6 +285,7 @@ const (
 	FragValDport    = 10
 	FragValICMPType = 12
 	FragValICMPCode = 13
+	FragValProto    = 14
 	FragValSize     = 16
 	FragTimeoutS    = 30
 )
@@ -297,3 +298,7 @@ const (
 	DropIPv6Ext     = 2 // IPv6: more extension headers than the parser walks
 	DropMax         = 8
 )
+
+// StUnpoliced (dpd_state.flags, trace only): the packet was parsed, but its
+// family (IPv6) is not policed yet, so it was dropped.
+const StUnpoliced = 1 << 24
