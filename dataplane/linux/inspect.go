@@ -255,3 +255,23 @@ func (k *Kernel) MapUsage() ([]model.MapUsage, error) {
 	}
 	return out, errors.Join(errs...)
 }
+
+// Drops implements engine.DropInspector: one per-CPU array read per reason.
+func (k *Kernel) Drops() ([]model.DropCount, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		return nil, errClosed
+	}
+	var out []model.DropCount
+	var errs []error
+	for _, r := range tcbpf.DropReasons() {
+		p, b, err := k.bpf.ReadDrops(r)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, model.DropCount{Reason: r.String(), Packets: p, Bytes: b})
+	}
+	return out, errors.Join(errs...)
+}
