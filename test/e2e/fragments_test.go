@@ -112,3 +112,42 @@ func TestFragmentedUDP(t *testing.T) {
 		}
 	})
 }
+
+// TestFragmentedUDPService sends datagrams larger than the MTU to a
+// service: every fragment reaches the backend the first fragment was
+// DNAT'd to, and the echo's fragments all come back from the frontend
+// (the probe's connected socket accepts nothing else); then the same with
+// the client as its own backend (hairpin).
+func TestFragmentedUDPService(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	d := StartDaemon(t)
+	client, backend := NewWorkload(t, 1), NewWorkload(t, 2)
+	for _, w := range []*Workload{client, backend} {
+		testutil.Run(t, "ip", "link", "set", w.HostIface, "mtu", strconv.Itoa(fragMTU))
+		testutil.Run(t, "ip", "-n", w.NS, "link", "set", "eth0", "mtu", strconv.Itoa(fragMTU))
+		w.Serve(t, nil, []int{svcBackendPort})
+	}
+	snapshot := Scenario{
+		Profile(profAllowAll, Rules(Allow()), Rules(Allow())),
+		Endpoint(client, []string{profAllowAll}),
+		Endpoint(backend, []string{profAllowAll}),
+		ServiceMsg("big", svcIP, "UDP:53"),
+		BackendsMsg("big", Backend(backend, "UDP")),
+	}
+	c := d.Connect(t, snapshot)
+	c.WaitInSync(t)
+	c.WaitStatus(t, "up", client.ID(), backend.ID())
+
+	t.Run("to-backend", func(t *testing.T) {
+		before := ipStats(t, backend)
+		Expect(t, Allowed(UDPSize(client, svcIP, svcUDPPort, fragDatagram)))
+		if n := ipStats(t, backend)["ReasmOKs"] - before["ReasmOKs"]; n < 1 {
+			t.Errorf("the backend reassembled %d datagrams, want the request", n)
+		}
+	})
+	t.Run("hairpin", func(t *testing.T) {
+		c.Send(t, BackendsMsg("big", Backend(client, "UDP")))
+		c.Barrier(t)
+		Expect(t, Allowed(UDPSize(client, svcIP, svcUDPPort, fragDatagram)))
+	})
+}
