@@ -160,7 +160,7 @@ func TestRejectMarksEndpointError(t *testing.T) {
 	h.send(profile("p", allowFrom()), wep("a", "10.65.0.1", nil, "p"), inSync())
 	bad := wep("a", "10.65.0.1", nil, "p")
 	bad.GetWorkloadEndpointUpdate().Endpoint.Ipv4Nets = []string{"not-a-net"}
-	if err := felixconv.Validate(bad); err == nil {
+	if _, err := felixconv.Translate(bad); err == nil {
 		t.Fatal("bad message validated")
 	}
 	if err := submitFelix(h.ctx, s, bad); err != nil {

@@ -196,7 +196,7 @@ func TestScenarioIsValid(t *testing.T) {
 		}
 	}
 	for i, m := range msgs {
-		if err := felixconv.Validate(m); err != nil {
+		if _, err := felixconv.Translate(m); err != nil {
 			t.Errorf("message %d (%T): %v", i, m.GetPayload(), err)
 		}
 	}

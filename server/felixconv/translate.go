@@ -31,13 +31,6 @@ func Translate(msg *felix.ToDataplane) (model.Update, error) {
 	return model.WithSeq(u, msg.SequenceNumber), nil
 }
 
-// Validate reports why msg cannot be applied, nil if it can: Translate
-// for callers that only check.
-func Validate(msg *felix.ToDataplane) error {
-	_, err := Translate(msg)
-	return err
-}
-
 // translatePayload translates msg's payload. On failure it returns the
 // workload endpoint concerned, when there is one with a valid id.
 func translatePayload(msg *felix.ToDataplane) (model.Update, *model.WorkloadID, error) {
