@@ -39,7 +39,7 @@ func TestIfaceName(t *testing.T) {
 func TestInterfaceNamesRejected(t *testing.T) {
 	u := validWEP()
 	u.Endpoint.Name = "cali/../x"
-	err := Validate(&felix.ToDataplane{Payload: &felix.ToDataplane_WorkloadEndpointUpdate{WorkloadEndpointUpdate: u}})
+	_, err := Translate(&felix.ToDataplane{Payload: &felix.ToDataplane_WorkloadEndpointUpdate{WorkloadEndpointUpdate: u}})
 	checkErr(t, err, `name (interface) "cali/../x": contains '/'`)
 	if e := asError(t, err); e.Endpoint == nil {
 		t.Errorf("rejection does not name the endpoint: %+v", e)
