@@ -138,6 +138,8 @@ func arrival(b *testing.B, mode string, n int) {
 		}
 	}
 	allUp := time.Since(start)
+	attaches := k.Ops().Attaches
+	oc := k.datapath().ObservedCosts()
 	var lat []time.Duration
 	mu.Lock()
 	for name, t := range up {
@@ -163,8 +165,11 @@ func arrival(b *testing.B, mode string, n int) {
 	b.ReportMetric(ms(lat[(len(lat)*99)/100]), "up-p99-ms")
 	b.ReportMetric(ms(removal), "remove-all-ms")
 	b.ReportMetric(float64(d.Detaches), "removal-detaches")
-	b.Logf("%s n=%d: created in %s, all up %s after the first creation; report->up p50 %s p99 %s; removal of all %s (%d detaches)",
-		mode, n, created.Round(time.Millisecond), allUp.Round(time.Millisecond), lat[len(lat)/2].Round(time.Microsecond),
+	b.ReportMetric(float64(attaches), "attaches")
+	b.Logf("observed: tcx attach mean %s (%d), tc attach mean %s (%d)", oc.TCXAttach.Mean().Round(time.Microsecond), oc.TCXAttach.Count,
+		oc.TCAttach.Mean().Round(time.Microsecond), oc.TCAttach.Count)
+	b.Logf("%s n=%d: created in %s, all up %s after the first creation (%d attaches); report->up p50 %s p99 %s; removal of all %s (%d detaches)",
+		mode, n, created.Round(time.Millisecond), allUp.Round(time.Millisecond), attaches, lat[len(lat)/2].Round(time.Microsecond),
 		lat[(len(lat)*99)/100].Round(time.Microsecond), removal.Round(time.Millisecond), d.Detaches)
 }
 
