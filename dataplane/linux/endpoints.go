@@ -18,7 +18,8 @@ import (
 // the policy programmer), and the routes and neighbours of each endpoint.
 // It keeps what it verified per interface so that an unchanged endpoint
 // costs no kernel operation, and fails closed the interfaces nothing has
-// programmed (failclosed.go). Called under Kernel.mu.
+// programmed (failclosed.go). Called under Kernel.mu; attaches run without
+// it (attachq.go).
 type endpointProgrammer struct {
 	entry entryFacility
 	net   endpointNet
@@ -26,6 +27,7 @@ type endpointProgrammer struct {
 	pols  *policyProgrammer
 	log   *slog.Logger
 	ops   *Ops
+	queue *attachQueue // the interfaces waiting for the attach worker
 	// afterAttach is Options.AfterAttach.
 	afterAttach func(iface string)
 
@@ -37,8 +39,8 @@ type endpointProgrammer struct {
 }
 
 func newEndpointProgrammer(entry entryFacility, net endpointNet, links linkFacility, pols *policyProgrammer,
-	slots uint32, log *slog.Logger, ops *Ops) *endpointProgrammer {
-	return &endpointProgrammer{entry: entry, net: net, links: links, pols: pols, log: log, ops: ops,
+	slots uint32, queue *attachQueue, log *slog.Logger, ops *Ops) *endpointProgrammer {
+	return &endpointProgrammer{entry: entry, net: net, links: links, pols: pols, queue: queue, log: log, ops: ops,
 		eps: map[string]*endpointState{}, slots: newSlotAllocator(slots)}
 }
 
@@ -122,11 +124,17 @@ func (e *endpointProgrammer) details(iface string) (EndpointDetails, bool) {
 // install both policies, mark ready, then routes and neighbours. Each step
 // reads first and writes only what differs, so re-applying an unchanged
 // endpoint (a resync, a controller reconnect, the first apply after a
-// restart that adopted it) writes nothing. When only the policy changed
-// since this process verified the interface, only the jump slots are
-// written (a policy used by a thousand endpoints switches in milliseconds);
-// the periodic resync verifies the rest.
-func (e *endpointProgrammer) apply(ep *model.Endpoint) error {
+// restart that adopted it) writes nothing, and an interface that carries
+// the entry programs already (failed closed when it appeared) becomes
+// ready with map writes only. When only the policy changed since this
+// process verified the interface, only the jump slots are written (a
+// policy used by a thousand endpoints switches in milliseconds); the
+// periodic resync verifies the rest.
+//
+// When the entry programs must be attached first, apply returns the plan
+// for it and writes nothing more: the caller attaches without the lock
+// (attachq.go), records the result and applies again.
+func (e *endpointProgrammer) apply(ep *model.Endpoint) (*attachPlan, error) {
 	st := e.eps[ep.Iface]
 	if st == nil {
 		st = e.newState()
@@ -136,7 +144,7 @@ func (e *endpointProgrammer) apply(ep *model.Endpoint) error {
 	st.ep, st.adopted = ep, false
 	ifindex, ok := e.links.Ifindex(ep.Iface)
 	if ok && st.verified && st.ifindex == ifindex && prev.SameInterface(ep) {
-		return e.installBoth(st)
+		return nil, e.installBoth(st)
 	}
 	st.verified = false
 	if !ok {
@@ -148,7 +156,7 @@ func (e *endpointProgrammer) apply(ep *model.Endpoint) error {
 			}
 		}
 		e.forgetIfindex(st)
-		return nil
+		return nil, nil
 	}
 	if st.ifindex != 0 && st.ifindex != ifindex {
 		// The interface was recreated: the old ifindex's state is stale.
@@ -158,12 +166,15 @@ func (e *endpointProgrammer) apply(ep *model.Endpoint) error {
 	if !st.hasSlot {
 		s, err := e.slots.get()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		st.slot, st.hasSlot = s, true
 	}
-	if err := e.attach(st, ep.Iface); err != nil {
-		return err
+	if !st.attachOK {
+		// Attach now, whether or not the worker has it queued: this
+		// endpoint must not wait behind other interfaces.
+		e.queue.take(ep.Iface)
+		return &attachPlan{st: st, name: ep.Iface, ifindex: ifindex, query: !st.fresh || st.mode != ""}, nil
 	}
 	if e.afterAttach != nil {
 		e.afterAttach(ep.Iface)
@@ -173,17 +184,17 @@ func (e *endpointProgrammer) apply(ep *model.Endpoint) error {
 		// interface failed closed drops already, whatever slot its entry
 		// names.
 		if err := e.setIfState(st, abi.IfWorkload); err != nil {
-			return fmt.Errorf("ifstate %s: %w", ep.Iface, err)
+			return nil, fmt.Errorf("ifstate %s: %w", ep.Iface, err)
 		}
 	}
 	if err := e.installBoth(st); err != nil {
-		return err
+		return nil, err
 	}
 	if !st.ready || st.ifsSlot != st.slot {
 		// Ready, or moved to another slot (an adopted entry whose slot
 		// another interface held): the entry switches atomically.
 		if err := e.setIfState(st, abi.IfWorkload|abi.IfReady); err != nil {
-			return fmt.Errorf("ifstate %s: %w", ep.Iface, err)
+			return nil, fmt.Errorf("ifstate %s: %w", ep.Iface, err)
 		}
 	}
 	configure := e.net.ConfigureEndpoint
@@ -195,13 +206,13 @@ func (e *endpointProgrammer) apply(ep *model.Endpoint) error {
 	}
 	if err := configure(ep.Iface, ifindex, ep.MAC, ep.IPv4Nets); err != nil {
 		if errors.Is(err, nl.ErrNoLink) {
-			return nil // vanished meanwhile; the monitor will say so
+			return nil, nil // vanished meanwhile; the monitor will say so
 		}
-		return fmt.Errorf("configure %s: %w", ep.Iface, err)
+		return nil, fmt.Errorf("configure %s: %w", ep.Iface, err)
 	}
 	st.configured, st.verified, st.epIfindex = true, true, ifindex
 	st.lastApply = time.Now()
-	return nil
+	return nil, nil
 }
 
 // installBoth installs the ingress and egress policies.
@@ -213,30 +224,6 @@ func (e *endpointProgrammer) installBoth(st *endpointState) error {
 		}
 	}
 	st.lastApply = time.Now()
-	return nil
-}
-
-// attach attaches the entry programs unless they already are, as
-// they are after a restart or a fail-closed attach. An attachment this
-// process made or checked at this ifindex is trusted until the next resync.
-func (e *endpointProgrammer) attach(st *endpointState, iface string) error {
-	if st.attachOK {
-		return nil
-	}
-	// A fresh interface has nothing attached to look for (and Attach is
-	// idempotent should something be there after all).
-	if !st.fresh || st.mode != "" {
-		if mode, ok := e.entry.AttachedCurrent(st.ifindex, iface); ok {
-			st.mode, st.attachOK = mode, true
-			return nil
-		}
-	}
-	mode, err := e.entry.Attach(st.ifindex, iface)
-	if err != nil {
-		return fmt.Errorf("attach %s: %w", iface, err)
-	}
-	e.ops.Attaches++
-	st.mode, st.attachOK = mode, true
 	return nil
 }
 
@@ -296,7 +283,15 @@ func (e *endpointProgrammer) forgetIfindex(st *endpointState) {
 	st.attachOK, st.verified, st.configured = false, false, false
 }
 
-// remove removes everything apply added for ep.
+// remove takes back what apply added for ep, and never detaches: an
+// interface that still exists is failed closed by one dpd_ifstate write
+// (its entry programs stay and drop everything; the kernel drops them with
+// the interface, and their link pins stay until then, since removing a
+// TCX link's last pin would detach it), then the endpoint's routes,
+// neighbours, jump slots and policy programs go. The interface stays
+// tracked as failed closed, so a later endpoint on it becomes ready with
+// map writes only. What belonged to an interface that no longer exists
+// goes entirely.
 func (e *endpointProgrammer) remove(ep *model.Endpoint) error {
 	st, ok := e.eps[ep.Iface]
 	if !ok {
@@ -306,49 +301,65 @@ func (e *endpointProgrammer) remove(ep *model.Endpoint) error {
 	if st.ep != nil {
 		nets = st.ep.IPv4Nets
 	}
-	// The interface was re-created since the endpoint was programmed (and
-	// failed closed): what is on it now is not the endpoint's to take away.
-	recreated := st.epIfindex != 0 && st.ifindex != 0 && st.ifindex != st.epIfindex
-	if err := e.dropState(ep.Iface, st, nets); err != nil {
+	ifindex, exists := e.links.Ifindex(ep.Iface)
+	if exists && ifindex == st.ifindex {
+		if err := e.closeRemoved(ep.Iface, st, nets); err != nil {
+			return err
+		}
+		if !st.attachOK && st.mode == "" {
+			// Its programs were never attached (its apply failed first):
+			// the worker attaches them, failed closed.
+			e.queue.put(ep.Iface, ifindex)
+		}
+		return nil
+	}
+	if err := e.dropState(ep.Iface, st, nil, false); err != nil {
 		return err
 	}
 	delete(e.eps, ep.Iface)
-	if ifindex, ok := e.links.Ifindex(ep.Iface); recreated && ok {
-		fc := e.newState()
-		if err := e.failClose(ep.Iface, fc, ifindex); err != nil {
-			e.log.Warn("cannot fail closed a re-created interface; it may pass unpoliced traffic", "iface", ep.Iface, "err", err)
-		}
-		if fc.ifindex != 0 {
-			e.eps[ep.Iface] = fc
-		}
+	if exists {
+		// Re-created and not reported yet: its report fails it closed,
+		// and so does this.
+		e.queue.put(ep.Iface, ifindex)
 	}
 	return nil
 }
 
-// dropState undoes everything programmed for iface: attachments and
-// their pins, routes and neighbours, the ifstate entry, the policies in
-// its slot and the slot itself. The caller forgets st on success.
-func (e *endpointProgrammer) dropState(iface string, st *endpointState, nets []netip.Prefix) error {
-	var errs []error
-	if ifindex, ok := e.links.Ifindex(iface); ok {
-		if err := e.entry.Detach(ifindex, iface); err != nil {
-			errs = append(errs, fmt.Errorf("detach %s: %w", iface, err))
-		} else {
-			e.ops.Detaches++
+// closeRemoved fails closed the interface of an endpoint that is removed
+// (or that the controller no longer sends after a restart), then removes
+// the endpoint's routes, neighbours and policies, leaving st tracked as a
+// failed-closed interface. The entry programs stay attached.
+func (e *endpointProgrammer) closeRemoved(iface string, st *endpointState, nets []netip.Prefix) error {
+	if !st.closed || st.ifsSlot != 0 {
+		// One map write: the entry programs drop everything from now on.
+		// Slot 0, so the entry names no slot another endpoint may get.
+		if err := e.entry.SetIfState(st.ifindex, 0, abi.IfWorkload); err != nil {
+			return fmt.Errorf("fail closed %s: %w", iface, err)
 		}
+		e.ops.IfStateWrites++
+		st.ifsSlot, st.ready, st.closed = 0, false, true
+	}
+	var errs []error
+	if len(nets) > 0 {
 		if err := e.net.UnconfigureEndpoint(iface, nets); err != nil {
 			errs = append(errs, fmt.Errorf("unconfigure %s: %w", iface, err))
 		}
-	} else if err := e.entry.RemoveLinkPins(iface); err != nil {
+	}
+	if err := e.releasePolicies(iface, st); err != nil {
 		errs = append(errs, err)
 	}
-	if st.ifindex != 0 && !e.ifindexTaken(st.ifindex, st) {
-		if err := e.entry.DeleteIfState(st.ifindex); err != nil {
-			errs = append(errs, fmt.Errorf("ifstate %s: %w", iface, err))
-		} else {
-			e.ops.IfStateWrites++
-		}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
 	}
+	st.ep, st.adopted = nil, false
+	st.verified, st.configured, st.epIfindex = false, false, 0
+	return nil
+}
+
+// releasePolicies clears the endpoint's jump slots, releases its policy
+// programs and frees its slot.
+func (e *endpointProgrammer) releasePolicies(iface string, st *endpointState) error {
+	var errs []error
 	for _, dir := range []model.Direction{model.Ingress, model.Egress} {
 		if st.inst[dir] == nil && !st.hasSlot {
 			continue
@@ -371,6 +382,43 @@ func (e *endpointProgrammer) dropState(iface string, st *endpointState, nets []n
 		st.hasSlot = false
 	}
 	return nil
+}
+
+// dropState undoes everything programmed for iface, whose interface is
+// gone (or, with detach, is no workload interface any more): its link pins
+// unless an interface of that name exists (they are its, then), the
+// ifstate entry, the policies in its slot and the slot itself. Only
+// detach detaches; it also removes routes and neighbours. The caller
+// forgets st on success.
+func (e *endpointProgrammer) dropState(iface string, st *endpointState, nets []netip.Prefix, detach bool) error {
+	var errs []error
+	_, exists := e.links.Ifindex(iface)
+	switch {
+	case detach && exists:
+		if err := e.entry.Detach(st.ifindex, iface); err != nil {
+			errs = append(errs, fmt.Errorf("detach %s: %w", iface, err))
+		} else {
+			e.ops.Detaches++
+		}
+		if err := e.net.UnconfigureEndpoint(iface, nets); err != nil {
+			errs = append(errs, fmt.Errorf("unconfigure %s: %w", iface, err))
+		}
+	case !exists:
+		if err := e.entry.RemoveLinkPins(iface); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if st.ifindex != 0 && !e.ifindexTaken(st.ifindex, st) {
+		if err := e.entry.DeleteIfState(st.ifindex); err != nil {
+			errs = append(errs, fmt.Errorf("ifstate %s: %w", iface, err))
+		} else {
+			e.ops.IfStateWrites++
+		}
+	}
+	if err := e.releasePolicies(iface, st); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
 }
 
 // ifindexTaken reports whether a state other than st holds ifindex

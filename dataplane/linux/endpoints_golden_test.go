@@ -69,20 +69,26 @@ func linkUp(name string) model.LinkUpdate { return model.LinkUpdate{Name: name, 
 // apply is read before it is written; one that appears later (fresh) is
 // written without reading; a verified endpoint is trusted (a policy
 // change writes only its jump slots) until a link event or a resync, after
-// which the next apply verifies again and repairs only what drifted.
+// which the next apply verifies again and repairs only what drifted. The
+// attach worker fails closed what the monitor reports; an apply takes a
+// queued attach over. Removal never detaches: the interface fails closed
+// by one ifstate write, and a later endpoint on it is map writes only; its
+// programs, pins and ifstate entry go when the interface does.
 func TestEndpointStateMachineGolden(t *testing.T) {
 	f := newFakeKernel(t)
 	k := f.kernel()
 	tr := &transcript{f: f}
 	ep1 := f.endpoint("cali1", 1, "allow-web", "allow-all")
 	ep1b := f.endpoint("cali1", 1, "allow-db", "allow-all")
+	ep2 := f.endpoint("cali2", 2, "allow-web", "allow-all")
 
-	tr.step(t, "cali1 appears before its endpoint: failed closed", func() error {
+	tr.step(t, "cali1 appears before its endpoint: the attach worker fails it closed", func() error {
 		f.addLink("cali1")
 		k.onLink(linkUp("cali1"))
+		k.drainAttaches()
 		return nil
 	})
-	tr.step(t, "first apply: policies, ready, then routes (read first)", func() error { return k.ApplyEndpoint(ep1) })
+	tr.step(t, "first apply: policies, ready, then routes (read first); no attach", func() error { return k.ApplyEndpoint(ep1) })
 	tr.step(t, "re-apply of the verified endpoint: nothing", func() error { return k.ApplyEndpoint(ep1) })
 	tr.step(t, "policy change on a trusted interface: jump slot only", func() error { return k.ApplyEndpoint(ep1b) })
 	tr.step(t, "link event, nothing drifted: re-verify writes nothing", func() error {
@@ -100,10 +106,12 @@ func TestEndpointStateMachineGolden(t *testing.T) {
 		return k.ApplyEndpoint(ep1b)
 	})
 	tr.step(t, "end of the first apply: collection finds nothing", k.EndApply)
-	tr.step(t, "a fresh interface after the first apply: written without reading", func() error {
+	tr.step(t, "a fresh interface after the first apply: its apply takes the queued attach over, writes without reading", func() error {
 		f.addLink("cali2")
 		k.onLink(linkUp("cali2"))
-		return k.ApplyEndpoint(f.endpoint("cali2", 2, "allow-web", "allow-all"))
+		err := k.ApplyEndpoint(ep2)
+		k.drainAttaches() // nothing left for the worker
+		return err
 	})
 	tr.step(t, "cali1 re-created under its endpoint: programmed anew", func() error {
 		f.delLink("cali1")
@@ -112,16 +120,32 @@ func TestEndpointStateMachineGolden(t *testing.T) {
 		k.onLink(linkUp("cali1"))
 		return k.ApplyEndpoint(ep1b)
 	})
-	tr.step(t, "removal of cali2", func() error { return k.RemoveEndpoint(f.endpoint("cali2", 2, "allow-web", "allow-all")) })
+	tr.step(t, "removal of cali2: one ifstate write fails it closed, no detach", func() error { return k.RemoveEndpoint(ep2) })
+	tr.step(t, "cali2's endpoint again: map writes only", func() error { return k.ApplyEndpoint(ep2) })
+	tr.step(t, "cali2 removed, then deleted: its pins and ifstate entry go with it", func() error {
+		if err := k.RemoveEndpoint(ep2); err != nil {
+			return err
+		}
+		f.delLink("cali2")
+		k.onLink(model.LinkUpdate{Name: "cali2", State: model.LinkAbsent})
+		return nil
+	})
+	tr.step(t, "collection: nothing", func() error {
+		r, err := k.CollectGarbage()
+		if r.Total() != 0 {
+			t.Errorf("collected %+v", r)
+		}
+		return err
+	})
 	tr.check(t, goldenEndpointStateMachine)
 }
 
-const goldenEndpointStateMachine = `== cali1 appears before its endpoint: failed closed
+const goldenEndpointStateMachine = `== cali1 appears before its endpoint: the attach worker fails it closed
   Attach cali1
   SetIfState cali1 slot=0 flags=0x2
   | link cali1 attached=tcx closed
   | linkpin cali1
-== first apply: policies, ready, then routes (read first)
+== first apply: policies, ready, then routes (read first); no attach
   Load ingress:allow-web
   Pin ingress:allow-web
   InstallPolicy slot=0 dir=1 ingress:allow-web
@@ -172,9 +196,9 @@ const goldenEndpointStateMachine = `== cali1 appears before its endpoint: failed
   | linkpin cali1
   | prog egress:allow-all pinned
   | prog ingress:allow-db pinned
-== a fresh interface after the first apply: written without reading
+== a fresh interface after the first apply: its apply takes the queued attach over, writes without reading
   Attach cali2
-  SetIfState cali2 slot=0 flags=0x2
+  SetIfState cali2 slot=1 flags=0x2
   Load ingress:allow-web
   Pin ingress:allow-web
   InstallPolicy slot=1 dir=1 ingress:allow-web
@@ -201,16 +225,48 @@ const goldenEndpointStateMachine = `== cali1 appears before its endpoint: failed
   | prog egress:allow-all pinned
   | prog ingress:allow-db pinned
   | prog ingress:allow-web pinned
-== removal of cali2
-  Detach cali2
+== removal of cali2: one ifstate write fails it closed, no detach
+  SetIfState cali2 slot=0 flags=0x2
   UnconfigureEndpoint cali2 [10.0.0.2/32]
-  DeleteIfState cali2
   ClearPolicy slot=1 dir=1
   Close ingress:allow-web
   Unpin ingress:allow-web
   ClearPolicy slot=1 dir=0
   | link cali1 attached=tcx ready egress:allow-all ingress:allow-db nets=[10.0.0.1/32]
-  | link cali2
+  | link cali2 attached=tcx closed
+  | linkpin cali1
+  | linkpin cali2
+  | prog egress:allow-all pinned
+  | prog ingress:allow-db pinned
+== cali2's endpoint again: map writes only
+  Load ingress:allow-web
+  Pin ingress:allow-web
+  InstallPolicy slot=1 dir=1 ingress:allow-web
+  InstallPolicy slot=1 dir=0 egress:allow-all
+  SetIfState cali2 slot=1 flags=0x3
+  ConfigureNewEndpoint cali2 [10.0.0.2/32]
+  | link cali1 attached=tcx ready egress:allow-all ingress:allow-db nets=[10.0.0.1/32]
+  | link cali2 attached=tcx ready egress:allow-all ingress:allow-web nets=[10.0.0.2/32]
+  | linkpin cali1
+  | linkpin cali2
+  | prog egress:allow-all pinned
+  | prog ingress:allow-db pinned
+  | prog ingress:allow-web pinned
+== cali2 removed, then deleted: its pins and ifstate entry go with it
+  SetIfState cali2 slot=0 flags=0x2
+  UnconfigureEndpoint cali2 [10.0.0.2/32]
+  ClearPolicy slot=1 dir=1
+  Close ingress:allow-web
+  Unpin ingress:allow-web
+  ClearPolicy slot=1 dir=0
+  RemoveLinkPins cali2
+  DeleteIfState #12
+  | link cali1 attached=tcx ready egress:allow-all ingress:allow-db nets=[10.0.0.1/32]
+  | linkpin cali1
+  | prog egress:allow-all pinned
+  | prog ingress:allow-db pinned
+== collection: nothing
+  | link cali1 attached=tcx ready egress:allow-all ingress:allow-db nets=[10.0.0.1/32]
   | linkpin cali1
   | prog egress:allow-all pinned
   | prog ingress:allow-db pinned
@@ -218,8 +274,9 @@ const goldenEndpointStateMachine = `== cali1 appears before its endpoint: failed
 
 // Endpoints and their interfaces arriving in any order end in one state:
 // each interface attached, ready, with its policies and routes, nothing
-// else in the maps; and removing them in any order, interleaved with
-// their interfaces going away, leaves nothing.
+// else in the maps, whether the attach worker or the apply attached it;
+// and removing them in any order, interleaved with their interfaces going
+// away, leaves nothing.
 func TestEndpointsAnyOrder(t *testing.T) {
 	const n = 3
 	var want, wantGone string
@@ -236,7 +293,10 @@ func TestEndpointsAnyOrder(t *testing.T) {
 				func() error { f.addLink(name); k.onLink(linkUp(name)); return nil },
 				func() error { return k.ApplyEndpoint(eps[i]) })
 		}
-		steps = append(steps, k.EndApply)
+		// The attach worker runs at any point (or never: each apply
+		// attaches for itself).
+		drain := func() error { k.drainAttaches(); return nil }
+		steps = append(steps, k.EndApply, drain, drain)
 		rng.Shuffle(len(steps), func(i, j int) { steps[i], steps[j] = steps[j], steps[i] })
 		for _, s := range steps {
 			if err := s(); err != nil {
@@ -268,6 +328,7 @@ func TestEndpointsAnyOrder(t *testing.T) {
 				},
 				func() error { return k.RemoveEndpoint(eps[i]) })
 		}
+		steps = append(steps, func() error { k.drainAttaches(); return nil })
 		rng.Shuffle(len(steps), func(i, j int) { steps[i], steps[j] = steps[j], steps[i] })
 		for _, s := range steps {
 			if err := s(); err != nil {

@@ -160,8 +160,9 @@ func TestFailCloseVanishedInterface(t *testing.T) {
 			testutil.Run(t, "ip", "link", "del", w.HostIface)
 
 			k.mu.Lock()
-			k.eps.closeLink(w.HostIface, nil, ifindex)
+			k.eps.queue.put(w.HostIface, ifindex)
 			k.mu.Unlock()
+			k.drainAttaches() // the attach worker's job, run here
 			if warns := logs.at(slog.LevelWarn); len(warns) != 0 {
 				t.Fatalf("warned about a vanished interface: %q", warns)
 			}

@@ -60,9 +60,15 @@ type fakeKernel struct {
 	// loadMu serialises what preloading workers reach concurrently (Load,
 	// and the recording of a program under the kernel's lock).
 	loadMu sync.Mutex
+	// mu guards what attaches reach without the kernel's lock (links,
+	// attached, foreign, linkPins, ops, fail, attachHook).
+	mu sync.Mutex
 
 	ops  []string         // every write, in order
 	fail map[string]error // operation name -> the error it returns
+	// attachHook, when set, runs at the start of every Attach, before it
+	// touches anything: tests block an attach there.
+	attachHook func(ifname string)
 }
 
 const fakeProgsDir = "/fake/progs"
@@ -111,6 +117,8 @@ func (f *fakeKernel) endpoint(iface string, n int, in, out string) *model.Endpoi
 
 // addLink creates an interface; a re-created one gets a new ifindex.
 func (f *fakeKernel) addLink(name string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.nextIfindex++
 	f.links[name] = f.nextIfindex
 	return f.nextIfindex
@@ -118,6 +126,8 @@ func (f *fakeKernel) addLink(name string) int {
 
 // delLink deletes an interface: what was attached and routed goes with it.
 func (f *fakeKernel) delLink(name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	idx := f.links[name]
 	delete(f.links, name)
 	delete(f.attached, idx)
@@ -126,6 +136,12 @@ func (f *fakeKernel) delLink(name string) {
 }
 
 func (f *fakeKernel) op(name string, format string, args ...any) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.opLocked(name, format, args...)
+}
+
+func (f *fakeKernel) opLocked(name string, format string, args ...any) error {
 	if err := f.fail[name]; err != nil {
 		return err
 	}
@@ -134,10 +150,16 @@ func (f *fakeKernel) op(name string, format string, args ...any) error {
 }
 
 // read is an operation that changes nothing: counted only when it fails.
-func (f *fakeKernel) read(name string) error { return f.fail[name] }
+func (f *fakeKernel) read(name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.fail[name]
+}
 
 // take returns the operations since the last take, and forgets them.
 func (f *fakeKernel) take() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	ops := f.ops
 	f.ops = nil
 	return ops
@@ -145,6 +167,8 @@ func (f *fakeKernel) take() []string {
 
 // count reports how many operations since the last take start with name.
 func (f *fakeKernel) count(name string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	n := 0
 	for _, o := range f.ops {
 		if strings.HasPrefix(o, name+" ") {
@@ -155,6 +179,12 @@ func (f *fakeKernel) count(name string) int {
 }
 
 func (f *fakeKernel) nameOf(ifindex int) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.nameOfLocked(ifindex)
+}
+
+func (f *fakeKernel) nameOfLocked(ifindex int) string {
 	for n, i := range f.links {
 		if i == ifindex {
 			return n
@@ -174,11 +204,13 @@ func (f *fakeKernel) progName(id ebpf.ProgramID) string {
 // shown through the interfaces whose dpd_ifstate names them, so the text
 // does not depend on the order in which slots were handed out.
 func (f *fakeKernel) dump() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	var lines []string
 	slotOwner := map[uint32]string{}
 	for idx, e := range f.ifstate {
 		if e.Flags&abi.IfReady != 0 {
-			slotOwner[e.Slot] = f.nameOf(idx)
+			slotOwner[e.Slot] = f.nameOfLocked(idx)
 		}
 	}
 	for name, idx := range f.links {
@@ -269,13 +301,21 @@ func (f *fakeKernel) dump() string {
 
 // --- linkFacility
 
-func (f *fakeKernel) Ifindex(name string) (int, bool) { i, ok := f.links[name]; return i, ok }
-func (f *fakeKernel) Matches(name string) bool        { return strings.HasPrefix(name, f.prefix) }
+func (f *fakeKernel) Ifindex(name string) (int, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	i, ok := f.links[name]
+	return i, ok
+}
+
+func (f *fakeKernel) Matches(name string) bool { return strings.HasPrefix(name, f.prefix) }
 
 func (f *fakeKernel) LinkName(ifindex int) (string, error) {
 	if err := f.read("LinkName"); err != nil {
 		return "", err
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	for n, i := range f.links {
 		if i == ifindex {
 			return n, nil
@@ -288,6 +328,8 @@ func (f *fakeKernel) Links() ([]linkRef, error) {
 	if err := f.read("Links"); err != nil {
 		return nil, err
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	var out []linkRef
 	for n, i := range f.links {
 		out = append(out, linkRef{Name: n, Ifindex: i})
@@ -299,10 +341,18 @@ func (f *fakeKernel) Links() ([]linkRef, error) {
 // --- entryFacility
 
 func (f *fakeKernel) Attach(ifindex int, ifname string) (tcbpf.AttachMode, error) {
+	f.mu.Lock()
+	hook := f.attachHook
+	f.mu.Unlock()
+	if hook != nil {
+		hook(ifname)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if f.links[ifname] != ifindex {
 		return "", fmt.Errorf("attach %s: %w", ifname, netlink.LinkNotFoundError{})
 	}
-	if err := f.op("Attach", "%s", ifname); err != nil {
+	if err := f.opLocked("Attach", "%s", ifname); err != nil {
 		return "", err
 	}
 	f.attached[ifindex] = tcbpf.AttachTCX
@@ -312,12 +362,16 @@ func (f *fakeKernel) Attach(ifindex int, ifname string) (tcbpf.AttachMode, error
 }
 
 func (f *fakeKernel) AttachedCurrent(ifindex int, ifname string) (tcbpf.AttachMode, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	m, ok := f.attached[ifindex]
-	return m, ok && f.linkPins[ifname] && f.read("AttachedCurrent") == nil
+	return m, ok && f.linkPins[ifname] && f.fail["AttachedCurrent"] == nil
 }
 
 func (f *fakeKernel) Detach(ifindex int, ifname string) error {
-	if err := f.op("Detach", "%s", ifname); err != nil {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.opLocked("Detach", "%s", ifname); err != nil {
 		return err
 	}
 	delete(f.attached, ifindex)
@@ -326,7 +380,9 @@ func (f *fakeKernel) Detach(ifindex int, ifname string) error {
 }
 
 func (f *fakeKernel) RemoveLinkPins(ifname string) error {
-	if err := f.op("RemoveLinkPins", "%s", ifname); err != nil {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.opLocked("RemoveLinkPins", "%s", ifname); err != nil {
 		return err
 	}
 	delete(f.linkPins, ifname)
@@ -337,6 +393,8 @@ func (f *fakeKernel) PinnedLinks() ([]string, error) {
 	if err := f.read("PinnedLinks"); err != nil {
 		return nil, err
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	return slices.Sorted(maps.Keys(f.linkPins)), nil
 }
 
@@ -344,6 +402,8 @@ func (f *fakeKernel) EntryOwners(ifindex int) (ours, foreign bool, err error) {
 	if err := f.read("EntryOwners"); err != nil {
 		return false, false, err
 	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	_, ours = f.attached[ifindex]
 	return ours, f.foreign[ifindex], nil
 }
@@ -428,7 +488,7 @@ func (f *fakeKernel) ConfigureEndpoint(iface string, _ int, _ net.HardwareAddr, 
 	if err := f.read("ConfigureEndpoint"); err != nil {
 		return err
 	}
-	if _, ok := f.links[iface]; !ok {
+	if _, ok := f.Ifindex(iface); !ok {
 		return nl.ErrNoLink
 	}
 	if slices.Equal(f.nets[iface], nets) {
@@ -438,7 +498,7 @@ func (f *fakeKernel) ConfigureEndpoint(iface string, _ int, _ net.HardwareAddr, 
 }
 
 func (f *fakeKernel) ConfigureNewEndpoint(iface string, _ int, _ net.HardwareAddr, nets []netip.Prefix) error {
-	if _, ok := f.links[iface]; !ok {
+	if _, ok := f.Ifindex(iface); !ok {
 		return nl.ErrNoLink
 	}
 	return f.configure("ConfigureNewEndpoint", iface, nets)
@@ -470,7 +530,8 @@ func (f *fakeKernel) ListDpdRoutes() ([]netlink.Route, error) {
 	var out []netlink.Route
 	for iface, nets := range f.nets {
 		for _, p := range nets {
-			out = append(out, netlink.Route{LinkIndex: f.links[iface],
+			idx, _ := f.Ifindex(iface)
+			out = append(out, netlink.Route{LinkIndex: idx,
 				Dst: &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), 32)}})
 		}
 	}

@@ -145,7 +145,10 @@ func (e *endpointProgrammer) liveIfindexes() []int {
 // sweepUnclaimed settles the interfaces adopted at start that the first
 // apply did not claim: one that still exists unprogrammed stays fail
 // closed; an endpoint the controller no longer sends is removed like
-// RemoveEndpoint removes it; one whose interface is gone leaves nothing.
+// RemoveEndpoint removes it (its interface stays failed closed, nothing is
+// detached); one whose interface is gone leaves nothing. An interface that
+// no longer matches InterfacePrefix is no workload interface any more:
+// dpd's programs come off it.
 func (e *endpointProgrammer) sweepUnclaimed(r *GCReport) error {
 	var errs []error
 	for name, st := range e.eps {
@@ -153,7 +156,8 @@ func (e *endpointProgrammer) sweepUnclaimed(r *GCReport) error {
 			continue
 		}
 		ifindex, exists := e.links.Ifindex(name)
-		if exists && ifindex == st.ifindex && st.closed && e.links.Matches(name) {
+		workload := e.links.Matches(name)
+		if exists && ifindex == st.ifindex && st.closed && workload {
 			st.adopted = false
 			continue
 		}
@@ -162,12 +166,23 @@ func (e *endpointProgrammer) sweepUnclaimed(r *GCReport) error {
 			errs = append(errs, fmt.Errorf("unclaimed %s: %w", name, err))
 			continue
 		}
-		if err := e.dropState(name, st, nets); err != nil {
+		if exists && ifindex == st.ifindex && workload {
+			if err := e.closeRemoved(name, st, nets); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			r.Endpoints++
+			continue
+		}
+		if err := e.dropState(name, st, nets, exists && !workload); err != nil {
 			errs = append(errs, err)
 			continue
 		}
 		delete(e.eps, name)
 		r.Endpoints++
+		if exists && workload {
+			e.queue.put(name, ifindex) // re-created since: fail it closed
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -195,9 +210,12 @@ func (e *endpointProgrammer) routedNets(ifindex int, exists bool) ([]netip.Prefi
 	return out, nil
 }
 
-// sweepAttachments detaches dpd's entry programs from interfaces that
-// have no state: link pins of vanished or forgotten interfaces, and legacy
-// filters or links a crash left unrecorded.
+// sweepAttachments settles dpd's entry programs on interfaces that have
+// no state (link pins of vanished or forgotten interfaces, legacy filters
+// or links a crash left unrecorded): a workload interface is failed closed
+// (it is not detached: it would pass traffic unpoliced), the pins of a
+// vanished one are removed, and one that is no workload interface any
+// more is detached.
 func (e *endpointProgrammer) sweepAttachments(r *GCReport) error {
 	var errs []error
 	names, err := e.entry.PinnedLinks()
@@ -209,6 +227,10 @@ func (e *endpointProgrammer) sweepAttachments(r *GCReport) error {
 			continue
 		}
 		if ifindex, ok := e.links.Ifindex(name); ok {
+			if e.links.Matches(name) {
+				e.failCloseNow(name, ifindex)
+				continue // its pins hold its links
+			}
 			owned, err := e.entry.OwnsAttachment(ifindex)
 			if err != nil {
 				// Unknown: its pins may hold its only links; keep them.
@@ -243,20 +265,15 @@ func (e *endpointProgrammer) sweepAttachments(r *GCReport) error {
 			errs = append(errs, fmt.Errorf("orphan %s: %w", name, err))
 			continue
 		}
-		if !owned {
-			continue
+		if owned {
+			e.failCloseNow(name, ifindex)
 		}
-		if err := e.detachOrphan(name, ifindex); err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		r.Attachments++
 	}
 	return errors.Join(errs...)
 }
 
 // detachOrphan removes dpd's programs and routes from an interface
-// with no state.
+// with no state that is no workload interface.
 func (e *endpointProgrammer) detachOrphan(name string, ifindex int) error {
 	nets, err := e.routedNets(ifindex, true)
 	if err != nil {

@@ -63,8 +63,12 @@ func seedEarlierDpd(f *fakeKernel) {
 // Restart and garbage collection, step by step: the start adopts without
 // writing; the controller's unchanged endpoint is claimed without writing;
 // nothing is collected before the first apply ends; then exactly what no
-// one claimed goes, and what is not dpd's (another dpd's programs, a
-// non-workload interface) stays.
+// one claimed goes, without a detach: the endpoint the controller no
+// longer sends is removed as RemoveEndpoint removes it (failed closed, its
+// route and policies gone), workload interfaces carrying dpd's programs
+// with no record are failed closed, and the pins of a vanished interface
+// go; what is not dpd's (another dpd's programs, a non-workload interface)
+// stays.
 func TestCollectGarbageGolden(t *testing.T) {
 	f := newFakeKernel(t)
 	seedEarlierDpd(f)
@@ -170,18 +174,15 @@ const goldenCollectGarbage = `== start: adopt what is there, write nothing
   | prog ingress:old pinned
 == first apply ends: what nobody claimed is collected
   SyncMasquerade [] []
-  Detach cali2
+  SetIfState cali2 slot=0 flags=0x2
   UnconfigureEndpoint cali2 [10.0.0.2/32]
-  DeleteIfState cali2
   ClearPolicy slot=1 dir=1
   Release ingress:old
   ClearPolicy slot=1 dir=0
-  Detach cali6
-  UnconfigureEndpoint cali6 []
-  RemoveLinkPins cali6
+  SetIfState cali6 slot=0 flags=0x2
   RemoveLinkPins cali9
-  Detach cali4
-  UnconfigureEndpoint cali4 []
+  Attach cali4
+  SetIfState cali4 slot=0 flags=0x2
   DeleteIfState #99
   ClearPolicy slot=7 dir=1
   DeleteChainIndex 5
@@ -190,27 +191,33 @@ const goldenCollectGarbage = `== start: adopt what is there, write nothing
   RemoveIPSet s-old
   | ipset s-new
   | link cali1 attached=tcx ready egress:allow-all ingress:allow-web nets=[10.0.0.1/32]
-  | link cali2
+  | link cali2 attached=tcx closed
   | link cali3 attached=tcx closed
-  | link cali4
+  | link cali4 attached=tcx closed
   | link cali5 foreign
-  | link cali6
+  | link cali6 attached=tcx closed
   | link eth0 attached=tcx
   | linkpin cali1
+  | linkpin cali2
   | linkpin cali3
+  | linkpin cali4
+  | linkpin cali6
   | prog egress:allow-all pinned
   | prog ingress:allow-web pinned
 == the next collection: nothing left
   | ipset s-new
   | link cali1 attached=tcx ready egress:allow-all ingress:allow-web nets=[10.0.0.1/32]
-  | link cali2
+  | link cali2 attached=tcx closed
   | link cali3 attached=tcx closed
-  | link cali4
+  | link cali4 attached=tcx closed
   | link cali5 foreign
-  | link cali6
+  | link cali6 attached=tcx closed
   | link eth0 attached=tcx
   | linkpin cali1
+  | linkpin cali2
   | linkpin cali3
+  | linkpin cali4
+  | linkpin cali6
   | prog egress:allow-all pinned
   | prog ingress:allow-web pinned
 `
@@ -226,9 +233,8 @@ func TestCollectGarbageReadErrorsRemoveNothing(t *testing.T) {
 		forbid []string // operations (prefixes) that must not happen
 	}{
 		{"EntryOwners", []string{"Detach cali4", "Detach cali5", "Detach cali6", "Detach eth0", "RemoveLinkPins cali6"}},
-		{"ListDpdRoutes", []string{"Detach cali2", "UnconfigureEndpoint cali2", "DeleteIfState cali2", "ClearPolicy slot=1", "Detach cali4"}},
+		{"ListDpdRoutes", []string{"SetIfState cali2", "UnconfigureEndpoint cali2", "DeleteIfState cali2", "ClearPolicy slot=1", "Detach"}},
 		{"Links", []string{"Detach cali4"}},
-		{"ListDpdRoutes", []string{"Detach cali6", "RemoveLinkPins cali6"}},
 		{"IfStates", []string{"DeleteIfState #99"}},
 		{"Policies", []string{"ClearPolicy slot=7"}},
 		{"PinnedLinks", []string{"RemoveLinkPins"}},
@@ -281,6 +287,7 @@ func TestFailCloseOwnerErrorStillCloses(t *testing.T) {
 	f.fail["EntryOwners"] = unix.EPERM
 	f.addLink("cali1")
 	k.onLink(linkUp("cali1"))
+	k.drainAttaches()
 	if got, want := f.dump(), "link cali1 attached=tcx closed\nlinkpin cali1\n"; got != want {
 		t.Errorf("state:\n%swant:\n%s", got, want)
 	}

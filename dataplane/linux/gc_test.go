@@ -65,8 +65,10 @@ func addStrayFilter(t *testing.T, ifindex int, prog *ebpf.Program) {
 
 // TestRestartCollectsGarbage: after a restart, the first apply claims the
 // endpoints the controller still sends; collection then removes the one it
-// no longer sends (programs, pins, route, ifstate, slot) and every kind of
-// debris a crash can leave, while the live endpoints' traffic flows on.
+// no longer sends (policy programs, route, slot; its interface stays
+// failed closed with dpd's entry programs, nothing is detached) and every
+// kind of debris a crash can leave, while the live endpoints' traffic
+// flows on.
 func TestRestartCollectsGarbage(t *testing.T) {
 	pin := newPinDir(t)
 	k1 := openKernel(t, pin)
@@ -105,18 +107,22 @@ func TestRestartCollectsGarbage(t *testing.T) {
 		t.Errorf("a -> b during the collection: %d sent, %d received", sent, recv)
 	}
 
-	// c is gone entirely.
-	if _, ok := k2.Endpoint(c.HostIface); ok {
-		t.Error("c still tracked")
+	// c's endpoint is gone; its interface, which still exists, keeps only
+	// dpd's entry programs (and the pins that hold them), failed closed.
+	if d, ok := k2.Endpoint(c.HostIface); !ok || d.Ready || d.IngressProgram != "" || d.EgressProgram != "" {
+		t.Errorf("c: %+v (tracked %v), want tracked, not ready, no policy", d, ok)
 	}
-	if ok, _ := ifState(t, k2, ifindexOf(t, c.HostIface)); ok {
-		t.Error("c's ifstate entry left")
+	if ok, ready := ifState(t, k2, ifindexOf(t, c.HostIface)); !ok || ready {
+		t.Errorf("c's ifstate present %v ready %v, want present and not ready", ok, ready)
 	}
-	if n := entryProgs(t, ifindexOf(t, c.HostIface)); n != 0 {
-		t.Errorf("%d programs left attached to c", n)
+	if n := entryProgs(t, ifindexOf(t, c.HostIface)); n != 2 {
+		t.Errorf("%d programs attached to c, want dpd's 2 entry programs", n)
 	}
-	if pins, _ := filepath.Glob(filepath.Join(pin, "links", c.HostIface+"_*")); len(pins) != 0 {
-		t.Errorf("c's link pins left: %v", pins)
+	if pins, _ := filepath.Glob(filepath.Join(pin, "links", c.HostIface+"_*")); len(pins) != 2 {
+		t.Errorf("c's link pins %v, want the 2 that hold its entry programs", pins)
+	}
+	if pingsQuick(a, c.IP) {
+		t.Error("a reaches c after c's endpoint was collected: c must drop")
 	}
 	if out := testutil.Run(t, "ip", "route", "show", c.IP); out != "" {
 		t.Errorf("c's route left: %q", out)
@@ -139,8 +145,13 @@ func TestRestartCollectsGarbage(t *testing.T) {
 	if pins, _ := filepath.Glob(filepath.Join(pin, "links", gone.HostIface+"_*")); len(pins) != 0 {
 		t.Errorf("link pins of a vanished interface left: %v", pins)
 	}
-	if n := entryProgs(t, strayIfindex); n != 0 {
-		t.Errorf("stray entry filter left: %d programs", n)
+	// The interface carrying an unrecorded entry program is a workload
+	// interface: failed closed, not detached (it would pass unpoliced).
+	if ok, ready := ifState(t, k2, strayIfindex); !ok || ready {
+		t.Errorf("stray interface's ifstate present %v ready %v, want failed closed", ok, ready)
+	}
+	if n := entryProgs(t, strayIfindex); n != 2 {
+		t.Errorf("stray interface carries %d programs, want dpd's 2 entry programs", n)
 	}
 	idx, err := k2.datapath().ChainIndices()
 	mustNil(t, err)

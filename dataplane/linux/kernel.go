@@ -41,8 +41,9 @@ type Options struct {
 // (attach, verify, fail closed), policy programs (shared, pinned,
 // preloaded), garbage collection, routes, tunnels, masquerading and
 // services. The engine calls it from one goroutine; Inspect, the link
-// monitor and the periodic collection call concurrently, so every call
-// takes mu and the programmers run under it.
+// monitor, the attach worker and the periodic collection call
+// concurrently, so every call takes mu and the programmers run under it,
+// except the attaches themselves, which run without it (attachq.go).
 type Kernel struct {
 	opts   Options
 	log    *slog.Logger
@@ -65,6 +66,12 @@ type Kernel struct {
 	masq    *masqProgrammer     // masquerade.go
 	svcs    *serviceProgrammer  // services.go
 	ipsets  ipsetMaps           // written as the engine says; the collector keeps the rest
+
+	// attachQ holds the interfaces waiting for the attach worker and the
+	// attaches running without mu; it outlives a reopen of the datapath.
+	// attachCond (over mu) is broadcast when an attach ends.
+	attachQ    *attachQueue
+	attachCond *sync.Cond
 
 	applied    bool          // the first apply after InSync has ended; guarded by mu
 	ops        Ops           // shared by the programmers; guarded by mu
@@ -167,7 +174,9 @@ func newKernel(opts Options, net netFacilities) *Kernel {
 		started:    time.Now(),
 		gcInterval: opts.GCInterval,
 		logged:     map[string]bool{},
+		attachQ:    newAttachQueue(),
 	}
+	k.attachCond = sync.NewCond(&k.mu)
 	k.netFac = net
 	k.tunnels = newTunnelProgrammer(net.tunnel, defaultHostname(opts.Hostname))
 	k.routes = newRouteProgrammer(nil, net.routes, k.tunnels, k.logOnceLocked)
@@ -205,7 +214,7 @@ func (k *Kernel) attachBPFLocked(fac bpfFacilities, slots uint32) error {
 		return fmt.Errorf("adopt service maps: %w", err)
 	}
 	k.pols = newPolicyProgrammer(fac.programs, k.log, &k.ops)
-	k.eps = newEndpointProgrammer(fac.entry, k.netFac.endpoint, k.links, k.pols, slots, k.log, &k.ops)
+	k.eps = newEndpointProgrammer(fac.entry, k.netFac.endpoint, k.links, k.pols, slots, k.attachQ, k.log, &k.ops)
 	k.eps.afterAttach = k.opts.AfterAttach
 	k.eps.applied = k.applied
 	k.gc.eps, k.gc.pols, k.gc.sweep = k.eps, k.pols, fac.sweep
@@ -231,6 +240,7 @@ func (k *Kernel) Close() error {
 		return nil
 	}
 	k.closed = true
+	k.waitAllAttachesLocked() // they use the datapath's programs
 	k.pols.abandon()
 	if k.mon != nil {
 		_ = k.mon.Close()
@@ -285,6 +295,7 @@ func (k *Kernel) Configure(cfg map[string]string) error {
 		return nil
 	}
 	k.sizes = sizes
+	k.waitAllAttachesLocked() // they use the datapath about to close
 	k.pols.abandon()
 	if err := k.bpf.Close(); err != nil {
 		k.log.Warn("close bpf dataplane before resize", "err", err)

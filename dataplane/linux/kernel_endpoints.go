@@ -1,6 +1,9 @@
 package linux
 
 import (
+	"errors"
+	"fmt"
+
 	"github.com/dpd-dev/dpd/dataplane/engine"
 	"github.com/dpd-dev/dpd/dataplane/model"
 )
@@ -9,12 +12,39 @@ import (
 // the kernel's lock and hands over to its programmer.
 
 // ApplyEndpoint implements engine.EndpointKernel (see
-// endpointProgrammer.apply).
+// endpointProgrammer.apply). An attach the endpoint needs runs without the
+// lock; one the attach worker is running for the same interface is waited
+// for (and then trusted), one it has only queued is taken over. Other
+// interfaces' attaches are never waited for.
 func (k *Kernel) ApplyEndpoint(ep *model.Endpoint) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return k.eps.apply(ep)
+	for range maxAttachRounds {
+		k.waitAttachLocked(ep.Iface)
+		if k.closed {
+			return errKernelClosed
+		}
+		p, err := k.eps.apply(ep)
+		if p == nil || err != nil {
+			return err
+		}
+		r := k.runAttachLocked(p)
+		if k.closed {
+			return errKernelClosed
+		}
+		k.eps.record(p, r)
+		if r.err != nil {
+			return r.err
+		}
+	}
+	return fmt.Errorf("attach %s: the interface changed under every attempt", ep.Iface)
 }
+
+// maxAttachRounds bounds how often one apply attaches an interface that
+// keeps changing (re-created, or reported anew) while it is attached.
+const maxAttachRounds = 3
+
+var errKernelClosed = errors.New("linux dataplane closed")
 
 // RemoveEndpoint implements engine.EndpointKernel.
 func (k *Kernel) RemoveEndpoint(ep *model.Endpoint) error {

@@ -98,10 +98,21 @@ func TestKernelEnforcesAndShares(t *testing.T) {
 	if out != "" {
 		t.Fatalf("route for removed endpoint left: %q", out)
 	}
-	if _, ok := k.Endpoint(b.HostIface); ok {
-		t.Fatal("removed endpoint still tracked")
+	// Removal never detaches: b's interface keeps dpd's entry programs
+	// (and their link pins, which hold them) and drops everything.
+	if d, ok := k.Endpoint(b.HostIface); !ok || d.Ready || d.IngressProgram != "" || d.EgressProgram != "" {
+		t.Fatalf("removed endpoint's interface: %+v (tracked %v), want tracked, not ready, no policy", d, ok)
 	}
-	if _, err := os.Stat(filepath.Join(k.opts.PinDir, "links", b.HostIface+"_ingress")); !os.IsNotExist(err) {
-		t.Fatalf("link pin left for removed endpoint: %v", err)
+	if ok, ready := ifState(t, k, ifindexOf(t, b.HostIface)); !ok || ready {
+		t.Fatalf("removed endpoint's ifstate present %v ready %v, want present and not ready", ok, ready)
+	}
+	if n := entryProgs(t, ifindexOf(t, b.HostIface)); n != 2 {
+		t.Fatalf("%d programs attached to the removed endpoint's interface, want dpd's 2 entry programs", n)
+	}
+	if _, err := os.Stat(filepath.Join(k.opts.PinDir, "links", b.HostIface+"_ingress")); err != nil {
+		t.Fatalf("link pin of the removed endpoint's interface: %v", err)
+	}
+	if pings(a, b.IP) {
+		t.Fatal("a pings b after b's endpoint was removed: its interface must drop")
 	}
 }

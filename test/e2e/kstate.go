@@ -12,6 +12,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+
+	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
 )
 
 // This file reads kernel state with the operator's tools (tc, bpftool, ip),
@@ -120,33 +122,61 @@ func RouteTo(ip string) (string, error) {
 
 // IfStateKeys dumps the pinned dpd_ifstate map (keyed by u32 ifindex).
 func IfStateKeys(pinDir string) (map[int]bool, error) {
+	states, err := IfStates(pinDir)
+	if err != nil {
+		return nil, err
+	}
+	keys := map[int]bool{}
+	for k := range states {
+		keys[k] = true
+	}
+	return keys, nil
+}
+
+// IfStates dumps the pinned dpd_ifstate map: the flags of each ifindex's
+// entry (struct dpd_ifstate is u32 slot, u32 flags).
+func IfStates(pinDir string) (map[int]uint32, error) {
 	path := filepath.Join(pinDir, "dpd_ifstate")
 	out, err := tool("bpftool", "-j", "map", "dump", "pinned", path)
 	if err != nil {
 		return nil, err
 	}
 	var entries []struct {
-		Key []string `json:"key"`
+		Key   []string `json:"key"`
+		Value []string `json:"value"`
 	}
 	if err := json.Unmarshal(out, &entries); err != nil {
 		return nil, fmt.Errorf("parse dump of %s: %w", path, err)
 	}
-	keys := map[int]bool{}
+	states := map[int]uint32{}
 	for _, e := range entries {
-		if len(e.Key) != 4 {
-			return nil, fmt.Errorf("dpd_ifstate key has %d bytes, want 4", len(e.Key))
+		if len(e.Key) != 4 || len(e.Value) != 8 {
+			return nil, fmt.Errorf("dpd_ifstate entry has a %d-byte key and a %d-byte value, want 4 and 8", len(e.Key), len(e.Value))
 		}
-		var b [4]byte
-		for i, h := range e.Key {
-			v, err := strconv.ParseUint(strings.TrimPrefix(h, "0x"), 16, 8)
-			if err != nil {
-				return nil, fmt.Errorf("parse key byte %q: %w", h, err)
-			}
-			b[i] = byte(v)
+		k, err := hexBytes(e.Key)
+		if err != nil {
+			return nil, err
 		}
-		keys[int(binary.NativeEndian.Uint32(b[:]))] = true
+		v, err := hexBytes(e.Value)
+		if err != nil {
+			return nil, err
+		}
+		states[int(binary.NativeEndian.Uint32(k))] = binary.NativeEndian.Uint32(v[4:])
 	}
-	return keys, nil
+	return states, nil
+}
+
+// hexBytes decodes bpftool's "0x.." byte strings.
+func hexBytes(hs []string) ([]byte, error) {
+	b := make([]byte, len(hs))
+	for i, h := range hs {
+		v, err := strconv.ParseUint(strings.TrimPrefix(h, "0x"), 16, 8)
+		if err != nil {
+			return nil, fmt.Errorf("parse byte %q: %w", h, err)
+		}
+		b[i] = byte(v)
+	}
+	return b, nil
 }
 
 // Attachment is everything of dpd that is visible on one interface.
@@ -156,6 +186,7 @@ type Attachment struct {
 	LinkPins            []string
 	Route               string
 	IfState             bool
+	IfReady             bool     // the ifstate entry says READY (policed); without it, everything drops
 	Errs                []string // tools that failed; what they cover is unknown
 }
 
@@ -182,9 +213,10 @@ func Observe(pinDir string, w *Workload) Attachment {
 	note(err)
 	a.Route, err = RouteTo(w.IP)
 	note(err)
-	keys, err := IfStateKeys(pinDir)
+	states, err := IfStates(pinDir)
 	note(err)
-	a.IfState = keys[w.Ifindex]
+	flags, ok := states[w.Ifindex]
+	a.IfState, a.IfReady = ok, ok && flags&abi.IfReady != 0
 	return a
 }
 
@@ -204,8 +236,8 @@ func mergeProgs(net, tcx []NetProg) []NetProg {
 
 // String renders the attachment for failure messages.
 func (a Attachment) String() string {
-	s := fmt.Sprintf("tc ingress=%q tc egress=%q progs=%+v link pins=%v route=%q ifstate=%v",
-		a.TCIngress, a.TCEgress, a.Progs, a.LinkPins, a.Route, a.IfState)
+	s := fmt.Sprintf("tc ingress=%q tc egress=%q progs=%+v link pins=%v route=%q ifstate=%v ready=%v",
+		a.TCIngress, a.TCEgress, a.Progs, a.LinkPins, a.Route, a.IfState, a.IfReady)
 	if len(a.Errs) > 0 {
 		s += " errors=" + strings.Join(a.Errs, "; ")
 	}

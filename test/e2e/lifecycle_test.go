@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -14,14 +15,9 @@ const cleanupTimeout = 5 * time.Second
 // no WorkloadEndpointUpdate must pass nothing, even when a CNI has already
 // given it a route and proxy ARP. The control is the same wiring on an
 // interface dpd does not watch, which must pass: it proves the wiring works
-// and that A admits the source, so the denial is dpd failing closed.
-//
-// This needs dpd to attach to prefix-matching interfaces it has no endpoint
-// for (DESIGN.md "Fail closed"); dataplane/linux attaches only in
-// ApplyEndpoint so far, so this case fails until it does. When it does,
-// endpointRemoval must still find nothing attached after a removal: the
-// fail-closed hook of an unknown interface then has to be something other
-// than dpd's per-endpoint attachment, or that expectation must change.
+// and that A admits the source, so the denial is dpd failing closed (dpd
+// attaches its entry programs, not ready, as soon as the interface
+// appears).
 func (e *env) unknownInterface(t *testing.T) {
 	e.apply(t, e.base([]string{profAllowAll}, nil))
 	unknown := NewWorkload(t, 4)
@@ -43,17 +39,19 @@ func (e *env) unknownInterface(t *testing.T) {
 	e.c.WaitRemoved(t, unknown.ID())
 }
 
-// endpointRemoval removes C's endpoint while its interface stays: dpd must
-// take everything of it back (programs, link pins, route, ifstate entry),
-// keep running, and keep serving the other endpoints.
+// endpointRemoval removes C's endpoint while its interface stays. Removal
+// never detaches: dpd must fail the interface closed (one dpd_ifstate
+// write), keeping only its own entry programs on it (and the link pins
+// that hold TCX links), not ready, so that it drops all traffic; C's route
+// goes; dpd keeps running and keeps serving the other endpoints.
 func (e *env) endpointRemoval(t *testing.T) {
 	e.apply(t, e.base([]string{profAllowAll}, nil))
 	w := e.cl
 	before := Observe(e.d.PinDir, w)
 	// The checks below must be able to see what they look for.
 	missing := append([]string(nil), before.Errs...)
-	if !before.IfState {
-		missing = append(missing, "ifstate entry")
+	if !before.IfState || !before.IfReady {
+		missing = append(missing, "a ready ifstate entry")
 	}
 	if before.Route == "" {
 		missing = append(missing, "route")
@@ -67,6 +65,7 @@ func (e *env) endpointRemoval(t *testing.T) {
 	if len(missing) > 0 {
 		t.Errorf("before removal, %s lacks %s: %s", w.HostIface, strings.Join(missing, ", "), before)
 	}
+	Expect(t, Allowed(Ping(w, e.a.IP)))
 
 	e.apply(t, Scenario{
 		Profile(profAllowAll, Rules(Allow()), Rules(Allow())),
@@ -76,25 +75,61 @@ func (e *env) endpointRemoval(t *testing.T) {
 	e.c.WaitRemoved(t, w.ID())
 
 	var after Attachment
-	var left []string
+	var wrong []string
 	deadline := time.Now().Add(cleanupTimeout)
 	for {
 		// Each Observe runs tc, bpftool and ip, which paces the loop.
 		after = Observe(e.d.PinDir, w)
-		if left = leftovers(after); len(left) == 0 || time.Now().After(deadline) {
+		if wrong = notFailedClosed(after); len(wrong) == 0 || time.Now().After(deadline) {
 			break
 		}
 	}
-	if len(left) > 0 {
-		t.Errorf("%s still has %s after its endpoint was removed: %s",
-			w.HostIface, strings.Join(left, ", "), after)
+	if len(wrong) > 0 {
+		t.Errorf("%s after its endpoint was removed: %s; want only dpd's entry programs, not ready: %s",
+			w.HostIface, strings.Join(wrong, ", "), after)
 	}
 	if !e.d.Alive() {
 		t.Fatalf("dpd exited during endpoint removal")
 	}
+	// Its interface drops: C reaches nobody (the host would route it to A).
+	Expect(t, Denied(Ping(w, e.a.IP)), Denied(TCP(w, e.b.IP, tcpPort)))
 	Expect(t, Allowed(Ping(e.a, e.b.IP)), Allowed(TCP(e.a, e.b.IP, tcpPort)))
 }
 
+// notFailedClosed lists how a, the state of an interface whose endpoint
+// was removed, differs from the removal contract: dpd's two entry programs
+// and nothing else attached (TCX links with their two pins, or two tc
+// filters), a dpd_ifstate entry that is not ready, no route.
+func notFailedClosed(a Attachment) []string {
+	wrong := append([]string(nil), a.Errs...)
+	if a.Route != "" {
+		wrong = append(wrong, "a route")
+	}
+	switch {
+	case !a.IfState:
+		wrong = append(wrong, "no dpd_ifstate entry")
+	case a.IfReady:
+		wrong = append(wrong, "a ready dpd_ifstate entry")
+	}
+	tcx := 0
+	for _, p := range a.Progs {
+		if !strings.HasPrefix(p.Name, "dpd_") {
+			wrong = append(wrong, "a program not dpd's ("+p.Name+")")
+		}
+		if strings.HasPrefix(p.Kind, "tcx") {
+			tcx++
+		}
+	}
+	if len(a.Progs) != 2 {
+		wrong = append(wrong, fmt.Sprintf("%d programs attached, want dpd's 2 entry programs", len(a.Progs)))
+	}
+	if len(a.LinkPins) != tcx {
+		wrong = append(wrong, fmt.Sprintf("%d link pins for %d TCX links", len(a.LinkPins), tcx))
+	}
+	return wrong
+}
+
+// leftovers lists what of dpd an interface still carries.
 func leftovers(a Attachment) []string {
 	left := append([]string(nil), a.Errs...)
 	if a.TCIngress != "" || a.TCEgress != "" {

@@ -181,9 +181,10 @@ func TestSurvival(t *testing.T) {
 }
 
 // TestSurvivalSnapshotMissingEndpoint: dpd restarts and the controller's
-// snapshot no longer has C. Everything of C goes (programs, link pins,
-// route, ifstate entry, pinned policy programs) while A's traffic to B
-// flows on untouched.
+// snapshot no longer has C. C's endpoint goes as a removal does (route,
+// jump slots, pinned policy programs), without a detach: C's interface,
+// which still exists, keeps only dpd's entry programs, not ready, and
+// drops; A's traffic to B flows on untouched.
 func TestSurvivalSnapshotMissingEndpoint(t *testing.T) {
 	testutil.RequirePrivileged(t)
 	a, b, c := NewWorkload(t, 1), NewWorkload(t, 2), NewWorkload(t, 3)
@@ -202,15 +203,18 @@ func TestSurvivalSnapshotMissingEndpoint(t *testing.T) {
 	n.start()
 	n.connectUp(t, messages(t, survivalScenario(a, b)), a, b)
 
-	var left []string
-	testutil.WaitFor(t, cleanupTimeout, "C's state to go", func() bool {
-		left = leftovers(Observe(n.pin, c))
-		return len(left) == 0
+	var wrong []string
+	testutil.WaitFor(t, cleanupTimeout, "C's endpoint to go and its interface to fail closed", func() bool {
+		wrong = notFailedClosed(Observe(n.pin, c))
+		return len(wrong) == 0
 	})
+	Expect(t, Denied(Ping(c, a.IP)), Denied(Ping(c, b.IP)))
 	tr.requireNoLoss(t, "restart without C")
 	// What is left of dpd_jump and dpd_ifstate is as it was, and A's and
 	// B's programs are the same ones.
-	if diff := diffFingerprints(before, fingerprint(t, n.pin, a, b), false); len(diff) > 0 {
+	after := fingerprint(t, n.pin, a, b)
+	delete(after, "dpd_ifstate "+ifstateKey(c)) // C's own, failed closed (checked above)
+	if diff := diffFingerprints(before, after, false); len(diff) > 0 {
 		t.Errorf("A's and B's state changed: %v", diff)
 	}
 	// C's two programs (its closed profile in each direction) are the ones
@@ -259,7 +263,8 @@ func TestSurvivalFailClosed(t *testing.T) {
 // endpoint's programs and installing its policy (the test hook) leaves
 // nothing behind once the next dpd has the controller's snapshot: every
 // ifstate entry, link pin, pinned program, jump slot and IP set belongs to
-// a live endpoint. A's traffic to B loses nothing throughout.
+// a live endpoint, or to the interface of one the snapshot dropped (C,
+// which stays failed closed). A's traffic to B loses nothing throughout.
 func TestSurvivalCrashMidApply(t *testing.T) {
 	testutil.RequirePrivileged(t)
 	a, b, c := NewWorkload(t, 1), NewWorkload(t, 2), NewWorkload(t, 3)
@@ -304,14 +309,16 @@ func TestSurvivalCrashMidApply(t *testing.T) {
 }
 
 // findOrphans lists what in the pinned state belongs to no live workload.
+// The interfaces of gone workloads still exist: each must be failed closed
+// (dpd's entry programs only, not ready), which is all of theirs there is.
 func findOrphans(t *testing.T, pin string, live []*Workload, gone ...*Workload) []string {
 	t.Helper()
 	var out []string
 	want := map[string]bool{}
-	for _, w := range live {
-		var k [4]byte
-		binary.NativeEndian.PutUint32(k[:], uint32(w.Ifindex))
-		want[hex.EncodeToString(k[:])] = true
+	ours := map[string]bool{}
+	for _, w := range append(append([]*Workload(nil), live...), gone...) {
+		want[ifstateKey(w)] = true
+		ours[w.HostIface+"_ingress"], ours[w.HostIface+"_egress"] = true, true
 	}
 	ifs, err := mapKeys(pin, "dpd_ifstate")
 	if err != nil {
@@ -322,16 +329,18 @@ func findOrphans(t *testing.T, pin string, live []*Workload, gone ...*Workload) 
 			out = append(out, "ifstate entry "+k)
 		}
 	}
-	if len(ifs) != len(live) {
-		out = append(out, fmt.Sprintf("%d ifstate entries for %d live endpoints", len(ifs), len(live)))
+	if len(ifs) != len(live)+len(gone) {
+		out = append(out, fmt.Sprintf("%d ifstate entries for %d live endpoints and %d failed-closed interfaces", len(ifs), len(live), len(gone)))
 	}
 	pins, _ := filepath.Glob(filepath.Join(pin, "links", "*"))
-	if len(pins) != 2*len(live) {
-		out = append(out, fmt.Sprintf("link pins %v", pins))
+	for _, p := range pins {
+		if !ours[filepath.Base(p)] {
+			out = append(out, "link pin "+p)
+		}
 	}
 	for _, w := range gone {
-		if left := leftovers(Observe(pin, w)); len(left) > 0 {
-			out = append(out, fmt.Sprintf("%s still has %v", w.Pod, left))
+		if wrong := notFailedClosed(Observe(pin, w)); len(wrong) > 0 {
+			out = append(out, fmt.Sprintf("%s: %v", w.Pod, wrong))
 		}
 	}
 	jump, err := mapKeys(pin, "dpd_jump")
@@ -365,6 +374,13 @@ func findOrphans(t *testing.T, pin string, live []*Workload, gone ...*Workload) 
 		out = append(out, fmt.Sprintf("pinned programs %v, want 3", names))
 	}
 	return out
+}
+
+// ifstateKey is w's dpd_ifstate key as mapKeys spells it.
+func ifstateKey(w *Workload) string {
+	var k [4]byte
+	binary.NativeEndian.PutUint32(k[:], uint32(w.Ifindex))
+	return hex.EncodeToString(k[:])
 }
 
 func keysOf(m map[string]string) []string {
