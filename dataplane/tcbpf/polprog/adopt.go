@@ -162,15 +162,15 @@ func (ix *specIndex) matchMaps(pm *progMaps) error {
 	if n != len(want) {
 		return fmt.Errorf("%s has %d entries, want %d", mapCls, n, len(want))
 	}
-	if int(pm.bits.MaxEntries()) != len(ix.classes) || int(pm.bits.ValueSize()) != 8*ix.words {
+	if int(pm.bits.MaxEntries()) != len(ix.classes) || int(pm.bits.ValueSize()) != 8*(ix.words+1) {
 		return fmt.Errorf("%s has another shape", mapBits)
 	}
-	got := make([]uint64, ix.words)
+	got := make([]uint64, ix.words+1)
 	for id, bm := range ix.classes {
 		if err := pm.bits.Lookup(uint32(id), got); err != nil {
 			return fmt.Errorf("read %s[%d]: %w", mapBits, id, err)
 		}
-		if !slices.Equal(got, bm) {
+		if !slices.Equal(got, bitsValue(bm)) {
 			return fmt.Errorf("%s differs at class %d", mapBits, id)
 		}
 	}

@@ -34,6 +34,9 @@ type blockCode struct {
 func (p *plan) genBlock(i int) blockCode {
 	b := &p.blocks[i]
 	g := &gen{p: p, pfx: blockLabel(i), blk: -1}
+	if i == 0 && p.idx != nil {
+		g.jumpAhead()
+	}
 	g.s.label(blockLabel(i))
 	next := blockLabel(i + 1)
 	if p.idx != nil {

@@ -3,6 +3,7 @@ package polprog
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -47,14 +48,14 @@ func (s *Spec) newProgMaps() (_ *progMaps, err error) {
 		}
 	}
 	pm.bits, err = ebpf.NewMap(&ebpf.MapSpec{
-		Name: mapBits, Type: ebpf.Array, KeySize: 4, ValueSize: uint32(8 * ix.words),
+		Name: mapBits, Type: ebpf.Array, KeySize: 4, ValueSize: uint32(8 * (ix.words + 1)),
 		MaxEntries: uint32(len(ix.classes)),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create %s: %w", mapBits, err)
 	}
 	for id, bm := range ix.classes {
-		if err := pm.bits.Update(uint32(id), bm, ebpf.UpdateAny); err != nil {
+		if err := pm.bits.Update(uint32(id), bitsValue(bm), ebpf.UpdateAny); err != nil {
 			return nil, fmt.Errorf("fill %s: %w", mapBits, err)
 		}
 	}
@@ -64,6 +65,20 @@ func (s *Spec) newProgMaps() (_ *progMaps, err error) {
 		}
 	}
 	return pm, nil
+}
+
+// bitsValue is a class's dpd_pol_bits value: the bitmap words, then the
+// index of its first non-zero word (len(bm) when it is all zero), which
+// lets the head jump past the words no candidate can be in.
+func bitsValue(bm []uint64) []uint64 {
+	first := len(bm)
+	for w, x := range bm {
+		if x != 0 {
+			first = w
+			break
+		}
+	}
+	return append(slices.Clone(bm), uint64(first))
 }
 
 // byName adds the maps to a reference table.

@@ -23,7 +23,7 @@ import (
 // Per-program maps of the indexed strategy; Load creates them.
 const (
 	mapCls  = "dpd_pol_cls"  // LPM_TRIE classification key -> u32 class
-	mapBits = "dpd_pol_bits" // ARRAY class -> bitmap of words u64
+	mapBits = "dpd_pol_bits" // ARRAY class -> bitmap of words u64, then its first non-zero word (bitsValue)
 )
 
 // Registers of the walk (callee-saved, untouched by rule code).
@@ -241,4 +241,84 @@ func (p *plan) groupSpans(codes []blockCode, budget, reserve int) []span {
 		out = append(out, span{starts[sp.lo], starts[sp.hi]})
 	}
 	return out
+}
+
+// maxChainTargets bounds the chunks a head can tail-call (the kernel's 33
+// tail calls per packet bound the chunks of a program).
+const maxChainTargets = 33
+
+// firstDeciding is the first block that decides without a bit (a denying
+// tier default or the final no-match): no jump may pass it.
+func (p *plan) firstDeciding() int {
+	for k := range p.blocks {
+		if p.idx.bitOf[k] >= 0 {
+			continue
+		}
+		if b := &p.blocks[k]; b.kind == blockNoMatch || (b.kind == blockTierDefault && b.action == model.ActionDeny) {
+			return k
+		}
+	}
+	return len(p.blocks) - 1
+}
+
+// jumpAhead (start of block 0, indexed strategy with more than one word)
+// skips the words no candidate can be in. The AND of the dimensions'
+// bitmaps is zero below the largest of their first non-zero words s, so
+// every rule before word s's group is no candidate: the walk starts at that
+// group, or at the first deciding block without a bit when that comes
+// first (jumping past it would change the verdict). A binary search over s
+// picks the target; targets in other chunks go through their stubs.
+func (g *gen) jumpAhead() {
+	p, ix := g.p, g.p.idx
+	if ix.words < 2 {
+		return
+	}
+	g.needs.walk = true
+	d := p.firstDeciding()
+	maxW := 0
+	for w := 1; w < ix.words; w++ {
+		if ix.blockOf[64*w] < d {
+			maxW = w
+		}
+	}
+	s := &g.s
+	s.emit(asm.Mov.Imm(asm.R1, 0))
+	for _, dim := range ix.dims {
+		keep := g.local()
+		s.emit(
+			asm.LoadMem(asm.R2, asm.RFP, int16(stackDimPtr+8*dim.slot), asm.DWord),
+			asm.LoadMem(asm.R2, asm.R2, int16(8*ix.words), asm.Word),
+			asm.JGE.Reg(asm.R1, asm.R2, keep),
+			asm.Mov.Reg(asm.R1, asm.R2),
+		)
+		s.label(keep)
+	}
+	s.emit(
+		asm.JEq.Imm(asm.R1, 0, blockLabel(0)),
+		asm.JGT.Imm(asm.R1, int32(maxW), blockLabel(d)),
+	)
+	// Each target may need a stub in the head (two slots) and the search
+	// a test, and each chunk targeted its tail call (ten): estimate them,
+	// the split must keep the head in budget.
+	s.slots += 4*maxW + 10*min(maxW, maxChainTargets)
+	if maxW >= 1 {
+		g.search(1, maxW, func(w int) string { return blockLabel(ix.blockOf[64*w]) })
+	} else {
+		s.emit(asm.Ja.Label(blockLabel(d)))
+	}
+}
+
+// search emits a binary search on R1 over [lo, hi] that jumps to
+// target(R1); R1 is known to be in the range.
+func (g *gen) search(lo, hi int, target func(int) string) {
+	if lo == hi {
+		g.s.emit(asm.Ja.Label(target(lo)))
+		return
+	}
+	mid := (lo + hi) / 2
+	right := g.local()
+	g.s.emit(asm.JGT.Imm(asm.R1, int32(mid), right))
+	g.search(lo, mid, target)
+	g.s.label(right)
+	g.search(mid+1, hi, target)
 }
