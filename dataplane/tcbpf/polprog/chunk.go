@@ -182,11 +182,12 @@ func (p *plan) prologue(s *stream, head bool, n needs) {
 			s.emit(asm.StoreMem(rState, int16(abi.StatePolScratch+8*w), asm.R1, asm.DWord))
 		}
 	}
-	if head && p.idx != nil {
-		p.classify(s)
+	lazy := head && p.idx != nil && p.idx.start > 0 // classified after the linear head
+	if head && p.idx != nil && !lazy {
+		p.classify(s, "")
 	}
-	if n.walk {
-		p.bitmapPtrs(s)
+	if n.walk && !lazy {
+		p.bitmapPtrs(s, "")
 	}
 	slotBitmaps(s, n)
 	if !n.srcKey && !n.dstKey {

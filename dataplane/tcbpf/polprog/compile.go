@@ -22,7 +22,7 @@ func Compile(pol *model.DirectionPolicy, dir model.Direction, r Resolver, opts O
 		return nil, fmt.Errorf("compile %s policy: %w", dir, err)
 	}
 	p.chooseSetIndex(opts)
-	p.useIndex(opts.Strategy)
+	p.useIndex(opts)
 	codes := make([]blockCode, len(p.blocks))
 	total := 0
 	for i := range p.blocks {

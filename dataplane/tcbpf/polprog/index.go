@@ -182,6 +182,34 @@ type index struct {
 	classes [][]uint64 // by class id
 	classOf map[string]uint32
 	entries []clsEntry // sorted by key
+	// start is the first block with a bit. Blocks before it (the linear
+	// head) run unconditionally; the packet is classified at start.
+	start int
+}
+
+// linearHeadEnd is the block after the first n rules that run before the
+// index: the head ends early at a rule with a set test (a lookup each
+// would cost more than the classification) or a Pass action (its target
+// must see the packet classified).
+func (p *plan) linearHeadEnd(n int) int {
+	rules := 0
+	for i := range p.blocks {
+		b := &p.blocks[i]
+		if b.kind == blockNoMatch {
+			return i
+		}
+		if b.kind != blockRule || !b.emitsCode() {
+			continue
+		}
+		ru := b.rule
+		if rules == n || b.action == model.ActionPass || len(ru.SrcIPSets)+len(ru.DstIPSets)+len(ru.NotSrcIPSets)+
+			len(ru.NotDstIPSets)+len(ru.SrcNamedPortSets)+len(ru.DstNamedPortSets)+len(ru.NotSrcNamedPortSets)+
+			len(ru.NotDstNamedPortSets)+len(ru.DstIPPortSets) > 0 {
+			return i
+		}
+		rules++
+	}
+	return len(p.blocks)
 }
 
 // Thresholds of the automatic strategy choice.
@@ -196,19 +224,24 @@ const (
 
 // newIndex builds the index of plan p, or returns nil when the strategy
 // does not apply (too few rules, no dimension worth classifying).
-func newIndex(p *plan, s Strategy) *index {
+func newIndex(p *plan, s Strategy, head int) *index {
 	if s == StrategyLinear {
 		return nil
 	}
 	ix := &index{bitOf: make([]int, len(p.blocks)), classOf: map[string]uint32{}}
+	ix.start = p.linearHeadEnd(head)
 	for i := range p.blocks {
 		ix.bitOf[i] = -1
-		if b := &p.blocks[i]; b.kind == blockRule && b.emitsCode() {
+		if b := &p.blocks[i]; i >= ix.start && b.kind == blockRule && b.emitsCode() {
 			ix.bitOf[i] = len(ix.blockOf)
 			ix.blockOf = append(ix.blockOf, i)
 		}
 	}
 	nbits := len(ix.blockOf)
+	if nbits == 0 {
+		return nil
+	}
+	ix.start = ix.blockOf[0]
 	minDim := dimMinRules
 	if s == StrategyIndexed {
 		minDim = 1
@@ -372,11 +405,12 @@ func (ix *index) encoded(i int, d dimKind) bool {
 }
 
 // groupStart reports whether block i starts a word's group: the block of
-// its first bit (block 0 starts the first group).
+// its first bit (block 0 starts the first group, which holds the linear
+// head when there is one).
 func (ix *index) groupStart(i int) bool {
 	if i == 0 {
 		return true
 	}
 	b := ix.bitOf[i]
-	return b > 0 && b%64 == 0
+	return b >= 0 && b%64 == 0
 }

@@ -280,6 +280,8 @@ var diffConfigs = []Options{
 	{Strategy: StrategyIndexed}, {Strategy: StrategyIndexed, MaxChunkInsns: 150},
 	{Strategy: StrategyIndexed, MaxChunkInsns: 400},
 	{NoIPSetIndex: true}, {NoIPSetIndex: true, Strategy: StrategyIndexed, MaxChunkInsns: 150},
+	{Strategy: StrategyIndexed, LinearHead: 3}, {Strategy: StrategyIndexed, LinearHead: 5, MaxChunkInsns: 150},
+	{LinearHead: -1}, {LinearHead: 20, MaxChunkInsns: 400},
 }
 
 // TestDifferential compares the compiled program with refEval on random

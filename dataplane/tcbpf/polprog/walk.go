@@ -137,18 +137,19 @@ func (g *gen) reload(w int, skip string) {
 	)
 }
 
-// classify (head only) looks the packet up in every dimension and stores
-// the class ids in pol_scratch.
-func (p *plan) classify(s *stream) {
+// classify (the head, or the index's start block after a linear head)
+// looks the packet up in every dimension and stores the class ids in
+// pol_scratch. pfx keeps its labels unique in the chunk.
+func (p *plan) classify(s *stream, pfx string) {
 	for _, d := range p.idx.dims {
-		done := fmt.Sprintf("cls%d", d.slot)
+		done := fmt.Sprintf("%scls%d", pfx, d.slot)
 		key := int16(stackClsKey)
 		s.emit(
 			asm.StoreImm(asm.RFP, key+clsKeyDim, int64(d.kind), asm.Byte),
 			asm.StoreImm(asm.RFP, key+clsKeyFamily+1, 0, asm.Half), // pad
 		)
 		if d.kind.port() {
-			have := fmt.Sprintf("clsports%d", d.slot)
+			have := fmt.Sprintf("%sclsports%d", pfx, d.slot)
 			s.emit(ldState(asm.R1, abi.StateProto, asm.Byte))
 			for _, pp := range portProtos {
 				s.emit(asm.JEq.Imm(asm.R1, int32(pp), have))
@@ -167,7 +168,7 @@ func (p *plan) classify(s *stream) {
 				asm.StoreMem(asm.RFP, key+clsKeyData, asm.R1, asm.Half),
 			)
 		} else {
-			plen := fmt.Sprintf("clsplen%d", d.slot)
+			plen := fmt.Sprintf("%sclsplen%d", pfx, d.slot)
 			addr := abi.StateSaddr
 			if d.kind == dimDaddr {
 				addr = abi.StateDaddr
@@ -204,9 +205,9 @@ func (p *plan) classify(s *stream) {
 // bitmapPtrs (every chunk that walks) looks up the bitmap of each
 // dimension's class and keeps the pointer on the stack. A missing class
 // cannot happen (ids come from the program's own trie); it fails closed.
-func (p *plan) bitmapPtrs(s *stream) {
+func (p *plan) bitmapPtrs(s *stream, pfx string) {
 	for _, d := range p.idx.dims {
-		ok := fmt.Sprintf("dimptr%d", d.slot)
+		ok := fmt.Sprintf("%sdimptr%d", pfx, d.slot)
 		s.emit(
 			ldState(asm.R1, abi.StatePolScratch+4*d.slot, asm.Word),
 			asm.StoreMem(asm.RFP, stackBitsKey, asm.R1, asm.Word),
@@ -247,10 +248,11 @@ func (p *plan) groupSpans(codes []blockCode, budget, reserve int) []span {
 // tail calls per packet bound the chunks of a program).
 const maxChainTargets = 33
 
-// firstDeciding is the first block that decides without a bit (a denying
-// tier default or the final no-match): no jump may pass it.
+// firstDeciding is the first block from the index's start that decides
+// without a bit (a denying tier default or the final no-match): no jump may
+// pass it.
 func (p *plan) firstDeciding() int {
-	for k := range p.blocks {
+	for k := p.idx.start; k < len(p.blocks); k++ {
 		if p.idx.bitOf[k] >= 0 {
 			continue
 		}
@@ -261,13 +263,13 @@ func (p *plan) firstDeciding() int {
 	return len(p.blocks) - 1
 }
 
-// jumpAhead (start of block 0, indexed strategy with more than one word)
-// skips the words no candidate can be in. The AND of the dimensions'
-// bitmaps is zero below the largest of their first non-zero words s, so
-// every rule before word s's group is no candidate: the walk starts at that
-// group, or at the first deciding block without a bit when that comes
-// first (jumping past it would change the verdict). A binary search over s
-// picks the target; targets in other chunks go through their stubs.
+// jumpAhead (at the index's start block, with more than one word) skips
+// the words no candidate can be in. The AND of the dimensions' bitmaps is
+// zero below the largest of their first non-zero words s, so every rule
+// before word s's group is no candidate: the walk starts at that group, or
+// at the first deciding block without a bit when that comes first (jumping
+// past it would change the verdict). A binary search over s picks the
+// target; targets in other chunks go through their stubs.
 func (g *gen) jumpAhead() {
 	p, ix := g.p, g.p.idx
 	if ix.words < 2 {
@@ -282,6 +284,7 @@ func (g *gen) jumpAhead() {
 		}
 	}
 	s := &g.s
+	here := g.local()
 	s.emit(asm.Mov.Imm(asm.R1, 0))
 	for _, dim := range ix.dims {
 		keep := g.local()
@@ -294,7 +297,7 @@ func (g *gen) jumpAhead() {
 		s.label(keep)
 	}
 	s.emit(
-		asm.JEq.Imm(asm.R1, 0, blockLabel(0)),
+		asm.JEq.Imm(asm.R1, 0, here),
 		asm.JGT.Imm(asm.R1, int32(maxW), blockLabel(d)),
 	)
 	// Each target may need a stub in the head (two slots) and the search
@@ -306,8 +309,8 @@ func (g *gen) jumpAhead() {
 	} else {
 		s.emit(asm.Ja.Label(blockLabel(d)))
 	}
+	s.label(here)
 }
-
 // search emits a binary search on R1 over [lo, hi] that jumps to
 // target(R1); R1 is known to be in the range.
 func (g *gen) search(lo, hi int, target func(int) string) {
