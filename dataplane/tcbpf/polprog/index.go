@@ -164,12 +164,19 @@ type idxDim struct {
 	miss    uint32 // class when no trie entry matches
 	noPorts uint32 // port dimensions: class of packets without ports
 	exact   []bool // by bit: the rule's constraint here is fully encoded
+	// hashed: every prefix is full-length (ports, /32, /128), so the
+	// longest match is the exact match: classified in mapClsHash.
+	hashed bool
 }
 
 // clsEntry is one entry of the classification trie.
 type clsEntry struct {
 	key   [clsKeySize]byte
 	class uint32
+	// exact: the entry's dimension has only full-length prefixes, so it
+	// goes into the exact-match table (a hash lookup costs less than the
+	// trie's).
+	exact bool
 }
 
 // index is the indexed strategy's per-program data.
@@ -320,6 +327,17 @@ func (ix *index) addDim(d dimKind, conds []dimCond) {
 			}
 		}
 	}
+	dim.hashed = len(pfxs) > 0
+	for _, q := range pfxs {
+		full := 128
+		switch q.family {
+		case 0:
+			full = 16
+		case 4:
+			full = 32
+		}
+		dim.hashed = dim.hashed && q.bits == full
+	}
 	posHit, negHit := make([]bool, len(conds)), make([]bool, len(conds))
 	for _, e := range pfxs {
 		var touched []int
@@ -354,6 +372,7 @@ func (ix *index) addDim(d dimKind, conds []dimCond) {
 		ent.key[clsKeyFamily] = e.family
 		copy(ent.key[clsKeyData:], e.data[:])
 		ent.class = ix.class(bm)
+		ent.exact = dim.hashed
 		ix.entries = append(ix.entries, ent)
 	}
 	ix.dims = append(ix.dims, dim)

@@ -22,7 +22,8 @@ import (
 
 // Per-program maps of the indexed strategy; Load creates them.
 const (
-	mapCls  = "dpd_pol_cls"  // LPM_TRIE classification key -> u32 class
+	mapCls     = "dpd_pol_cls"  // LPM_TRIE classification key -> u32 class
+	mapClsHash = "dpd_pol_clsh" // HASH full-length classification key -> u32 class (idxDim.hashed)
 	mapBits = "dpd_pol_bits" // ARRAY class -> bitmap of words u64, then its first non-zero word (bitsValue)
 )
 
@@ -160,6 +161,14 @@ func (p *plan) classify(s *stream, pfx string) {
 			if d.kind == dimSport {
 				port = abi.StateSport
 			}
+			if d.hashed {
+				// A hash key is compared whole: no stale bytes after the port.
+				s.emit(
+					asm.Mov.Imm(asm.R2, 0),
+					asm.StoreMem(asm.RFP, key+clsKeyData, asm.R2, asm.DWord),
+					asm.StoreMem(asm.RFP, key+clsKeyData+8, asm.R2, asm.DWord),
+				)
+			}
 			s.emit(
 				asm.StoreImm(asm.RFP, key+clsKeyPrefixLen, clsKeyFixedBits+16, asm.Word),
 				asm.StoreImm(asm.RFP, key+clsKeyFamily, 0, asm.Byte),
@@ -189,7 +198,11 @@ func (p *plan) classify(s *stream, pfx string) {
 				asm.StoreMem(asm.RFP, key+clsKeyData+8, asm.R1, asm.DWord),
 			)
 		}
-		s.emit(ldMap(asm.R1, mapCls))
+		if d.hashed {
+			s.emit(ldMap(asm.R1, mapClsHash))
+		} else {
+			s.emit(ldMap(asm.R1, mapCls))
+		}
 		s.emit(stackPtr(asm.R2, int(key))...)
 		s.emit(
 			asm.FnMapLookupElem.Call(),
