@@ -24,7 +24,7 @@ import (
 const (
 	mapCls     = "dpd_pol_cls"  // LPM_TRIE classification key -> u32 class
 	mapClsHash = "dpd_pol_clsh" // HASH full-length classification key -> u32 class (idxDim.hashed)
-	mapBits = "dpd_pol_bits" // ARRAY class -> bitmap of words u64, then its first non-zero word (bitsValue)
+	mapBits    = "dpd_pol_bits" // ARRAY class -> bitmap of words u64, then its first non-zero word (bitsValue)
 )
 
 // Registers of the walk (callee-saved, untouched by rule code).
@@ -324,6 +324,7 @@ func (g *gen) jumpAhead() {
 	}
 	s.label(here)
 }
+
 // search emits a binary search on R1 over [lo, hi] that jumps to
 // target(R1); R1 is known to be in the range.
 func (g *gen) search(lo, hi int, target func(int) string) {
