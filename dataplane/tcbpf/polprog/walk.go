@@ -22,7 +22,7 @@ import (
 
 // Per-program maps of the indexed strategy; Load creates them.
 const (
-	mapCls     = "dpd_pol_cls"  // LPM_TRIE classification key -> u32 class
+	mapCls = "dpd_pol_cls" // LPM_TRIE classification key -> u32 class
 	// mapClsHash compares whole keys: it relies on the bytes of dpd_state's
 	// addresses past an IPv4 address being zero (the entry zeroes dpd_state).
 	mapClsHash = "dpd_pol_clsh" // HASH full-length classification key -> u32 class (idxDim.hashed)
