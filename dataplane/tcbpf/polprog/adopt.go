@@ -124,6 +124,8 @@ func (s *Spec) adoptOwnMaps(progs []*ebpf.Program, allowed map[ebpf.MapID]bool) 
 		switch {
 		case info.Name == mapCls && pm.cls == nil:
 			pm.cls = mm
+		case info.Name == mapClsHash && pm.clsHash == nil:
+			pm.clsHash = mm
 		case info.Name == mapBits && pm.bits == nil:
 			pm.bits = mm
 		default:
@@ -131,8 +133,8 @@ func (s *Spec) adoptOwnMaps(progs []*ebpf.Program, allowed map[ebpf.MapID]bool) 
 			return nil, fmt.Errorf("pinned program uses unexpected map %q (%d)", info.Name, id)
 		}
 	}
-	if pm.cls == nil || pm.bits == nil {
-		return nil, errors.New("pinned program lacks a classification map")
+	if (pm.cls == nil) == s.index.trie || (pm.clsHash == nil) == s.index.hash || pm.bits == nil {
+		return nil, errors.New("pinned program's classification maps differ from the policy's")
 	}
 	if err := s.index.matchMaps(pm); err != nil {
 		return nil, err
@@ -142,44 +144,56 @@ func (s *Spec) adoptOwnMaps(progs []*ebpf.Program, allowed map[ebpf.MapID]bool) 
 
 // matchMaps compares the per-program maps with what Load writes.
 func (ix *specIndex) matchMaps(pm *progMaps) error {
-	want := make(map[[clsKeySize]byte]uint32, len(ix.entries))
-	for _, e := range ix.entries {
-		want[e.key] = e.class
-	}
-	var k [clsKeySize]byte
-	var v uint32
-	n := 0
-	it := pm.cls.Iterate()
-	for it.Next(&k, &v) {
-		if c, ok := want[k]; !ok || c != v {
-			return fmt.Errorf("%s differs at key %x", mapCls, k)
+	trie, exact := ix.split()
+	if pm.cls != nil {
+		if err := matchCls(pm.cls, mapCls, trie); err != nil {
+			return err
 		}
-		n++
 	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("read %s: %w", mapCls, err)
+	if pm.clsHash != nil {
+		if err := matchCls(pm.clsHash, mapClsHash, exact); err != nil {
+			return err
+		}
 	}
-	if n != len(want) {
-		return fmt.Errorf("%s has %d entries, want %d", mapCls, n, len(want))
-	}
-	if int(pm.bits.MaxEntries()) != len(ix.classes) || int(pm.bits.ValueSize()) != 8*ix.words {
+	if int(pm.bits.MaxEntries()) != len(ix.classes) || int(pm.bits.ValueSize()) != 8*(ix.words+1) {
 		return fmt.Errorf("%s has another shape", mapBits)
 	}
-	got := make([]uint64, ix.words)
+	got := make([]uint64, ix.words+1)
 	for id, bm := range ix.classes {
 		if err := pm.bits.Lookup(uint32(id), got); err != nil {
 			return fmt.Errorf("read %s[%d]: %w", mapBits, id, err)
 		}
-		if !slices.Equal(got, bm) {
+		if !slices.Equal(got, bitsValue(bm)) {
 			return fmt.Errorf("%s differs at class %d", mapBits, id)
 		}
 	}
 	return nil
 }
 
+// matchCls compares a classification map with its entries.
+func matchCls(m *ebpf.Map, name string, want map[[clsKeySize]byte]uint32) error {
+	var k [clsKeySize]byte
+	var v uint32
+	n := 0
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		if c, ok := want[k]; !ok || c != v {
+			return fmt.Errorf("%s differs at key %x", name, k)
+		}
+		n++
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("read %s: %w", name, err)
+	}
+	if n != len(want) {
+		return fmt.Errorf("%s has %d entries, want %d", name, n, len(want))
+	}
+	return nil
+}
+
 // ownIDs adds the ids of the per-program maps to ids.
 func ownIDs(pm *progMaps, ids map[ebpf.MapID]bool) {
-	for _, m := range []*ebpf.Map{pm.cls, pm.bits} {
+	for _, m := range pm.all() {
 		if info, err := m.Info(); err == nil {
 			if id, ok := info.ID(); ok {
 				ids[id] = true

@@ -35,6 +35,15 @@ func (p *plan) genBlock(i int) blockCode {
 	b := &p.blocks[i]
 	g := &gen{p: p, pfx: blockLabel(i), blk: -1}
 	g.s.label(blockLabel(i))
+	if p.idx != nil && i == p.idx.start {
+		if i > 0 {
+			// After a linear head: classify here, the head did not.
+			g.needs.walk = true
+			p.classify(&g.s, g.local())
+			p.bitmapPtrs(&g.s, g.local())
+		}
+		g.jumpAhead()
+	}
 	next := blockLabel(i + 1)
 	if p.idx != nil {
 		next = g.walkEntry(i)

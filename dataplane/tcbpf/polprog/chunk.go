@@ -45,6 +45,8 @@ func parseBlockLabel(l string) int {
 
 func stubLabel(x int) string { return fmt.Sprintf("x%d", x) }
 
+func callLabel(c int) string { return fmt.Sprintf("call%d", c) }
+
 // chunkBody is a chunk's blocks with jumps to blocks of other chunks
 // redirected to stubs.
 type chunkBody struct {
@@ -93,17 +95,26 @@ func (p *plan) assembleChunk(idx int, cb chunkBody, entries []int, chunkOf []int
 		// Resume where the previous chunk stopped; an unknown position
 		// fails closed.
 		s.emit(ldState(asm.R1, abi.StateChainPos, asm.Word))
-		for _, x := range entries {
-			s.emit(asm.JEq.Imm(asm.R1, int32(x), blockLabel(x)))
-		}
-		s.emit(asm.Ja.Label(labelBadPos))
+		dispatch(&s, entries)
 	}
 	s.items = append(s.items, cb.items...)
+	// A stub records where to resume; the stubs into one chunk share its
+	// tail call.
+	var targets []int
 	for _, x := range cb.stubs {
-		key := tailKey(0)
-		key[len(key)-1].Metadata.Set(chainRef{}, chunkOf[x])
 		s.label(stubLabel(x))
-		s.emit(asm.StoreImm(rState, abi.StateChainPos, int64(x), asm.Word))
+		s.emit(
+			asm.StoreImm(rState, abi.StateChainPos, int64(x), asm.Word),
+			asm.Ja.Label(callLabel(chunkOf[x])),
+		)
+		if !slices.Contains(targets, chunkOf[x]) {
+			targets = append(targets, chunkOf[x])
+		}
+	}
+	for _, c := range targets {
+		key := tailKey(0)
+		key[len(key)-1].Metadata.Set(chainRef{}, c)
+		s.label(callLabel(c))
 		s.emit(key...)
 		s.emit(
 			asm.Mov.Reg(asm.R1, rCtx),
@@ -126,6 +137,24 @@ func (p *plan) assembleChunk(idx int, cb chunkBody, entries []int, chunkOf []int
 		return nil, fmt.Errorf("chunk %d (blocks %d-%d): %w", idx, cb.lo, cb.hi-1, err)
 	}
 	return insns, nil
+}
+
+// dispatch jumps to block R1 of entries (sorted), or to labelBadPos: a
+// linear scan for a few entries, a binary search for more.
+func dispatch(s *stream, entries []int) {
+	if len(entries) <= 8 {
+		for _, x := range entries {
+			s.emit(asm.JEq.Imm(asm.R1, int32(x), blockLabel(x)))
+		}
+		s.emit(asm.Ja.Label(labelBadPos))
+		return
+	}
+	mid := len(entries) / 2
+	right := fmt.Sprintf("dispatch%d", entries[mid])
+	s.emit(asm.JGE.Imm(asm.R1, int32(entries[mid]), right))
+	dispatch(s, entries[:mid])
+	s.label(right)
+	dispatch(s, entries[mid:])
 }
 
 // prologue finds dpd_state (R9), keeps the skb (R6), resets the memo in the
@@ -153,11 +182,12 @@ func (p *plan) prologue(s *stream, head bool, n needs) {
 			s.emit(asm.StoreMem(rState, int16(abi.StatePolScratch+8*w), asm.R1, asm.DWord))
 		}
 	}
-	if head && p.idx != nil {
-		p.classify(s)
+	lazy := head && p.idx != nil && p.idx.start > 0 // classified after the linear head
+	if head && p.idx != nil && !lazy {
+		p.classify(s, "")
 	}
-	if n.walk {
-		p.bitmapPtrs(s)
+	if n.walk && !lazy {
+		p.bitmapPtrs(s, "")
 	}
 	slotBitmaps(s, n)
 	if !n.srcKey && !n.dstKey {

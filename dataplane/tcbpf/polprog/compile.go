@@ -22,7 +22,7 @@ func Compile(pol *model.DirectionPolicy, dir model.Direction, r Resolver, opts O
 		return nil, fmt.Errorf("compile %s policy: %w", dir, err)
 	}
 	p.chooseSetIndex(opts)
-	p.useIndex(opts.Strategy)
+	p.useIndex(opts)
 	codes := make([]blockCode, len(p.blocks))
 	total := 0
 	for i := range p.blocks {
@@ -65,6 +65,10 @@ func Compile(pol *model.DirectionPolicy, dir model.Direction, r Resolver, opts O
 	spec := &Spec{dir: dir, name: opts.Name, rules: p.rules}
 	if p.idx != nil {
 		spec.index = &specIndex{words: p.idx.words, classes: p.idx.classes, entries: p.idx.entries}
+		for _, d := range p.idx.dims {
+			spec.index.trie = spec.index.trie || !d.hashed
+			spec.index.hash = spec.index.hash || d.hashed
+		}
 	}
 	for c := range spans {
 		slices.Sort(entries[c])

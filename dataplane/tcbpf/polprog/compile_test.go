@@ -140,7 +140,8 @@ func TestChunking(t *testing.T) {
 		maxChunks int
 	}{
 		{"default budget", Options{}, 2, DefaultMaxChunks},
-		{"small budget", Options{MaxChunkInsns: 1000}, 10, DefaultMaxChunks},
+		// Large enough that the chunks fit DefaultMaxChunks without growing.
+		{"small budget", Options{MaxChunkInsns: 1500}, 10, DefaultMaxChunks},
 		{"chunk cap grows chunks", Options{MaxChunkInsns: 500, MaxChunks: 4}, 2, 4},
 	}
 	for _, c := range cases {

@@ -17,9 +17,12 @@
 //
 // Per-packet cost must not grow like a linear scan. Policies with many
 // rules use the indexed strategy (index.go, walk.go): the packet is
-// classified once per dimension (ports, addresses) in a trie the program
-// owns, the class bitmaps of candidate rules are ANDed per 64-rule word, and
-// only candidates run their remaining matches, in rule order. Address set
-// tests read one dpd_ipset_idx lookup per address (setidx.go) instead of one
-// dpd_ipsets lookup per set.
+// classified once per dimension (ports, addresses) in a trie or, when every
+// prefix is full-length, an exact-match hash the program owns; the walk
+// jumps to the first 64-rule word that can hold a candidate, the class
+// bitmaps of candidate rules are ANDed per word, and only candidates run
+// their remaining matches, in rule order. A short linear head of cheap
+// rules runs before the classification. Address set tests read one
+// dpd_ipset_idx lookup per address (setidx.go) instead of one dpd_ipsets
+// lookup per set.
 package polprog

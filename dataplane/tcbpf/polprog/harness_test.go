@@ -82,6 +82,8 @@ type harness struct {
 	// members of every set, to rebuild dpd_ipset_idx from scratch (a
 	// reference independent of dataplane/tcbpf's incremental index).
 	members map[uint32][]netip.Prefix
+	// bulk defers rebuildIndex until the caller runs it (many members).
+	bulk bool
 }
 
 // Returns of the test epilogue; anything else (TC_ACT_SHOT) means a tail
@@ -110,7 +112,7 @@ func newHarness(t testing.TB) *harness {
 		State: mk(&ebpf.MapSpec{Name: abi.MapState, Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: abi.StateSize, MaxEntries: 1}),
 		Jump:  mk(&ebpf.MapSpec{Name: abi.MapJump, Type: ebpf.ProgramArray, KeySize: 4, ValueSize: 4, MaxEntries: 64}),
 		IPSets: mk(&ebpf.MapSpec{Name: abi.MapIPSets, Type: ebpf.LPMTrie, KeySize: abi.IPSetKeySize, ValueSize: 4,
-			MaxEntries: 4096, Flags: unix.BPF_F_NO_PREALLOC}),
+			MaxEntries: 32768, Flags: unix.BPF_F_NO_PREALLOC}),
 		RuleCtrs: mk(&ebpf.MapSpec{Name: abi.MapRuleCtrs, Type: ebpf.PerCPUHash, KeySize: 8, ValueSize: abi.CounterSize, MaxEntries: 65536}),
 		Chain:    mk(&ebpf.MapSpec{Name: abi.MapChain, Type: ebpf.ProgramArray, KeySize: 4, ValueSize: 4, MaxEntries: 256}),
 		IPSetIdx: mk(&ebpf.MapSpec{Name: abi.MapIPSetIdx, Type: ebpf.LPMTrie, KeySize: abi.IPSetIdxKeySize,
@@ -183,7 +185,9 @@ func (h *harness) addMember(id uint32, pfx netip.Prefix, proto uint8, port uint1
 	}
 	if proto == 0 && port == 0 && id >= 1 && id <= abi.IPSetIdxSlots {
 		h.members[id] = append(h.members[id], pfx.Masked())
-		h.rebuildIndex()
+		if !h.bulk {
+			h.rebuildIndex()
+		}
 	}
 }
 

@@ -164,12 +164,19 @@ type idxDim struct {
 	miss    uint32 // class when no trie entry matches
 	noPorts uint32 // port dimensions: class of packets without ports
 	exact   []bool // by bit: the rule's constraint here is fully encoded
+	// hashed: every prefix is full-length (ports, /32, /128), so the
+	// longest match is the exact match: classified in mapClsHash.
+	hashed bool
 }
 
 // clsEntry is one entry of the classification trie.
 type clsEntry struct {
 	key   [clsKeySize]byte
 	class uint32
+	// exact: the entry's dimension has only full-length prefixes, so it
+	// goes into the exact-match table (a hash lookup costs less than the
+	// trie's).
+	exact bool
 }
 
 // index is the indexed strategy's per-program data.
@@ -182,6 +189,34 @@ type index struct {
 	classes [][]uint64 // by class id
 	classOf map[string]uint32
 	entries []clsEntry // sorted by key
+	// start is the first block with a bit. Blocks before it (the linear
+	// head) run unconditionally; the packet is classified at start.
+	start int
+}
+
+// linearHeadEnd is the block after the first n rules that run before the
+// index: the head ends early at a rule with a set test (a lookup each
+// would cost more than the classification) or a Pass action (its target
+// must see the packet classified).
+func (p *plan) linearHeadEnd(n int) int {
+	rules := 0
+	for i := range p.blocks {
+		b := &p.blocks[i]
+		if b.kind == blockNoMatch {
+			return i
+		}
+		if b.kind != blockRule || !b.emitsCode() {
+			continue
+		}
+		ru := b.rule
+		if rules == n || b.action == model.ActionPass || len(ru.SrcIPSets)+len(ru.DstIPSets)+len(ru.NotSrcIPSets)+
+			len(ru.NotDstIPSets)+len(ru.SrcNamedPortSets)+len(ru.DstNamedPortSets)+len(ru.NotSrcNamedPortSets)+
+			len(ru.NotDstNamedPortSets)+len(ru.DstIPPortSets) > 0 {
+			return i
+		}
+		rules++
+	}
+	return len(p.blocks)
 }
 
 // Thresholds of the automatic strategy choice.
@@ -196,19 +231,24 @@ const (
 
 // newIndex builds the index of plan p, or returns nil when the strategy
 // does not apply (too few rules, no dimension worth classifying).
-func newIndex(p *plan, s Strategy) *index {
+func newIndex(p *plan, s Strategy, head int) *index {
 	if s == StrategyLinear {
 		return nil
 	}
 	ix := &index{bitOf: make([]int, len(p.blocks)), classOf: map[string]uint32{}}
+	ix.start = p.linearHeadEnd(head)
 	for i := range p.blocks {
 		ix.bitOf[i] = -1
-		if b := &p.blocks[i]; b.kind == blockRule && b.emitsCode() {
+		if b := &p.blocks[i]; i >= ix.start && b.kind == blockRule && b.emitsCode() {
 			ix.bitOf[i] = len(ix.blockOf)
 			ix.blockOf = append(ix.blockOf, i)
 		}
 	}
 	nbits := len(ix.blockOf)
+	if nbits == 0 {
+		return nil
+	}
+	ix.start = ix.blockOf[0]
 	minDim := dimMinRules
 	if s == StrategyIndexed {
 		minDim = 1
@@ -287,6 +327,17 @@ func (ix *index) addDim(d dimKind, conds []dimCond) {
 			}
 		}
 	}
+	dim.hashed = len(pfxs) > 0
+	for _, q := range pfxs {
+		full := 128
+		switch q.family {
+		case 0:
+			full = 16
+		case 4:
+			full = 32
+		}
+		dim.hashed = dim.hashed && q.bits == full
+	}
 	posHit, negHit := make([]bool, len(conds)), make([]bool, len(conds))
 	for _, e := range pfxs {
 		var touched []int
@@ -321,6 +372,7 @@ func (ix *index) addDim(d dimKind, conds []dimCond) {
 		ent.key[clsKeyFamily] = e.family
 		copy(ent.key[clsKeyData:], e.data[:])
 		ent.class = ix.class(bm)
+		ent.exact = dim.hashed
 		ix.entries = append(ix.entries, ent)
 	}
 	ix.dims = append(ix.dims, dim)
@@ -372,11 +424,12 @@ func (ix *index) encoded(i int, d dimKind) bool {
 }
 
 // groupStart reports whether block i starts a word's group: the block of
-// its first bit (block 0 starts the first group).
+// its first bit (block 0 starts the first group, which holds the linear
+// head when there is one).
 func (ix *index) groupStart(i int) bool {
 	if i == 0 {
 		return true
 	}
 	b := ix.bitOf[i]
-	return b > 0 && b%64 == 0
+	return b >= 0 && b%64 == 0
 }

@@ -129,3 +129,25 @@ func randLargePkt(rng *rand.Rand) pkt {
 	}
 	return icmp(src, dst, uint8(rng.IntN(2)*8), 0)
 }
+
+// randExactRule is randLargeRule with single ports and full-length
+// prefixes only, so the dimensions are classified by exact match
+// (mapClsHash) rather than in the trie.
+func randExactRule(rng *rand.Rand) model.Rule {
+	r := randLargeRule(rng)
+	for _, l := range []*[]model.PortRange{&r.DstPorts, &r.SrcPorts, &r.NotDstPorts, &r.NotSrcPorts} {
+		for i := range *l {
+			(*l)[i].Last = (*l)[i].First
+		}
+	}
+	for _, l := range []*[]netip.Prefix{&r.SrcNets, &r.DstNets, &r.NotSrcNets, &r.NotDstNets} {
+		for i, p := range *l {
+			(*l)[i] = netip.PrefixFrom(p.Addr(), p.Addr().BitLen())
+		}
+	}
+	return r
+}
+
+func randExactPolicy(rng *rand.Rand) model.DirectionPolicy {
+	return randShapedPolicy(rng, policyShape{minTiers: 1, tiers: 3, policyRules: 150, profileRules: 80, rule: randExactRule})
+}

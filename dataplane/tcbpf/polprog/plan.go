@@ -132,8 +132,8 @@ func newPlan(pol *model.DirectionPolicy, dir model.Direction, r Resolver) (*plan
 // useIndex switches p to the indexed strategy when it applies. The class
 // ids take pol_scratch words 0 and 1, so the memo keeps its 64 most
 // referenced facts, moved to words 2 and 3.
-func (p *plan) useIndex(s Strategy) {
-	p.idx = newIndex(p, s)
+func (p *plan) useIndex(opts Options) {
+	p.idx = newIndex(p, opts.Strategy, linearHead(opts))
 	if p.idx == nil {
 		return
 	}
@@ -145,6 +145,19 @@ func (p *plan) useIndex(s Strategy) {
 			p.memo[f] = slot + memoIndexed
 		}
 	}
+}
+
+// linearHead is the LinearHead option resolved.
+func linearHead(opts Options) int {
+	switch {
+	case opts.LinearHead < 0:
+		return 0
+	case opts.LinearHead > 0:
+		return opts.LinearHead
+	case opts.Strategy == StrategyAuto:
+		return defaultLinearHead
+	}
+	return 0
 }
 
 // memoIndexed is the first memo slot under the indexed strategy.

@@ -3,6 +3,7 @@ package polprog
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -14,11 +15,38 @@ type specIndex struct {
 	words   int
 	classes [][]uint64
 	entries []clsEntry
+	// trie, hash: some dimension is classified in mapCls, in mapClsHash
+	// (the code references only those maps).
+	trie, hash bool
 }
 
 // progMaps are maps a Program owns: created by Load, closed by Close.
 type progMaps struct {
-	cls, bits *ebpf.Map
+	cls, clsHash, bits *ebpf.Map
+}
+
+// all is every map pm has.
+func (pm *progMaps) all() []*ebpf.Map {
+	var out []*ebpf.Map
+	for _, m := range []*ebpf.Map{pm.cls, pm.clsHash, pm.bits} {
+		if m != nil {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// split returns the trie's and the exact-match table's entries.
+func (ix *specIndex) split() (trie, exact map[[clsKeySize]byte]uint32) {
+	trie, exact = map[[clsKeySize]byte]uint32{}, map[[clsKeySize]byte]uint32{}
+	for _, e := range ix.entries {
+		if e.exact {
+			exact[e.key] = e.class
+		} else {
+			trie[e.key] = e.class
+		}
+	}
+	return trie, exact
 }
 
 // newProgMaps creates and fills the per-program maps of s (none for a
@@ -34,31 +62,47 @@ func (s *Spec) newProgMaps() (_ *progMaps, err error) {
 			pm.close()
 		}
 	}()
-	pm.cls, err = ebpf.NewMap(&ebpf.MapSpec{
-		Name: mapCls, Type: ebpf.LPMTrie, KeySize: clsKeySize, ValueSize: 4,
-		MaxEntries: uint32(max(1, len(ix.entries))), Flags: unix.BPF_F_NO_PREALLOC,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("create %s: %w", mapCls, err)
+	trie, exact := ix.split()
+	if ix.trie {
+		pm.cls, err = ebpf.NewMap(&ebpf.MapSpec{
+			Name: mapCls, Type: ebpf.LPMTrie, KeySize: clsKeySize, ValueSize: 4,
+			MaxEntries: uint32(max(1, len(trie))), Flags: unix.BPF_F_NO_PREALLOC,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("create %s: %w", mapCls, err)
+		}
+	}
+	if ix.hash {
+		pm.clsHash, err = ebpf.NewMap(&ebpf.MapSpec{
+			Name: mapClsHash, Type: ebpf.Hash, KeySize: clsKeySize, ValueSize: 4,
+			MaxEntries: uint32(max(1, len(exact))),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("create %s: %w", mapClsHash, err)
+		}
 	}
 	for _, e := range ix.entries {
-		if err := pm.cls.Update(e.key[:], e.class, ebpf.UpdateNoExist); err != nil {
-			return nil, fmt.Errorf("fill %s: %w", mapCls, err)
+		m, name := pm.cls, mapCls
+		if e.exact {
+			m, name = pm.clsHash, mapClsHash
+		}
+		if err := m.Update(e.key[:], e.class, ebpf.UpdateNoExist); err != nil {
+			return nil, fmt.Errorf("fill %s: %w", name, err)
 		}
 	}
 	pm.bits, err = ebpf.NewMap(&ebpf.MapSpec{
-		Name: mapBits, Type: ebpf.Array, KeySize: 4, ValueSize: uint32(8 * ix.words),
+		Name: mapBits, Type: ebpf.Array, KeySize: 4, ValueSize: uint32(8 * (ix.words + 1)),
 		MaxEntries: uint32(len(ix.classes)),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create %s: %w", mapBits, err)
 	}
 	for id, bm := range ix.classes {
-		if err := pm.bits.Update(uint32(id), bm, ebpf.UpdateAny); err != nil {
+		if err := pm.bits.Update(uint32(id), bitsValue(bm), ebpf.UpdateAny); err != nil {
 			return nil, fmt.Errorf("fill %s: %w", mapBits, err)
 		}
 	}
-	for _, m := range []*ebpf.Map{pm.cls, pm.bits} {
+	for _, m := range pm.all() {
 		if err := m.Freeze(); err != nil && !errors.Is(err, ebpf.ErrNotSupported) {
 			return nil, fmt.Errorf("freeze %s: %w", m, err)
 		}
@@ -66,10 +110,24 @@ func (s *Spec) newProgMaps() (_ *progMaps, err error) {
 	return pm, nil
 }
 
+// bitsValue is a class's dpd_pol_bits value: the bitmap words, then the
+// index of its first non-zero word (len(bm) when it is all zero), which
+// lets the head jump past the words no candidate can be in.
+func bitsValue(bm []uint64) []uint64 {
+	first := len(bm)
+	for w, x := range bm {
+		if x != 0 {
+			first = w
+			break
+		}
+	}
+	return append(slices.Clone(bm), uint64(first))
+}
+
 // byName adds the maps to a reference table.
 func (pm *progMaps) byName(m map[string]*ebpf.Map) {
 	if pm != nil {
-		m[mapCls], m[mapBits] = pm.cls, pm.bits
+		m[mapCls], m[mapClsHash], m[mapBits] = pm.cls, pm.clsHash, pm.bits
 	}
 }
 
@@ -77,9 +135,7 @@ func (pm *progMaps) close() {
 	if pm == nil {
 		return
 	}
-	for _, m := range []*ebpf.Map{pm.cls, pm.bits} {
-		if m != nil {
-			_ = m.Close()
-		}
+	for _, m := range pm.all() {
+		_ = m.Close()
 	}
 }

@@ -280,6 +280,8 @@ var diffConfigs = []Options{
 	{Strategy: StrategyIndexed}, {Strategy: StrategyIndexed, MaxChunkInsns: 150},
 	{Strategy: StrategyIndexed, MaxChunkInsns: 400},
 	{NoIPSetIndex: true}, {NoIPSetIndex: true, Strategy: StrategyIndexed, MaxChunkInsns: 150},
+	{Strategy: StrategyIndexed, LinearHead: 3}, {Strategy: StrategyIndexed, LinearHead: 5, MaxChunkInsns: 150},
+	{LinearHead: -1}, {LinearHead: 20, MaxChunkInsns: 400},
 }
 
 // TestDifferential compares the compiled program with refEval on random
@@ -305,6 +307,17 @@ func TestDifferentialLarge(t *testing.T) {
 	differential(t, true, policies, 150, func() model.DirectionPolicy { return randLargePolicy(rng) }, func() pkt { return randLargePkt(rng) })
 }
 
+// TestDifferentialExact does the same with large policies of single ports
+// and full-length prefixes, whose dimensions are classified by exact match.
+func TestDifferentialExact(t *testing.T) {
+	policies := 30
+	if testing.Short() {
+		policies = 8
+	}
+	rng := rand.New(rand.NewPCG(13, 17))
+	differential(t, true, policies, 150, func() model.DirectionPolicy { return randExactPolicy(rng) }, func() pkt { return randLargePkt(rng) })
+}
+
 func differential(t *testing.T, wantChained bool, policies, packets int, newPol func() model.DirectionPolicy, newPkt func() pkt) {
 	h := newHarness(t)
 	for name, members := range refSets {
@@ -312,7 +325,7 @@ func differential(t *testing.T, wantChained bool, policies, packets int, newPol 
 			h.addMember(randSetIDs[name], m.pfx, m.proto, m.port)
 		}
 	}
-	mismatches, indexed, chained := 0, 0, 0
+	mismatches, indexed, chained, hashed := 0, 0, 0, 0
 	for i := range policies {
 		pol := newPol()
 		opts := diffConfigs[i%len(diffConfigs)]
@@ -326,6 +339,9 @@ func differential(t *testing.T, wantChained bool, policies, packets int, newPol 
 		}
 		if spec.index != nil {
 			indexed++
+			if spec.index.hash {
+				hashed++
+			}
 			if spec.NumChunks() > 1 {
 				chained++
 			}
@@ -356,7 +372,7 @@ func differential(t *testing.T, wantChained bool, policies, packets int, newPol 
 	if mismatches > 0 {
 		t.Errorf("%d mismatches", mismatches)
 	}
-	t.Logf("%d policies: %d indexed, %d of them chained", policies, indexed, chained)
+	t.Logf("%d policies: %d indexed, %d of them chained, %d with exact-match dimensions", policies, indexed, chained, hashed)
 	if indexed == 0 || (chained == 0 && wantChained) {
 		t.Errorf("the indexed strategy was not exercised (with chunks)")
 	}

@@ -42,7 +42,14 @@ func assemble(items []item) (asm.Instructions, error) {
 	out := make(asm.Instructions, 0, len(items))
 	var pending []string
 	alias := map[string]string{}
+	seen := map[string]bool{}
 	for _, it := range items {
+		if it.label != "" {
+			if seen[it.label] {
+				return nil, fmt.Errorf("label %q defined twice", it.label)
+			}
+			seen[it.label] = true
+		}
 		if it.label == "" {
 			ins := it.ins
 			if ins.OpCode == asm.InvalidOpCode {

@@ -61,6 +61,13 @@ type Options struct {
 	// abi.IPSetIdxSlots looks each address up once in dpd_ipset_idx
 	// (Maps.IPSetIdx) instead.
 	NoIPSetIndex bool
+	// LinearHead is how many of the first rules an indexed program
+	// evaluates in order before it classifies the packet, so a policy whose
+	// first rules decide pays no classification. The head stops at the
+	// first rule with a set test or a Pass action. 0 is the default
+	// (defaultLinearHead under StrategyAuto, none under StrategyIndexed);
+	// negative means none.
+	LinearHead int
 }
 
 // Strategy is how a compiled program finds the rule that decides.
@@ -77,6 +84,10 @@ const (
 	// indexed code on small policies.
 	StrategyIndexed
 )
+
+// defaultLinearHead is LinearHead under StrategyAuto: a few port or
+// address rules cost less than a classification lookup.
+const defaultLinearHead = 8
 
 const (
 	// DefaultMaxChunkInsns keeps one chunk well inside the verifier's

@@ -22,8 +22,11 @@ import (
 
 // Per-program maps of the indexed strategy; Load creates them.
 const (
-	mapCls  = "dpd_pol_cls"  // LPM_TRIE classification key -> u32 class
-	mapBits = "dpd_pol_bits" // ARRAY class -> bitmap of words u64
+	mapCls = "dpd_pol_cls" // LPM_TRIE classification key -> u32 class
+	// mapClsHash compares whole keys: it relies on the bytes of dpd_state's
+	// addresses past an IPv4 address being zero (the entry zeroes dpd_state).
+	mapClsHash = "dpd_pol_clsh" // HASH full-length classification key -> u32 class (idxDim.hashed)
+	mapBits    = "dpd_pol_bits" // ARRAY class -> bitmap of words u64, then its first non-zero word (bitsValue)
 )
 
 // Registers of the walk (callee-saved, untouched by rule code).
@@ -137,18 +140,19 @@ func (g *gen) reload(w int, skip string) {
 	)
 }
 
-// classify (head only) looks the packet up in every dimension and stores
-// the class ids in pol_scratch.
-func (p *plan) classify(s *stream) {
+// classify (the head, or the index's start block after a linear head)
+// looks the packet up in every dimension and stores the class ids in
+// pol_scratch. pfx keeps its labels unique in the chunk.
+func (p *plan) classify(s *stream, pfx string) {
 	for _, d := range p.idx.dims {
-		done := fmt.Sprintf("cls%d", d.slot)
+		done := fmt.Sprintf("%scls%d", pfx, d.slot)
 		key := int16(stackClsKey)
 		s.emit(
 			asm.StoreImm(asm.RFP, key+clsKeyDim, int64(d.kind), asm.Byte),
 			asm.StoreImm(asm.RFP, key+clsKeyFamily+1, 0, asm.Half), // pad
 		)
 		if d.kind.port() {
-			have := fmt.Sprintf("clsports%d", d.slot)
+			have := fmt.Sprintf("%sclsports%d", pfx, d.slot)
 			s.emit(ldState(asm.R1, abi.StateProto, asm.Byte))
 			for _, pp := range portProtos {
 				s.emit(asm.JEq.Imm(asm.R1, int32(pp), have))
@@ -159,6 +163,14 @@ func (p *plan) classify(s *stream) {
 			if d.kind == dimSport {
 				port = abi.StateSport
 			}
+			if d.hashed {
+				// A hash key is compared whole: no stale bytes after the port.
+				s.emit(
+					asm.Mov.Imm(asm.R2, 0),
+					asm.StoreMem(asm.RFP, key+clsKeyData, asm.R2, asm.DWord),
+					asm.StoreMem(asm.RFP, key+clsKeyData+8, asm.R2, asm.DWord),
+				)
+			}
 			s.emit(
 				asm.StoreImm(asm.RFP, key+clsKeyPrefixLen, clsKeyFixedBits+16, asm.Word),
 				asm.StoreImm(asm.RFP, key+clsKeyFamily, 0, asm.Byte),
@@ -167,7 +179,7 @@ func (p *plan) classify(s *stream) {
 				asm.StoreMem(asm.RFP, key+clsKeyData, asm.R1, asm.Half),
 			)
 		} else {
-			plen := fmt.Sprintf("clsplen%d", d.slot)
+			plen := fmt.Sprintf("%sclsplen%d", pfx, d.slot)
 			addr := abi.StateSaddr
 			if d.kind == dimDaddr {
 				addr = abi.StateDaddr
@@ -188,7 +200,11 @@ func (p *plan) classify(s *stream) {
 				asm.StoreMem(asm.RFP, key+clsKeyData+8, asm.R1, asm.DWord),
 			)
 		}
-		s.emit(ldMap(asm.R1, mapCls))
+		if d.hashed {
+			s.emit(ldMap(asm.R1, mapClsHash))
+		} else {
+			s.emit(ldMap(asm.R1, mapCls))
+		}
 		s.emit(stackPtr(asm.R2, int(key))...)
 		s.emit(
 			asm.FnMapLookupElem.Call(),
@@ -204,9 +220,9 @@ func (p *plan) classify(s *stream) {
 // bitmapPtrs (every chunk that walks) looks up the bitmap of each
 // dimension's class and keeps the pointer on the stack. A missing class
 // cannot happen (ids come from the program's own trie); it fails closed.
-func (p *plan) bitmapPtrs(s *stream) {
+func (p *plan) bitmapPtrs(s *stream, pfx string) {
 	for _, d := range p.idx.dims {
-		ok := fmt.Sprintf("dimptr%d", d.slot)
+		ok := fmt.Sprintf("%sdimptr%d", pfx, d.slot)
 		s.emit(
 			ldState(asm.R1, abi.StatePolScratch+4*d.slot, asm.Word),
 			asm.StoreMem(asm.RFP, stackBitsKey, asm.R1, asm.Word),
@@ -241,4 +257,87 @@ func (p *plan) groupSpans(codes []blockCode, budget, reserve int) []span {
 		out = append(out, span{starts[sp.lo], starts[sp.hi]})
 	}
 	return out
+}
+
+// maxChainTargets bounds the chunks a head can tail-call (the kernel's 33
+// tail calls per packet bound the chunks of a program).
+const maxChainTargets = 33
+
+// firstDeciding is the first block from the index's start that decides
+// without a bit (a denying tier default or the final no-match): no jump may
+// pass it.
+func (p *plan) firstDeciding() int {
+	for k := p.idx.start; k < len(p.blocks); k++ {
+		if p.idx.bitOf[k] >= 0 {
+			continue
+		}
+		if b := &p.blocks[k]; b.kind == blockNoMatch || (b.kind == blockTierDefault && b.action == model.ActionDeny) {
+			return k
+		}
+	}
+	return len(p.blocks) - 1
+}
+
+// jumpAhead (at the index's start block, with more than one word) skips
+// the words no candidate can be in. The AND of the dimensions' bitmaps is
+// zero below the largest of their first non-zero words s, so every rule
+// before word s's group is no candidate: the walk starts at that group, or
+// at the first deciding block without a bit when that comes first (jumping
+// past it would change the verdict). A binary search over s picks the
+// target; targets in other chunks go through their stubs.
+func (g *gen) jumpAhead() {
+	p, ix := g.p, g.p.idx
+	if ix.words < 2 {
+		return
+	}
+	g.needs.walk = true
+	d := p.firstDeciding()
+	maxW := 0
+	for w := 1; w < ix.words; w++ {
+		if ix.blockOf[64*w] < d {
+			maxW = w
+		}
+	}
+	s := &g.s
+	here := g.local()
+	s.emit(asm.Mov.Imm(asm.R1, 0))
+	for _, dim := range ix.dims {
+		keep := g.local()
+		s.emit(
+			asm.LoadMem(asm.R2, asm.RFP, int16(stackDimPtr+8*dim.slot), asm.DWord),
+			asm.LoadMem(asm.R2, asm.R2, int16(8*ix.words), asm.Word),
+			asm.JGE.Reg(asm.R1, asm.R2, keep),
+			asm.Mov.Reg(asm.R1, asm.R2),
+		)
+		s.label(keep)
+	}
+	s.emit(
+		asm.JEq.Imm(asm.R1, 0, here),
+		asm.JGT.Imm(asm.R1, int32(maxW), blockLabel(d)),
+	)
+	// Each target may need a stub in the head (two slots) and the search
+	// a test, and each chunk targeted its tail call (ten): estimate them,
+	// the split must keep the head in budget.
+	s.slots += 4*maxW + 10*min(maxW, maxChainTargets)
+	if maxW >= 1 {
+		g.search(1, maxW, func(w int) string { return blockLabel(ix.blockOf[64*w]) })
+	} else {
+		s.emit(asm.Ja.Label(blockLabel(d)))
+	}
+	s.label(here)
+}
+
+// search emits a binary search on R1 over [lo, hi] that jumps to
+// target(R1); R1 is known to be in the range.
+func (g *gen) search(lo, hi int, target func(int) string) {
+	if lo == hi {
+		g.s.emit(asm.Ja.Label(target(lo)))
+		return
+	}
+	mid := (lo + hi) / 2
+	right := g.local()
+	g.s.emit(asm.JGT.Imm(asm.R1, int32(mid), right))
+	g.search(lo, mid, target)
+	g.s.label(right)
+	g.search(mid+1, hi, target)
 }
