@@ -228,7 +228,9 @@ func (n *node) close() error {
 func removeLeftovers(pinRoot string) []string {
 	var removed []string
 	dead := func(name string) bool {
-		pid, err := strconv.Atoi(strings.TrimPrefix(name, nsPrefix))
+		// "dpdbench-<pid>", or "dpdbench-<pid>-<what>" for P7's pods.
+		id, _, _ := strings.Cut(strings.TrimPrefix(name, nsPrefix), "-")
+		pid, err := strconv.Atoi(id)
 		if err != nil || pid == os.Getpid() {
 			return false
 		}

@@ -64,8 +64,12 @@ func (r *Results) Markdown(notes string) string {
 	var b strings.Builder
 	w := func(format string, a ...any) { _, _ = fmt.Fprintf(&b, format, a...) }
 	w("# dpd benchmarks\n\n")
-	w("Every figure below comes from one run of `make bench` (`dpd-bench --%s`), started %s, %s in all.\n",
-		r.Scale.Name, r.Started.UTC().Format("2006-01-02 15:04 MST"), r.Elapsed.Round(time.Second))
+	w("Every figure below comes from one run of `make bench` (`dpd-bench --%s`), started %s, %s in all, on Linux %s (%s)",
+		r.Scale.Name, r.Started.UTC().Format("2006-01-02 15:04 MST"), r.Elapsed.Round(time.Second), r.Machine.Kernel, r.Machine.cpuText())
+	if r.Attach.Mode != "" {
+		w(", dpd in attach mode %s", r.Attach.Mode)
+	}
+	w(".\n")
 	w("The targets are dpd's node-scale requirements. Regenerate with `make bench`; the analysis at the end is kept.\n\n")
 	r.machineSection(w)
 
@@ -77,6 +81,7 @@ func (r *Results) Markdown(notes string) string {
 		w("\n> warning: %s\n", warn)
 	}
 	w("\n")
+	r.kernelSection(w)
 	r.methodSection(w)
 	r.detailSection(w)
 
@@ -104,12 +109,12 @@ type writer func(format string, a ...any)
 
 func (r *Results) machineSection(w writer) {
 	m := r.Machine
-	cpu := m.CPU
-	if m.CPUInfo != "" {
-		cpu += " (/proc/cpuinfo: " + m.CPUInfo + ")"
-	}
 	w("## Machine\n\n| | |\n| --- | --- |\n")
-	w("| CPU | %s, %d cores |\n| memory | %.1f GiB |\n| kernel | Linux %s |\n| Go | %s (driver)", cpu, m.Cores, float64(m.MemTotal)/(1<<30), m.Kernel, m.Go)
+	w("| CPU | %s |\n| memory | %.1f GiB |\n| kernel | Linux %s (`uname -r`) |\n", m.cpuText(), float64(m.MemTotal)/(1<<30), m.Kernel)
+	if a := r.Attach; a.Mode != "" {
+		w("| attach mode | %s: %s |\n", a.Mode, a.Reason)
+	}
+	w("| Go | %s (driver)", m.Go)
 	if v := r.Packets.GoVersion; v != "" {
 		w("; benchmarks: %s", strings.TrimPrefix(v, "go version "))
 	}
@@ -168,7 +173,26 @@ func (r *Results) methodSection(w writer) {
 		"for N rules of one kind, the packet matching the first or the last rule.\n", s.BPFBenchTime, s.BenchCount)
 	w("* **P5, ingest.** `BenchmarkSyncIngest` (client.Session over a Unix socket into dpd's real server and "+
 		"engine on the memory kernel) over `BenchmarkSyncIngestRaw` (the same messages into a gRPC server that "+
-		"discards them), messages per second, `-benchtime %s -count %d`, medians.\n\n", s.IngestBenchTime, s.BenchCount)
+		"discards them), messages per second, `-benchtime %s -count %d`, medians.\n", s.IngestBenchTime, s.BenchCount)
+	w("* **P7, real traffic.** After P1, in the daemon's node namespace, four pods wired as Calico's CNI plugin wires them "+
+		"(a namespace each; eth0 with /32 addresses and a default route via 169.254.1.1; the veth's host side in the node "+
+		"namespace): a client and a server on `cali` host sides that dpd programs, and a client and a server on host sides "+
+		"dpd does not watch, routed by plain kernel routes, with the same sysctls (proxy ARP, forwarding, strict rp_filter) "+
+		"and permanent neighbour entries dpd writes. The load generator (`internal/bench/tcpload`) runs in the driver: blocking "+
+		"system calls on sockets created inside each pod's namespace, the server in the server pod, the client in the client pod; "+
+		"request/response is 1-byte requests over one connection (TCP_NODELAY), connection rate a new connection per "+
+		"request (connect, 1 byte each way, the server closes first), each from a source address and port not used before "+
+		"in the phase (so no connection meets an earlier one's conntrack entry), bulk one connection sending 128 KiB writes, "+
+		"timed until the server's count of the bytes arrives. Cases: no dpd (the plain pods); dpd with the namespace "+
+		"allow-all profile; dpd with a policy on the server's ingress whose allowing rule is the last of %d port rules (rule *i* "+
+		"denies TCP to port 10000+*i*), and separately the last of %d IP-set rules (rule *i* denies TCP to the server port "+
+		"from set *i*, four addresses each; the last set holds the client's addresses); nftables enforcing the same lists on "+
+		"the plain pods the way Calico's nftables dataplane writes them (forward hook; `ct state established,related accept`, "+
+		"`ct state invalid drop`, a jump on the server's host side to a chain with one rule per policy rule, then drop; the "+
+		"table exists only during its cases, so netfilter's conntrack costs no other case). Before each measurement a "+
+		"connection to a port nothing listens on must be refused without a policy and dropped with one, so each case is "+
+		"proven on its path. Each run measures every case in turn (%s per measurement, %d runs); the figures are medians.\n\n",
+		s.PortRules, s.SetRules, s.TrafficDuration, s.TrafficRuns)
 }
 
 func (r *Results) detailSection(w writer) {
@@ -213,6 +237,7 @@ func (r *Results) detailSection(w writer) {
 	r.packetDetails(w)
 	in := r.Ingest
 	w("**P5**: %.0f msgs/s through dpd, %.0f msgs/s raw gRPC.\n\n", in.Stream, in.Raw)
+	r.trafficDetails(w)
 }
 
 func (r *Results) packetDetails(w writer) {

@@ -1,0 +1,125 @@
+package bench
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Traffic is P7: every case's measurements, one per run.
+type Traffic struct {
+	Duration            time.Duration
+	Runs                int
+	PortRules, SetRules int
+	Cases               []TrafficCase // in trafficCases' order
+}
+
+// TrafficCase is one case's per-run figures.
+type TrafficCase struct {
+	Key, Name string
+	RR        []float64 // requests per second over one connection
+	CRR       []float64 // connections (each one request) per second
+	Bulk      []float64 // bits per second
+}
+
+func medianOf(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func (t Traffic) find(key string) (TrafficCase, bool) {
+	for _, c := range t.Cases {
+		if c.Key == key {
+			return c, true
+		}
+	}
+	return TrafficCase{}, false
+}
+
+// ratio is case key's median of metric over base's, in percent.
+func (t Traffic) ratio(key, base string, metric func(TrafficCase) []float64) (float64, bool) {
+	a, ok1 := t.find(key)
+	b, ok2 := t.find(base)
+	num, den := medianOf(metric(a)), medianOf(metric(b))
+	if !ok1 || !ok2 || num <= 0 || den <= 0 {
+		return 0, false
+	}
+	return 100 * num / den, true
+}
+
+func crrOf(c TrafficCase) []float64  { return c.CRR }
+func bulkOf(c TrafficCase) []float64 { return c.Bulk }
+func rrOf(c TrafficCase) []float64   { return c.RR }
+
+// trafficFigures are P7's rows of the results table.
+func (r *Results) trafficFigures() []Figure {
+	t := r.Traffic
+	ports := fmt.Sprintf("last of %s port rules", thousands(t.PortRules))
+	sets := fmt.Sprintf("last of %s IP-set rules", thousands(t.SetRules))
+	fig := func(name, key, base string, metric func(TrafficCase) []float64, limit float64) Figure {
+		v, ok := t.ratio(key, base, metric)
+		return Figure{ID: "P7", Name: name, Value: v, Unit: "%", Limit: limit, AtLeast: true, Measured: ok}
+	}
+	return []Figure{
+		fig("connection rate, dpd "+ports+", vs no dpd", "dpd-ports", "plain", crrOf, 95),
+		fig("connection rate, dpd "+sets+", vs no dpd", "dpd-ipsets", "plain", crrOf, 95),
+		fig("bulk throughput, dpd "+ports+", vs no dpd", "dpd-ports", "plain", bulkOf, 98),
+		fig("bulk throughput, dpd "+sets+", vs no dpd", "dpd-ipsets", "plain", bulkOf, 98),
+		fig("connection rate, dpd vs nftables, "+ports, "dpd-ports", "nft-ports", crrOf, 100),
+		fig("connection rate, dpd vs nftables, "+sets, "dpd-ipsets", "nft-ipsets", crrOf, 100),
+		fig("bulk throughput, dpd vs nftables, "+ports, "dpd-ports", "nft-ports", bulkOf, 100),
+		fig("bulk throughput, dpd vs nftables, "+sets, "dpd-ipsets", "nft-ipsets", bulkOf, 100),
+	}
+}
+
+func thousands(n int) string {
+	if n >= 1000 && n%1000 == 0 {
+		return fmt.Sprintf("%d,000", n/1000)
+	}
+	return fmt.Sprint(n)
+}
+
+// trafficDetails is P7's table: medians, the spread over the runs, and the
+// ratio against no dpd.
+func (r *Results) trafficDetails(w writer) {
+	t := r.Traffic
+	if len(t.Cases) == 0 {
+		w("**P7**: not measured.\n\n")
+		return
+	}
+	w("**P7** real traffic between two pods, medians of %d runs of %s each (min–max in brackets; %% of no dpd after):\n\n", t.Runs, t.Duration)
+	w("| case | request/response, one connection | connection rate, new connection per request | bulk throughput, one connection |\n| --- | --- | --- | --- |\n")
+	cell := func(c TrafficCase, metric func(TrafficCase) []float64, format func(float64) string) string {
+		v := metric(c)
+		s := format(medianOf(v))
+		if len(v) > 1 {
+			s += fmt.Sprintf(" [%s–%s]", format(slices.Min(v)), format(slices.Max(v)))
+		}
+		if c.Key != "plain" {
+			if p, ok := t.ratio(c.Key, "plain", metric); ok {
+				s += fmt.Sprintf(", %.1f %%", p)
+			}
+		}
+		return s
+	}
+	perSec := func(v float64) string { return fmt.Sprintf("%.0f/s", v) }
+	gbit := func(v float64) string { return fmt.Sprintf("%.2f Gbit/s", v/1e9) }
+	for _, c := range t.Cases {
+		name := c.Name
+		switch c.Key {
+		case "dpd-ports", "nft-ports":
+			name += fmt.Sprintf(" (%s)", thousands(t.PortRules))
+		case "dpd-ipsets", "nft-ipsets":
+			name += fmt.Sprintf(" (%s)", thousands(t.SetRules))
+		}
+		w("| %s | %s | %s | %s |\n", name, cell(c, rrOf, perSec), cell(c, crrOf, perSec), cell(c, bulkOf, gbit))
+	}
+	w("\n")
+}
