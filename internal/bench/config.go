@@ -43,7 +43,7 @@ func FullScale() Scale {
 		Name: "full", Endpoints: 1000, Policies: 1000, IPSets: 100, SetMembers: 1000,
 		TraceSample: 20, Pace: 20 * time.Millisecond, PhaseTimeout: 3 * time.Minute,
 		BPFBenchTime: "1000000x", IngestBenchTime: "2s", BenchCount: 3,
-		TrafficDuration: 3 * time.Second, TrafficRuns: 3, PortRules: 1000, SetRules: 100,
+		TrafficDuration: 2 * time.Second, TrafficRuns: 3, PortRules: 1000, SetRules: 100,
 	}
 }
 

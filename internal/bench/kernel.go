@@ -113,6 +113,10 @@ func costText(d time.Duration) string {
 	switch {
 	case d <= 0:
 		return "-"
+	case d < time.Microsecond:
+		return fmt.Sprintf("%d ns", d.Nanoseconds())
+	case d < 10*time.Microsecond:
+		return fmt.Sprintf("%.1f µs", float64(d)/float64(time.Microsecond))
 	case d < time.Millisecond:
 		return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond))
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/dpd-dev/dpd/internal/bench/tcpload"
+	dpdv1 "github.com/dpd-dev/dpd/proto/dpd/v1"
 	"github.com/dpd-dev/dpd/proto/felix"
 )
 
@@ -193,27 +194,44 @@ func (r *runner) traffic(ctx context.Context) (err error) {
 	for i, c := range trafficCases {
 		results[i] = TrafficCase{Key: c.key, Name: c.name}
 	}
+	// One short pass first, not recorded: the first connections of a
+	// path resolve neighbours and warm caches.
+	warm := min(s.TrafficDuration/4, 250*time.Millisecond)
+	for i, c := range trafficCases {
+		if _, err := r.trafficCase(ctx, t, rules, i, warm); err != nil {
+			return fmt.Errorf("%s, warming up: %w", c.key, err)
+		}
+	}
 	for run := range s.TrafficRuns {
 		for i, c := range trafficCases {
-			m, err := r.trafficCase(ctx, t, rules, i)
+			m, err := r.trafficCase(ctx, t, rules, i, s.TrafficDuration)
 			if err != nil {
 				return fmt.Errorf("%s, run %d: %w", c.key, run+1, err)
 			}
 			results[i].RR = append(results[i].RR, m.rr)
 			results[i].CRR = append(results[i].CRR, m.crr)
 			results[i].Bulk = append(results[i].Bulk, m.bulk)
-			r.progress("P7 run %d %-10s  %8.0f req/s  %7.0f conn/s  %6.2f Gbit/s", run+1, c.key, m.rr, m.crr, m.bulk/1e9)
+			if c.dpd {
+				results[i].Verdicts = append(results[i].Verdicts, m.verdicts)
+				if m.verdicts < 0.99 {
+					r.warn("P7 %s run %d: dpd's policy decided %.3f packets per new connection: some connections skipped it", c.key, run+1, m.verdicts)
+				}
+			}
+			r.progress("P7 run %d %-10s  %8.0f req/s  %7.0f conn/s  %6.2f Gbit/s  %.3f verdicts/conn", run+1, c.key, m.rr, m.crr, m.bulk/1e9, m.verdicts)
 		}
 	}
 	tr.Cases = results
 	return r.ctl.healthy()
 }
 
-type trafficMeasure struct{ rr, crr, bulk float64 }
+type trafficMeasure struct {
+	rr, crr, bulk float64
+	verdicts      float64 // dpd's ingress policy verdicts per new connection
+}
 
 // trafficCase puts case i in place, checks that the path does what the
-// case says, and measures it.
-func (r *runner) trafficCase(ctx context.Context, t *trafficNet, rules trafficRules, i int) (trafficMeasure, error) {
+// case says, and measures it for d each way.
+func (r *runner) trafficCase(ctx context.Context, t *trafficNet, rules trafficRules, i int, d time.Duration) (trafficMeasure, error) {
 	c := trafficCases[i]
 	if !c.dpd && c.rules != "" {
 		if err := r.node.loadNFT(ctx, nftRuleset(c.rules, t.pods[3].host, rules)); err != nil {
@@ -246,25 +264,51 @@ func (r *runner) trafficCase(ctx context.Context, t *trafficNet, rules trafficRu
 	if got != want {
 		return trafficMeasure{}, fmt.Errorf("a connection to port %d was %s, want %s: the path is not the case's", closedPort, got, want)
 	}
-	d := r.o.Scale.TrafficDuration
 	var m trafficMeasure
-	err = cl.do(func() error {
-		rr, err := tcpload.RequestResponse(dst, d)
-		if err != nil {
-			return fmt.Errorf("request/response: %w", err)
+	var rr, crr, bulk tcpload.Result
+	if err := cl.do(func() (err error) { rr, err = tcpload.RequestResponse(dst, d); return err }); err != nil {
+		return m, fmt.Errorf("request/response: %w", err)
+	}
+	var before uint64
+	if c.dpd {
+		if before, err = r.ingressVerdicts(ctx); err != nil {
+			return m, err
 		}
-		crr, err := tcpload.ConnectionRate(dst, t.sources(c.dpd), d)
+	}
+	if err := cl.do(func() (err error) { crr, err = tcpload.ConnectionRate(dst, t.sources(c.dpd), d); return err }); err != nil {
+		return m, fmt.Errorf("connection rate: %w", err)
+	}
+	if c.dpd {
+		after, err := r.ingressVerdicts(ctx)
 		if err != nil {
-			return fmt.Errorf("connection rate: %w", err)
+			return m, err
 		}
-		bulk, err := tcpload.Bulk(dst, d)
-		if err != nil {
-			return fmt.Errorf("bulk: %w", err)
+		m.verdicts = float64(after-before) / float64(max(crr.Ops, 1))
+	}
+	if err := cl.do(func() (err error) { bulk, err = tcpload.Bulk(dst, d); return err }); err != nil {
+		return m, fmt.Errorf("bulk: %w", err)
+	}
+	m.rr, m.crr, m.bulk = rr.Rate(), crr.Rate(), bulk.BitsPerSecond()
+	return m, nil
+}
+
+// ingressVerdicts is the sum of the dpd server's ingress rule counters:
+// how many packets its policy (or profile) decided. Packets of a flow
+// conntrack already allowed are not counted, so during the connection-rate
+// measurement it grows by one per connection, unless a connection skipped
+// the policy.
+func (r *runner) ingressVerdicts(ctx context.Context) (uint64, error) {
+	resp, err := r.d.client.Inspect().GetCounters(ctx, &dpdv1.GetCountersRequest{Endpoint: endpointKey(workloadID(batchTraffic, 1))})
+	if err != nil {
+		return 0, fmt.Errorf("get counters: %w", err)
+	}
+	var n uint64
+	for _, c := range resp.GetCounters() {
+		if c.GetRule().GetDirection() == "ingress" {
+			n += c.GetPackets()
 		}
-		m = trafficMeasure{rr: rr.Rate(), crr: crr.Rate(), bulk: bulk.BitsPerSecond()}
-		return nil
-	})
-	return m, err
+	}
+	return n, nil
 }
 
 // trafficPolicy makes the dpd server enforce policy ("" the profile

@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -20,6 +21,10 @@ type TrafficCase struct {
 	RR        []float64 // requests per second over one connection
 	CRR       []float64 // connections (each one request) per second
 	Bulk      []float64 // bits per second
+	// Verdicts is, for the dpd cases, how many packets dpd's ingress
+	// policy decided per new connection during the connection-rate
+	// measurement (1: each connection's SYN, and nothing skipped it).
+	Verdicts []float64
 }
 
 func medianOf(v []float64) float64 {
@@ -120,6 +125,16 @@ func (r *Results) trafficDetails(w writer) {
 			name += fmt.Sprintf(" (%s)", thousands(t.SetRules))
 		}
 		w("| %s | %s | %s | %s |\n", name, cell(c, rrOf, perSec), cell(c, crrOf, perSec), cell(c, bulkOf, gbit))
+	}
+	var verdicts []string
+	for _, c := range t.Cases {
+		if len(c.Verdicts) > 0 {
+			verdicts = append(verdicts, fmt.Sprintf("%s %.3f–%.3f", c.Key, slices.Min(c.Verdicts), slices.Max(c.Verdicts)))
+		}
+	}
+	if len(verdicts) > 0 {
+		w("\ndpd's ingress policy verdicts per new connection during the connection-rate measurements, from its rule counters "+
+			"(1 means every connection's SYN went through the policy and nothing else did): %s.\n", strings.Join(verdicts, "; "))
 	}
 	w("\n")
 }
