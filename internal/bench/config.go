@@ -28,11 +28,12 @@ type Scale struct {
 	IngestBenchTime string
 	BenchCount      int
 
-	// TrafficDuration is each P7 measurement's length, TrafficRuns how
-	// many times every case is measured (the median is used); PortRules
-	// and SetRules the lengths of P7's rule lists.
-	TrafficDuration     time.Duration
-	TrafficRuns         int
+	// TrafficSlice is the length of one P7 measurement, TrafficRounds how
+	// many of each metric every case gets, alternating with the others
+	// (medians are used); PortRules and SetRules are the lengths of P7's
+	// rule lists.
+	TrafficSlice        time.Duration
+	TrafficRounds       int
 	PortRules, SetRules int
 }
 
@@ -43,7 +44,7 @@ func FullScale() Scale {
 		Name: "full", Endpoints: 1000, Policies: 1000, IPSets: 100, SetMembers: 1000,
 		TraceSample: 20, Pace: 20 * time.Millisecond, PhaseTimeout: 3 * time.Minute,
 		BPFBenchTime: "1000000x", IngestBenchTime: "2s", BenchCount: 3,
-		TrafficDuration: 2 * time.Second, TrafficRuns: 3, PortRules: 1000, SetRules: 100,
+		TrafficSlice: 250 * time.Millisecond, TrafficRounds: 12, PortRules: 1000, SetRules: 100,
 	}
 }
 
@@ -54,7 +55,7 @@ func QuickScale() Scale {
 		Name: "quick", Endpoints: 50, Policies: 50, IPSets: 10, SetMembers: 100,
 		TraceSample: 5, Pace: 10 * time.Millisecond, PhaseTimeout: time.Minute,
 		BPFBenchTime: "20000x", IngestBenchTime: "5000x", BenchCount: 1,
-		TrafficDuration: 100 * time.Millisecond, TrafficRuns: 1, PortRules: 1000, SetRules: 100,
+		TrafficSlice: 20 * time.Millisecond, TrafficRounds: 2, PortRules: 1000, SetRules: 100,
 	}
 }
 
@@ -70,8 +71,8 @@ func (s Scale) validate() error {
 		return fmt.Errorf("trace sample %d: want 1..%d", s.TraceSample, s.Endpoints)
 	case s.Pace <= 0 || s.PhaseTimeout <= 0:
 		return fmt.Errorf("pace and phase timeout must be positive")
-	case s.TrafficDuration <= 0 || s.TrafficRuns < 1:
-		return fmt.Errorf("traffic duration and runs must be positive")
+	case s.TrafficSlice <= 0 || s.TrafficRounds < 1:
+		return fmt.Errorf("traffic slice and rounds must be positive")
 	case s.PortRules < 1 || s.PortRules > 50000 || s.SetRules < 1 || s.SetRules > 256:
 		return fmt.Errorf("traffic rules: want 1..50000 port rules and 1..256 IP-set rules")
 	}

@@ -174,25 +174,31 @@ func (r *Results) methodSection(w writer) {
 	w("* **P5, ingest.** `BenchmarkSyncIngest` (client.Session over a Unix socket into dpd's real server and "+
 		"engine on the memory kernel) over `BenchmarkSyncIngestRaw` (the same messages into a gRPC server that "+
 		"discards them), messages per second, `-benchtime %s -count %d`, medians.\n", s.IngestBenchTime, s.BenchCount)
-	w("* **P7, real traffic.** After P1, in the daemon's node namespace, four pods wired as Calico's CNI plugin wires them "+
+	w("* **P7, real traffic.** After P1, pairs of pods wired as Calico's CNI plugin wires them "+
 		"(a namespace each; eth0 with /32 addresses and a default route via 169.254.1.1; the veth's host side in the node "+
-		"namespace): a client and a server on `cali` host sides that dpd programs, and a client and a server on host sides "+
-		"dpd does not watch, routed by plain kernel routes, with the same sysctls (proxy ARP, forwarding, strict rp_filter) "+
+		"namespace): a client and a server in dpd's node namespace on `cali` host sides that dpd programs, and a client and a server "+
+		"in each of two other node namespaces, routed by plain kernel routes, with the same sysctls (proxy ARP, forwarding, strict rp_filter) "+
 		"and permanent neighbour entries dpd writes. The load generator (`internal/bench/tcpload`) runs in the driver: blocking "+
 		"system calls on sockets created inside each pod's namespace, the server in the server pod, the client in the client pod; "+
 		"request/response is 1-byte requests over one connection (TCP_NODELAY), connection rate a new connection per "+
 		"request (connect, 1 byte each way, the server closes first), each from a source address and port not used before "+
 		"in the phase (so no connection meets an earlier one's conntrack entry), bulk one connection sending 128 KiB writes, "+
-		"timed until the server's count of the bytes arrives. Cases: no dpd (the plain pods); dpd with the namespace "+
+		"timed until the server's count of the bytes arrives. Each pair of pods has a node namespace of its own, so all "+
+		"three paths exist at once and none costs another anything (netfilter's connection tracking, once a ruleset needs "+
+		"it, runs for every packet of its namespace): dpd's node, a plain node and an nftables node. Cases: no dpd (the plain pods); dpd with the namespace "+
 		"allow-all profile; dpd with a policy on the server's ingress whose allowing rule is the last of %d port rules (rule *i* "+
 		"denies TCP to port 10000+*i*), and separately the last of %d IP-set rules (rule *i* denies TCP to the server port "+
 		"from set *i*, four addresses each; the last set holds the client's addresses); nftables enforcing the same lists on "+
-		"the plain pods the way Calico's nftables dataplane writes them (forward hook; `ct state established,related accept`, "+
-		"`ct state invalid drop`, a jump on the server's host side to a chain with one rule per policy rule, then drop; the "+
-		"table exists only during its cases, so netfilter's conntrack costs no other case). Before each measurement a "+
+		"the nftables node's pods the way Calico's nftables dataplane writes them (forward hook; `ct state established,related accept`, "+
+		"`ct state invalid drop`, a jump on the server's host side to a chain with one rule per policy rule, then drop). "+
+		"Before each rule list's rounds a "+
 		"connection to a port nothing listens on must be refused without a policy and dropped with one, so each case is "+
-		"proven on its path. Each run measures every case in turn (%s per measurement, %d runs); the figures are medians.\n\n",
-		s.PortRules, s.SetRules, s.TrafficDuration, s.TrafficRuns)
+		"proven on its path. Each rule list is measured in rounds: in each, every metric is measured once per case, "+
+		"the cases back to back, starting with a different case each round (%s per measurement, %d rounds); "+
+		"a ratio is the median over the rounds of the case against the no-dpd measurement of the same round (or, dpd "+
+		"against nftables, of the two in the same round), so the load of the shared machine, which drifts, cancels out "+
+		"of each ratio.\n\n",
+		s.PortRules, s.SetRules, s.TrafficSlice, s.TrafficRounds)
 }
 
 func (r *Results) detailSection(w writer) {

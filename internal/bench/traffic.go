@@ -15,16 +15,21 @@ import (
 )
 
 // P7 measures real traffic between two pods on real veths: request/response
-// over one connection, a new connection per request, and bulk throughput,
-// for the same pods with no dpd, with dpd allowing everything, with dpd
-// enforcing a long rule list whose last rule allows, and with nftables
-// enforcing that list. The cases alternate within each run, so a
-// disturbance of the shared machine spreads over all of them rather than
-// landing on one.
+// over one connection, a new connection per request, and bulk throughput.
+// Three pairs of pods, each pair behind a node namespace of its own, so
+// that all three paths exist at once and none costs another anything: the
+// daemon's node, where dpd programs the pods' "cali" host sides; a plain
+// node (kernel routes only); and an nftables node (kernel routes and the
+// nftables ruleset; netfilter's connection tracking, once a ruleset needs
+// it, runs for every packet of its namespace). The measurements are short
+// slices that alternate between the paths, so a disturbance of the shared
+// machine lands on all of them, and each case is compared with the plain
+// path's slice of the same round.
 
 const (
 	batchTraffic = 'p' // P7's dpd pods: index 0 the client, 1 the server
-	batchPlain   = 'q' // P7's pods without dpd
+	batchPlain   = 'q' // the plain node's pods
+	batchNFT     = 'r' // the nftables node's pods
 	trafficPort  = 5201
 	// closedPort is a port nothing listens on: a path with no policy
 	// refuses a connection to it, a policy drops it.
@@ -36,22 +41,48 @@ const (
 	trafficPolicyIPSets = "p7-ipsets"
 )
 
-// trafficCases in the order they run in each run, and are reported in.
+// The three paths, by index.
+const (
+	pathDPD = iota
+	pathPlain
+	pathNFT
+)
+
+// trafficCases in report order.
 var trafficCases = []struct {
 	key, name string
-	dpd       bool   // on the cali pods (else the plain ones)
+	path      int
 	rules     string // "", "ports" or "ipsets"
 }{
-	{"plain", "no dpd (plain veths and routes)", false, ""},
-	{"dpd-allow", "dpd, allow-all profile", true, ""},
-	{"dpd-ports", "dpd, allowing rule last of the port rules", true, "ports"},
-	{"dpd-ipsets", "dpd, allowing rule last of the IP-set rules", true, "ipsets"},
-	{"nft-ports", "nftables, the same port rules", false, "ports"},
-	{"nft-ipsets", "nftables, the same IP-set rules", false, "ipsets"},
+	{"plain", "no dpd (plain veths and routes)", pathPlain, ""},
+	{"dpd-allow", "dpd, allow-all profile", pathDPD, ""},
+	{"dpd-ports", "dpd, allowing rule last of the port rules", pathDPD, "ports"},
+	{"dpd-ipsets", "dpd, allowing rule last of the IP-set rules", pathDPD, "ipsets"},
+	{"nft-ports", "nftables, the same port rules", pathNFT, "ports"},
+	{"nft-ipsets", "nftables, the same IP-set rules", pathNFT, "ipsets"},
 }
 
-// trafficAddr is 10.90+path.x.y: path 0 the dpd pods, 1 the plain ones;
-// x 0 the server, 1 the client's addresses.
+// trafficConfigs are the rule lists in turn and the cases measured under
+// each; the plain path is in every one, as the base of its ratios.
+var trafficConfigs = []struct {
+	rules string
+	cases []string
+}{
+	{"", []string{"plain", "dpd-allow"}},
+	{"ports", []string{"plain", "dpd-ports", "nft-ports"}},
+	{"ipsets", []string{"plain", "dpd-ipsets", "nft-ipsets"}},
+}
+
+func trafficCaseIndex(key string) int {
+	for i, c := range trafficCases {
+		if c.key == key {
+			return i
+		}
+	}
+	panic("no traffic case " + key)
+}
+
+// trafficAddr is 10.90+path.x.y; x 0 the server, 1 the client's addresses.
 func trafficAddr(path, x, y int) netip.Addr {
 	return netip.AddrFrom4([4]byte{10, byte(90 + path), byte(x), byte(y)})
 }
@@ -82,7 +113,7 @@ func newTrafficRules(ports, sets int, clients []netip.Addr) trafficRules {
 	for i := range sets - 1 {
 		var m []netip.Addr
 		for j := range 4 {
-			m = append(m, netip.AddrFrom4([4]byte{10, 92, byte(i), byte(j + 1)}))
+			m = append(m, netip.AddrFrom4([4]byte{10, 99, byte(i), byte(j + 1)}))
 		}
 		r.sets = append(r.sets, m)
 	}
@@ -140,87 +171,106 @@ func trafficEndpoint(p *pod, i int, policy string) *felix.ToDataplane {
 	}}}
 }
 
-// trafficNet is P7's four pods and their servers.
-type trafficNet struct {
-	pods    []*pod // dpd client, dpd server, plain client, plain server
-	servers []*tcpload.Server
-	src     [2]*tcpload.Sources // per path
-	uplink  bool                // the driver made the node's default route
-	program string              // the dpd server's ingress program now
-	policy  string              // the policy it enforces now
+// trafficPath is one node namespace with its client and server pod.
+type trafficPath struct {
+	node           *node
+	owned          bool // the driver made node for P7 (else it is dpd's)
+	uplink         bool // the driver gave node its default route
+	client, server *pod
+	srv            *tcpload.Server
+	src            *tcpload.Sources
+	dst            netip.AddrPort
 }
 
-func (t *trafficNet) client(dpd bool) *pod { return t.pods[map[bool]int{true: 0, false: 2}[dpd]] }
-func (t *trafficNet) server(dpd bool) netip.AddrPort {
-	path := map[bool]int{true: 0, false: 1}[dpd]
-	return netip.AddrPortFrom(trafficAddr(path, 0, 2), trafficPort)
-}
-func (t *trafficNet) sources(dpd bool) *tcpload.Sources {
-	return t.src[map[bool]int{true: 0, false: 1}[dpd]]
-}
-
-func (t *trafficNet) close() error {
+func (p *trafficPath) close() error {
 	var errs []error
-	for _, s := range t.servers {
-		errs = append(errs, s.Close())
+	if p.srv != nil {
+		errs = append(errs, p.srv.Close())
 	}
-	for _, p := range t.pods {
-		errs = append(errs, p.close())
+	for _, pd := range []*pod{p.client, p.server} {
+		if pd != nil {
+			errs = append(errs, pd.close())
+		}
+	}
+	if p.uplink && !p.owned {
+		errs = append(errs, p.node.removeUplink())
+	}
+	if p.owned {
+		errs = append(errs, p.node.close())
 	}
 	return errors.Join(errs...)
+}
+
+// trafficNet is P7's three paths.
+type trafficNet struct {
+	paths   [3]*trafficPath
+	program string // the dpd server's ingress program now
+	policy  string // the policy it enforces now
 }
 
 // traffic is P7.
 func (r *runner) traffic(ctx context.Context) (err error) {
 	s := r.o.Scale
 	tr := &r.res.Traffic
-	*tr = Traffic{Duration: s.TrafficDuration, Runs: s.TrafficRuns, PortRules: s.PortRules, SetRules: s.SetRules}
-	r.progress("P7: real traffic, %d cases x 3 measurements of %s, %d runs", len(trafficCases), s.TrafficDuration, s.TrafficRuns)
-	t, err := r.trafficSetup(ctx)
-	if t != nil {
-		defer func() {
-			if cerr := r.trafficTeardown(ctx, t); cerr != nil {
-				err = errors.Join(err, fmt.Errorf("tear down: %w", cerr))
-			}
-		}()
-	}
-	if err != nil {
+	*tr = Traffic{Slice: s.TrafficSlice, Rounds: s.TrafficRounds, PortRules: s.PortRules, SetRules: s.SetRules}
+	r.progress("P7: real traffic, %d rounds of %s slices per case and measurement", s.TrafficRounds, s.TrafficSlice)
+	t := &trafficNet{}
+	defer func() {
+		if cerr := r.trafficTeardown(ctx, t); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("tear down: %w", cerr))
+		}
+	}()
+	if err := r.trafficSetup(ctx, t); err != nil {
 		return err
 	}
-	// nftables polices the plain client's addresses.
-	rules := newTrafficRules(s.PortRules, s.SetRules, clientAddrs(1))
+	nftRules := newTrafficRules(s.PortRules, s.SetRules, clientAddrs(pathNFT))
 	r.awaitIdle(ctx, r.d.pid, 30*time.Second)
-	results := make([]TrafficCase, len(trafficCases))
+	cases := make([]TrafficCase, len(trafficCases))
 	for i, c := range trafficCases {
-		results[i] = TrafficCase{Key: c.key, Name: c.name}
+		cases[i] = TrafficCase{Key: c.key, Name: c.name}
 	}
-	// One short pass first, not recorded: the first connections of a
-	// path resolve neighbours and warm caches.
-	warm := min(s.TrafficDuration/4, 250*time.Millisecond)
-	for i, c := range trafficCases {
-		if _, err := r.trafficCase(ctx, t, rules, i, warm); err != nil {
-			return fmt.Errorf("%s, warming up: %w", c.key, err)
+	for _, cfg := range trafficConfigs {
+		if err := r.trafficConfig(ctx, t, cfg.rules, nftRules); err != nil {
+			return fmt.Errorf("rules %q: %w", cfg.rules, err)
 		}
-	}
-	for run := range s.TrafficRuns {
-		for i, c := range trafficCases {
-			m, err := r.trafficCase(ctx, t, rules, i, s.TrafficDuration)
-			if err != nil {
-				return fmt.Errorf("%s, run %d: %w", c.key, run+1, err)
+		for _, key := range cfg.cases {
+			if err := r.trafficProbe(t, key); err != nil {
+				return err
 			}
-			results[i].RR = append(results[i].RR, m.rr)
-			results[i].CRR = append(results[i].CRR, m.crr)
-			results[i].Bulk = append(results[i].Bulk, m.bulk)
-			if c.dpd {
-				results[i].Verdicts = append(results[i].Verdicts, m.verdicts)
-				if m.verdicts < 0.99 {
-					r.warn("P7 %s run %d: dpd's policy decided %.3f packets per new connection: some connections skipped it", c.key, run+1, m.verdicts)
+		}
+		// One short pass first, not recorded: the first connections of
+		// a path resolve neighbours and warm caches.
+		warm := min(s.TrafficSlice/4, 100*time.Millisecond)
+		if _, err := r.trafficRound(ctx, t, cfg.cases, warm, 0); err != nil {
+			return fmt.Errorf("warming up: %w", err)
+		}
+		for round := range s.TrafficRounds {
+			ms, err := r.trafficRound(ctx, t, cfg.cases, s.TrafficSlice, round)
+			if err != nil {
+				return fmt.Errorf("round %d: %w", round+1, err)
+			}
+			base := ms[0] // cfg.cases[0] is the plain path
+			for j, key := range cfg.cases {
+				c := &cases[trafficCaseIndex(key)]
+				m := ms[j]
+				c.RR, c.CRR, c.Bulk = append(c.RR, m.rr), append(c.CRR, m.crr), append(c.Bulk, m.bulk)
+				if j > 0 {
+					c.BaseRR, c.BaseCRR, c.BaseBulk = append(c.BaseRR, base.rr), append(c.BaseCRR, base.crr), append(c.BaseBulk, base.bulk)
+				}
+				if trafficCases[trafficCaseIndex(key)].path == pathDPD {
+					c.Verdicts = append(c.Verdicts, m.verdicts)
+					if m.verdicts < 0.99 {
+						r.warn("P7 %s round %d: dpd's policy decided %.3f packets per new connection: some connections skipped it", key, round+1, m.verdicts)
+					}
 				}
 			}
-			r.progress("P7 run %d %-10s  %8.0f req/s  %7.0f conn/s  %6.2f Gbit/s  %.3f verdicts/conn", run+1, c.key, m.rr, m.crr, m.bulk/1e9, m.verdicts)
+		}
+		for _, key := range cfg.cases {
+			c := cases[trafficCaseIndex(key)]
+			r.progress("P7 %-10s  %8.0f req/s  %7.0f conn/s  %6.2f Gbit/s (medians)", key, medianOf(c.RR), medianOf(c.CRR), medianOf(c.Bulk)/1e9)
 		}
 	}
-	tr.Cases = results
+	tr.Cases = cases
 	return r.ctl.healthy()
 }
 
@@ -229,72 +279,90 @@ type trafficMeasure struct {
 	verdicts      float64 // dpd's ingress policy verdicts per new connection
 }
 
-// trafficCase puts case i in place, checks that the path does what the
-// case says, and measures it for d each way.
-func (r *runner) trafficCase(ctx context.Context, t *trafficNet, rules trafficRules, i int, d time.Duration) (trafficMeasure, error) {
-	c := trafficCases[i]
-	if !c.dpd && c.rules != "" {
-		if err := r.node.loadNFT(ctx, nftRuleset(c.rules, t.pods[3].host, rules)); err != nil {
-			return trafficMeasure{}, err
+// trafficRound measures each metric once per case, the cases of a metric
+// back to back, starting with a different case each round so that none
+// always follows another.
+func (r *runner) trafficRound(ctx context.Context, t *trafficNet, keys []string, d time.Duration, round int) ([]trafficMeasure, error) {
+	out := make([]trafficMeasure, len(keys))
+	for metric := range 3 {
+		for k := range keys {
+			j := (k + round) % len(keys)
+			c := trafficCases[trafficCaseIndex(keys[j])]
+			p := t.paths[c.path]
+			var res tcpload.Result
+			var err error
+			switch metric {
+			case 0:
+				err = p.client.do(func() (err error) { res, err = tcpload.RequestResponse(p.dst, d); return err })
+				out[j].rr = res.Rate()
+			case 1:
+				var before uint64
+				if c.path == pathDPD {
+					if before, err = r.ingressVerdicts(ctx); err != nil {
+						return nil, err
+					}
+				}
+				err = p.client.do(func() (err error) { res, err = tcpload.ConnectionRate(p.dst, p.src, d); return err })
+				out[j].crr = res.Rate()
+				if err == nil && c.path == pathDPD {
+					after, verr := r.ingressVerdicts(ctx)
+					if verr != nil {
+						return nil, verr
+					}
+					out[j].verdicts = float64(after-before) / float64(max(res.Ops, 1))
+				}
+			case 2:
+				err = p.client.do(func() (err error) { res, err = tcpload.Bulk(p.dst, d); return err })
+				out[j].bulk = res.BitsPerSecond()
+			}
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", c.key, err)
+			}
 		}
-		defer func() { _ = r.node.deleteNFT(ctx) }()
 	}
-	if c.dpd {
-		policy := map[string]string{"": "", "ports": trafficPolicyPorts, "ipsets": trafficPolicyIPSets}[c.rules]
-		if err := r.trafficPolicy(ctx, t, policy); err != nil {
-			return trafficMeasure{}, err
-		}
+	return out, nil
+}
+
+// trafficConfig puts rules ("" none) in place on the dpd server (the
+// allow-all profile alone for none) and on the nftables node.
+func (r *runner) trafficConfig(ctx context.Context, t *trafficNet, rules string, nft trafficRules) error {
+	nn := t.paths[pathNFT].node
+	if rules == "" {
+		_ = nn.deleteNFT(ctx) // none yet
+	} else if err := nn.loadNFT(ctx, nftRuleset(rules, t.paths[pathNFT].server.host, nft)); err != nil {
+		return err
 	}
-	cl, dst := t.client(c.dpd), t.server(c.dpd)
-	// A policy drops what it does not allow; without one, a port nothing
-	// listens on refuses.
+	policy := map[string]string{"": "", "ports": trafficPolicyPorts, "ipsets": trafficPolicyIPSets}[rules]
+	return r.trafficPolicy(ctx, t, policy)
+}
+
+// trafficProbe checks that case key's path does what the case says: a
+// policy drops what it does not allow; without one, a port nothing
+// listens on refuses.
+func (r *runner) trafficProbe(t *trafficNet, key string) error {
+	c := trafficCases[trafficCaseIndex(key)]
+	p := t.paths[c.path]
 	want := tcpload.Refused
 	if c.rules != "" {
 		want = tcpload.Dropped
 	}
 	var got tcpload.Outcome
-	err := cl.do(func() error {
-		var err error
-		got, err = tcpload.Probe(netip.AddrPortFrom(dst.Addr(), closedPort), 300*time.Millisecond)
+	err := p.client.do(func() (err error) {
+		got, err = tcpload.Probe(netip.AddrPortFrom(p.dst.Addr(), closedPort), 300*time.Millisecond)
 		return err
 	})
 	if err != nil {
-		return trafficMeasure{}, err
+		return fmt.Errorf("%s: %w", key, err)
 	}
 	if got != want {
-		return trafficMeasure{}, fmt.Errorf("a connection to port %d was %s, want %s: the path is not the case's", closedPort, got, want)
+		return fmt.Errorf("%s: a connection to port %d was %s, want %s: the path is not the case's", key, closedPort, got, want)
 	}
-	var m trafficMeasure
-	var rr, crr, bulk tcpload.Result
-	if err := cl.do(func() (err error) { rr, err = tcpload.RequestResponse(dst, d); return err }); err != nil {
-		return m, fmt.Errorf("request/response: %w", err)
-	}
-	var before uint64
-	if c.dpd {
-		if before, err = r.ingressVerdicts(ctx); err != nil {
-			return m, err
-		}
-	}
-	if err := cl.do(func() (err error) { crr, err = tcpload.ConnectionRate(dst, t.sources(c.dpd), d); return err }); err != nil {
-		return m, fmt.Errorf("connection rate: %w", err)
-	}
-	if c.dpd {
-		after, err := r.ingressVerdicts(ctx)
-		if err != nil {
-			return m, err
-		}
-		m.verdicts = float64(after-before) / float64(max(crr.Ops, 1))
-	}
-	if err := cl.do(func() (err error) { bulk, err = tcpload.Bulk(dst, d); return err }); err != nil {
-		return m, fmt.Errorf("bulk: %w", err)
-	}
-	m.rr, m.crr, m.bulk = rr.Rate(), crr.Rate(), bulk.BitsPerSecond()
-	return m, nil
+	return nil
 }
 
 // ingressVerdicts is the sum of the dpd server's ingress rule counters:
 // how many packets its policy (or profile) decided. Packets of a flow
-// conntrack already allowed are not counted, so during the connection-rate
+// conntrack already allowed are not counted, so during a connection-rate
 // measurement it grows by one per connection, unless a connection skipped
 // the policy.
 func (r *runner) ingressVerdicts(ctx context.Context) (uint64, error) {
@@ -317,7 +385,7 @@ func (r *runner) trafficPolicy(ctx context.Context, t *trafficNet, policy string
 	if t.program != "" && t.policy == policy {
 		return nil
 	}
-	if err := r.ctl.send(trafficEndpoint(t.pods[1], 1, policy)); err != nil {
+	if err := r.ctl.send(trafficEndpoint(t.paths[pathDPD].server, 1, policy)); err != nil {
 		return err
 	}
 	wctx, cancel := context.WithTimeout(ctx, r.o.Scale.PhaseTimeout)
@@ -330,76 +398,79 @@ func (r *runner) trafficPolicy(ctx context.Context, t *trafficNet, policy string
 	return nil
 }
 
-// trafficSetup creates the pods, sends dpd the rules and its two
-// endpoints, routes the plain pods and starts both servers.
-func (r *runner) trafficSetup(ctx context.Context) (*trafficNet, error) {
-	t := &trafficNet{}
-	made, err := r.node.ensureUplink()
-	t.uplink = made
-	if err != nil {
-		return t, err
-	}
+// trafficSetup creates the paths: the pods in dpd's node namespace, which
+// dpd learns of as endpoints with the allow-all profile (the rules sent
+// too), and the plain and nftables nodes with their pods, routed by
+// kernel routes; then a server in each server pod.
+func (r *runner) trafficSetup(ctx context.Context, t *trafficNet) error {
 	base := nsPrefix + strconv.Itoa(os.Getpid()) + "-p7"
-	type spec struct {
-		suffix, host string
-		batch        byte
-		i            int
-		addrs        []netip.Addr
-	}
-	for _, sp := range []spec{
-		{"dc", ifaceName(batchTraffic, 0), batchTraffic, 0, clientAddrs(0)},
-		{"ds", ifaceName(batchTraffic, 1), batchTraffic, 1, []netip.Addr{trafficAddr(0, 0, 2)}},
-		{"pc", peerName(batchPlain, 0), batchPlain, 0, clientAddrs(1)},
-		{"ps", peerName(batchPlain, 1), batchPlain, 1, []netip.Addr{trafficAddr(1, 0, 2)}},
-	} {
-		p, err := r.node.newPod(base+sp.suffix, sp.host, peerMAC(sp.batch, sp.i), sp.addrs)
-		if err != nil {
-			return t, err
+	for path, batch := range map[int]byte{pathDPD: batchTraffic, pathPlain: batchPlain, pathNFT: batchNFT} {
+		p := &trafficPath{node: r.node}
+		t.paths[path] = p
+		if path != pathDPD {
+			n, err := newNamedNode(base + string(batch))
+			if err != nil {
+				return err
+			}
+			p.node, p.owned = n, true
 		}
-		t.pods = append(t.pods, p)
-	}
-	t.src = [2]*tcpload.Sources{tcpload.NewSources(clientAddrs(0)...), tcpload.NewSources(clientAddrs(1)...)}
-	for _, p := range t.pods[2:] {
-		if err := r.node.plainRoutes(p); err != nil {
-			return t, err
+		var err error
+		if p.uplink, err = p.node.ensureUplink(); err != nil {
+			return err
+		}
+		host := func(i int) string { return peerName(batch, i) } // names dpd does not watch
+		if path == pathDPD {
+			host = func(i int) string { return ifaceName(batch, i) }
+		}
+		if p.client, err = p.node.newPod(base+string(batch)+"c", host(0), peerMAC(batch, 0), clientAddrs(path)); err != nil {
+			return err
+		}
+		if p.server, err = p.node.newPod(base+string(batch)+"s", host(1), peerMAC(batch, 1), []netip.Addr{trafficAddr(path, 0, 2)}); err != nil {
+			return err
+		}
+		p.src = tcpload.NewSources(clientAddrs(path)...)
+		p.dst = netip.AddrPortFrom(trafficAddr(path, 0, 2), trafficPort)
+		if path != pathDPD {
+			for _, pd := range []*pod{p.client, p.server} {
+				if err := p.node.plainRoutes(pd); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	s := r.o.Scale
-	rules := newTrafficRules(s.PortRules, s.SetRules, clientAddrs(0))
-	if err := r.ctl.send(rules.dpdMessages()...); err != nil {
-		return t, err
+	dp := t.paths[pathDPD]
+	if err := r.ctl.send(newTrafficRules(s.PortRules, s.SetRules, clientAddrs(pathDPD)).dpdMessages()...); err != nil {
+		return err
 	}
 	keys := []string{endpointKey(workloadID(batchTraffic, 0)), endpointKey(workloadID(batchTraffic, 1))}
 	for _, k := range keys {
 		r.ctl.tr.watchUp(k)
 	}
-	if err := r.ctl.send(trafficEndpoint(t.pods[0], 0, ""), trafficEndpoint(t.pods[1], 1, "")); err != nil {
-		return t, err
+	if err := r.ctl.send(trafficEndpoint(dp.client, 0, ""), trafficEndpoint(dp.server, 1, "")); err != nil {
+		return err
 	}
 	wctx, cancel := context.WithTimeout(ctx, s.PhaseTimeout)
 	defer cancel()
 	if err := r.ctl.tr.awaitAllUp(wctx, keys); err != nil {
-		return t, err
+		return err
 	}
-	for _, p := range []*pod{t.pods[1], t.pods[3]} {
-		err := p.do(func() error {
-			srv, err := tcpload.Listen(netip.AddrPortFrom(netip.IPv4Unspecified(), trafficPort))
-			if err == nil {
-				t.servers = append(t.servers, srv)
-			}
+	for _, p := range t.paths {
+		err := p.server.do(func() (err error) {
+			p.srv, err = tcpload.Listen(netip.AddrPortFrom(netip.IPv4Unspecified(), trafficPort))
 			return err
 		})
 		if err != nil {
-			return t, fmt.Errorf("server in %s: %w", p.ns, err)
+			return fmt.Errorf("server in %s: %w", p.server.ns, err)
 		}
 	}
-	return t, nil
+	return nil
 }
 
-// trafficTeardown removes dpd's two endpoints, then the pods.
+// trafficTeardown removes dpd's two endpoints, then every path.
 func (r *runner) trafficTeardown(ctx context.Context, t *trafficNet) error {
 	var errs []error
-	if len(t.pods) > 1 && r.ctl != nil {
+	if dp := t.paths[pathDPD]; dp != nil && dp.server != nil && r.ctl != nil {
 		keys := []string{endpointKey(workloadID(batchTraffic, 0)), endpointKey(workloadID(batchTraffic, 1))}
 		for _, k := range keys {
 			r.ctl.tr.forget(k)
@@ -412,9 +483,10 @@ func (r *runner) trafficTeardown(ctx context.Context, t *trafficNet) error {
 		}
 		errs = append(errs, err)
 	}
-	errs = append(errs, t.close())
-	if t.uplink {
-		errs = append(errs, r.node.removeUplink())
+	for _, p := range t.paths {
+		if p != nil {
+			errs = append(errs, p.close())
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -7,22 +7,27 @@ import (
 	"time"
 )
 
-// Traffic is P7: every case's measurements, one per run.
+// Traffic is P7: every case's measurements.
 type Traffic struct {
-	Duration            time.Duration
-	Runs                int
+	Slice               time.Duration
+	Rounds              int
 	PortRules, SetRules int
 	Cases               []TrafficCase // in trafficCases' order
 }
 
-// TrafficCase is one case's per-run figures.
+// TrafficCase is one case's measurements, one per round. For every case but
+// the plain one, Base* are the plain path's measurements of the same
+// rounds, taken next to them.
 type TrafficCase struct {
 	Key, Name string
 	RR        []float64 // requests per second over one connection
 	CRR       []float64 // connections (each one request) per second
 	Bulk      []float64 // bits per second
+
+	BaseRR, BaseCRR, BaseBulk []float64
+
 	// Verdicts is, for the dpd cases, how many packets dpd's ingress
-	// policy decided per new connection during the connection-rate
+	// policy decided per new connection during each connection-rate
 	// measurement (1: each connection's SYN, and nothing skipped it).
 	Verdicts []float64
 }
@@ -39,6 +44,23 @@ func medianOf(v []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
+// medianRatio is the median over rounds of num[i]/den[i], in percent: each
+// round's pair was measured back to back, so the machine's load, which
+// drifts, cancels out of each ratio.
+func medianRatio(num, den []float64) (float64, bool) {
+	if len(num) == 0 || len(num) != len(den) {
+		return 0, false
+	}
+	var rs []float64
+	for i := range num {
+		if num[i] <= 0 || den[i] <= 0 {
+			return 0, false
+		}
+		rs = append(rs, 100*num[i]/den[i])
+	}
+	return medianOf(rs), true
+}
+
 func (t Traffic) find(key string) (TrafficCase, bool) {
 	for _, c := range t.Cases {
 		if c.Key == key {
@@ -48,27 +70,38 @@ func (t Traffic) find(key string) (TrafficCase, bool) {
 	return TrafficCase{}, false
 }
 
-// ratio is case key's median of metric over base's, in percent.
-func (t Traffic) ratio(key, base string, metric func(TrafficCase) []float64) (float64, bool) {
-	a, ok1 := t.find(key)
-	b, ok2 := t.find(base)
-	num, den := medianOf(metric(a)), medianOf(metric(b))
-	if !ok1 || !ok2 || num <= 0 || den <= 0 {
+// metric picks one measurement kind and its plain base out of a case.
+type metric func(TrafficCase) (values, base []float64)
+
+// ratio is case key against base: "plain" uses the plain measurements of
+// key's rounds; another case (measured in the same rounds) its own.
+func (t Traffic) ratio(key, base string, m metric) (float64, bool) {
+	a, ok := t.find(key)
+	if !ok {
 		return 0, false
 	}
-	return 100 * num / den, true
+	av, ab := m(a)
+	if base == "plain" {
+		return medianRatio(av, ab)
+	}
+	b, ok := t.find(base)
+	if !ok {
+		return 0, false
+	}
+	bv, _ := m(b)
+	return medianRatio(av, bv)
 }
 
-func crrOf(c TrafficCase) []float64  { return c.CRR }
-func bulkOf(c TrafficCase) []float64 { return c.Bulk }
-func rrOf(c TrafficCase) []float64   { return c.RR }
+func crrOf(c TrafficCase) ([]float64, []float64)  { return c.CRR, c.BaseCRR }
+func bulkOf(c TrafficCase) ([]float64, []float64) { return c.Bulk, c.BaseBulk }
+func rrOf(c TrafficCase) ([]float64, []float64)   { return c.RR, c.BaseRR }
 
 // trafficFigures are P7's rows of the results table.
 func (r *Results) trafficFigures() []Figure {
 	t := r.Traffic
 	ports := fmt.Sprintf("last of %s port rules", thousands(t.PortRules))
 	sets := fmt.Sprintf("last of %s IP-set rules", thousands(t.SetRules))
-	fig := func(name, key, base string, metric func(TrafficCase) []float64, limit float64) Figure {
+	fig := func(name, key, base string, metric metric, limit float64) Figure {
 		v, ok := t.ratio(key, base, metric)
 		return Figure{ID: "P7", Name: name, Value: v, Unit: "%", Limit: limit, AtLeast: true, Measured: ok}
 	}
@@ -99,10 +132,11 @@ func (r *Results) trafficDetails(w writer) {
 		w("**P7**: not measured.\n\n")
 		return
 	}
-	w("**P7** real traffic between two pods, medians of %d runs of %s each (min–max in brackets; %% of no dpd after):\n\n", t.Runs, t.Duration)
+	w("**P7** real traffic between two pods: medians of %d measurements of %s each per case (min–max in brackets), then the median "+
+		"over the rounds of the case against the no-dpd measurement of the same round, in %%:\n\n", t.Rounds, t.Slice)
 	w("| case | request/response, one connection | connection rate, new connection per request | bulk throughput, one connection |\n| --- | --- | --- | --- |\n")
-	cell := func(c TrafficCase, metric func(TrafficCase) []float64, format func(float64) string) string {
-		v := metric(c)
+	cell := func(c TrafficCase, metric metric, format func(float64) string) string {
+		v, _ := metric(c)
 		s := format(medianOf(v))
 		if len(v) > 1 {
 			s += fmt.Sprintf(" [%s–%s]", format(slices.Min(v)), format(slices.Max(v)))
