@@ -235,3 +235,10 @@ func TestLoadBetween(t *testing.T) {
 		t.Errorf("loadBetween = %v %v %v, want 0.4 0.1 0.3", dpd, driver, other)
 	}
 }
+
+func TestUniqueWarnings(t *testing.T) {
+	r := &Results{Warnings: []string{"a", "b", "a", "a"}}
+	if got := r.uniqueWarnings(); !slices.Equal(got, []string{"a (3 times)", "b"}) {
+		t.Errorf("got %q", got)
+	}
+}

@@ -41,7 +41,7 @@ func (r *Results) Text() string {
 		_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", f.ID, f.Name, f.ValueText(), f.TargetText(), strings.Trim(met(f), "*"))
 	}
 	_ = tw.Flush()
-	for _, w := range r.Warnings {
+	for _, w := range r.uniqueWarnings() {
 		b.WriteString("warning: " + w + "\n")
 	}
 	return b.String()
@@ -77,7 +77,7 @@ func (r *Results) Markdown(notes string) string {
 	for _, f := range r.Figures() {
 		w("| %s | %s | %s | %s | %s |\n", f.ID, f.Name, f.ValueText(), f.TargetText(), met(f))
 	}
-	for _, warn := range r.Warnings {
+	for _, warn := range r.uniqueWarnings() {
 		w("\n> warning: %s\n", warn)
 	}
 	w("\n")
@@ -299,4 +299,23 @@ func fmtDur(d time.Duration) string {
 		return fmt.Sprintf("%.2f s", d.Seconds())
 	}
 	return fmt.Sprintf("%.2f ms", ms(d))
+}
+
+// uniqueWarnings are the warnings once each, in order, a repeated one
+// with how often it came.
+func (r *Results) uniqueWarnings() []string {
+	count := map[string]int{}
+	var order []string
+	for _, w := range r.Warnings {
+		if count[w] == 0 {
+			order = append(order, w)
+		}
+		count[w]++
+	}
+	for i, w := range order {
+		if n := count[w]; n > 1 {
+			order[i] = fmt.Sprintf("%s (%d times)", w, n)
+		}
+	}
+	return order
 }
