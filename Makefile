@@ -11,7 +11,7 @@ PROTOC_GEN_GO_VERSION := v1.36.12
 PROTOC_GEN_GRPC_VERSION := v1.6.1
 GOLANGCI_VERSION      := v2.15.0
 GRPCURL_VERSION       := v1.9.4
-APT_PACKAGES := clang-19 llvm-19 bpftool libbpf-dev linux-libc-dev protobuf-compiler \
+APT_PACKAGES := clang-19 llvm-19 bpftool libbpf-dev linux-libc-dev protobuf-compiler nftables \
 	iproute2 iputils-ping netcat-openbsd ca-certificates make
 
 GO_TEST_FLAGS ?= -race -count=1
@@ -75,8 +75,10 @@ e2e: build
 test: deps check-generated lint build unit e2e
 
 # bench measures dpd's required figures at node scale against the real
-# daemon (as root): dpd-bench starts bin/dpd, drives it, runs the P4/P5 go
-# benchmarks here, and writes every figure of this one run to BENCHMARKS.md.
+# daemon (as root): dpd-bench starts bin/dpd, drives it, measures real
+# traffic between pods (P7; its nftables cases need nft, in APT_PACKAGES),
+# runs the P4/P5 go benchmarks here, and writes every figure of this one
+# run, with the kernel costs dpd measured, to BENCHMARKS.md.
 bench: build
 	bin/dpd-bench --full --src . --out BENCHMARKS.md --dpd-log bin/bench-dpd.log
 

@@ -133,7 +133,7 @@ func TestFiguresCoverEveryTarget(t *testing.T) {
 			missed = append(missed, f.Name)
 		}
 	}
-	for id, n := range map[string]int{"P1": 4, "P2": 1, "P3": 1, "P4": 4, "P5": 1, "P6": 1} {
+	for id, n := range map[string]int{"P1": 4, "P2": 1, "P3": 1, "P4": 4, "P5": 1, "P6": 1, "P7": 8} {
 		if got[id] != n {
 			t.Errorf("%d %s figures, want %d", got[id], id, n)
 		}
@@ -233,5 +233,12 @@ func TestLoadBetween(t *testing.T) {
 	dpd, driver, other := loadBetween(a, b)
 	if dpd != 0.4 || driver != 0.1 || other < 0.299 || other > 0.301 {
 		t.Errorf("loadBetween = %v %v %v, want 0.4 0.1 0.3", dpd, driver, other)
+	}
+}
+
+func TestUniqueWarnings(t *testing.T) {
+	r := &Results{Warnings: []string{"a", "b", "a", "a"}}
+	if got := r.uniqueWarnings(); !slices.Equal(got, []string{"a (3 times)", "b"}) {
+		t.Errorf("got %q", got)
 	}
 }

@@ -18,7 +18,7 @@ import (
 const usage = `usage: dpd-bench [--quick|--full] [--out FILE] [--dpd BIN | --socket PATH [--netns NAME]]
                  [--src DIR] [--dpd-log FILE] [-o text|json] [--quiet]
 
-Measures dpd's node-scale figures (P1-P6) against a real dpd it starts in a
+Measures dpd's node-scale figures (P1-P7) against a real dpd it starts in a
 network namespace of its own (root, --dataplane=linux), prints them, and with
 --out writes BENCHMARKS.md, keeping its hand-written analysis.
 

@@ -27,6 +27,14 @@ type Scale struct {
 	BPFBenchTime    string
 	IngestBenchTime string
 	BenchCount      int
+
+	// TrafficSlice is the length of one P7 measurement, TrafficRounds how
+	// many of each metric every case gets, alternating with the others
+	// (medians are used); PortRules and SetRules are the lengths of P7's
+	// rule lists.
+	TrafficSlice        time.Duration
+	TrafficRounds       int
+	PortRules, SetRules int
 }
 
 // FullScale is the node scale the targets are set for: 1,000 endpoints,
@@ -36,6 +44,7 @@ func FullScale() Scale {
 		Name: "full", Endpoints: 1000, Policies: 1000, IPSets: 100, SetMembers: 1000,
 		TraceSample: 20, Pace: 20 * time.Millisecond, PhaseTimeout: 3 * time.Minute,
 		BPFBenchTime: "1000000x", IngestBenchTime: "2s", BenchCount: 3,
+		TrafficSlice: 250 * time.Millisecond, TrafficRounds: 12, PortRules: 1000, SetRules: 100,
 	}
 }
 
@@ -46,6 +55,7 @@ func QuickScale() Scale {
 		Name: "quick", Endpoints: 50, Policies: 50, IPSets: 10, SetMembers: 100,
 		TraceSample: 5, Pace: 10 * time.Millisecond, PhaseTimeout: time.Minute,
 		BPFBenchTime: "20000x", IngestBenchTime: "5000x", BenchCount: 1,
+		TrafficSlice: 20 * time.Millisecond, TrafficRounds: 2, PortRules: 1000, SetRules: 100,
 	}
 }
 
@@ -61,6 +71,10 @@ func (s Scale) validate() error {
 		return fmt.Errorf("trace sample %d: want 1..%d", s.TraceSample, s.Endpoints)
 	case s.Pace <= 0 || s.PhaseTimeout <= 0:
 		return fmt.Errorf("pace and phase timeout must be positive")
+	case s.TrafficSlice <= 0 || s.TrafficRounds < 1:
+		return fmt.Errorf("traffic slice and rounds must be positive")
+	case s.PortRules < 1 || s.PortRules > 50000 || s.SetRules < 1 || s.SetRules > 256:
+		return fmt.Errorf("traffic rules: want 1..50000 port rules and 1..256 IP-set rules")
 	}
 	return nil
 }

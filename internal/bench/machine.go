@@ -3,6 +3,7 @@ package bench
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
@@ -57,4 +58,13 @@ func field(text []byte, key string) string {
 		}
 	}
 	return ""
+}
+
+// cpuText is the CPU model and core count.
+func (m Machine) cpuText() string {
+	cpu := m.CPU
+	if m.CPUInfo != "" {
+		cpu += " (/proc/cpuinfo: " + m.CPUInfo + ")"
+	}
+	return fmt.Sprintf("%s, %d cores", cpu, m.Cores)
 }

@@ -42,8 +42,10 @@ const nsPrefix = "dpdbench-"
 // with IPv6 on, every veth brought up makes the kernel walk the whole IPv6
 // routing table (addrconf), a cost per veth that grows with their number
 // and belongs to the harness, not to dpd.
-func newNode() (*node, error) {
-	name := nsPrefix + strconv.Itoa(os.Getpid())
+func newNode() (*node, error) { return newNamedNode(nsPrefix + strconv.Itoa(os.Getpid())) }
+
+// newNamedNode is newNode for a namespace of the given name.
+func newNamedNode(name string) (*node, error) {
 	var h netns.NsHandle
 	err := inThread(func() error {
 		var err error
@@ -228,7 +230,9 @@ func (n *node) close() error {
 func removeLeftovers(pinRoot string) []string {
 	var removed []string
 	dead := func(name string) bool {
-		pid, err := strconv.Atoi(strings.TrimPrefix(name, nsPrefix))
+		// "dpdbench-<pid>", or "dpdbench-<pid>-<what>" for P7's pods.
+		id, _, _ := strings.Cut(strings.TrimPrefix(name, nsPrefix), "-")
+		pid, err := strconv.Atoi(id)
 		if err != nil || pid == os.Getpid() {
 			return false
 		}

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -75,6 +76,38 @@ func TestQuickRun(t *testing.T) {
 	}
 	if r := res.Ingest.Stream / res.Ingest.Raw; !(r > 0 && r < 2) {
 		t.Errorf("P5: %v of %v msgs/s", res.Ingest.Stream, res.Ingest.Raw)
+	}
+	if len(res.Traffic.Cases) != len(trafficCases) {
+		t.Errorf("P7: %d cases, want %d", len(res.Traffic.Cases), len(trafficCases))
+	}
+	for _, c := range res.Traffic.Cases {
+		// The plain path is measured under every rule list.
+		n := s.TrafficRounds
+		if c.Key == "plain" {
+			n *= len(trafficConfigs)
+		}
+		for name, v := range map[string][]float64{"request/response": c.RR, "connection rate": c.CRR, "bulk": c.Bulk} {
+			if len(v) != n || slices.Min(v) <= 0 {
+				t.Errorf("P7 %s %s: %v", c.Key, name, v)
+			}
+		}
+		if c.Key != "plain" && (len(c.BaseCRR) != n || len(c.BaseBulk) != n || len(c.BaseRR) != n) {
+			t.Errorf("P7 %s: %d/%d/%d plain measurements beside its %d", c.Key, len(c.BaseRR), len(c.BaseCRR), len(c.BaseBulk), n)
+		}
+		// Every new connection went through dpd's policy once.
+		for _, v := range c.Verdicts {
+			if v < 0.99 || v > 1.2 {
+				t.Errorf("P7 %s: %.3f policy verdicts per new connection", c.Key, v)
+			}
+		}
+	}
+	if a := res.Attach; a.Mode == "" || a.Reason == "" || len(a.Costs) < len(kernelOps) {
+		t.Errorf("kernel costs: %+v", a)
+	}
+	for _, c := range res.Attach.Costs {
+		if c.Op == "program_load" && c.Probe <= 0 {
+			t.Errorf("program load not probed: %+v", c)
+		}
 	}
 	if l := res.Load; l.LoadAvg == "" || !(l.DPD > 0) {
 		t.Errorf("load: %+v", l)

@@ -41,7 +41,7 @@ func (r *Results) Text() string {
 		_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", f.ID, f.Name, f.ValueText(), f.TargetText(), strings.Trim(met(f), "*"))
 	}
 	_ = tw.Flush()
-	for _, w := range r.Warnings {
+	for _, w := range r.uniqueWarnings() {
 		b.WriteString("warning: " + w + "\n")
 	}
 	return b.String()
@@ -64,8 +64,12 @@ func (r *Results) Markdown(notes string) string {
 	var b strings.Builder
 	w := func(format string, a ...any) { _, _ = fmt.Fprintf(&b, format, a...) }
 	w("# dpd benchmarks\n\n")
-	w("Every figure below comes from one run of `make bench` (`dpd-bench --%s`), started %s, %s in all.\n",
-		r.Scale.Name, r.Started.UTC().Format("2006-01-02 15:04 MST"), r.Elapsed.Round(time.Second))
+	w("Every figure below comes from one run of `make bench` (`dpd-bench --%s`), started %s, %s in all, on Linux %s (%s)",
+		r.Scale.Name, r.Started.UTC().Format("2006-01-02 15:04 MST"), r.Elapsed.Round(time.Second), r.Machine.Kernel, r.Machine.cpuText())
+	if r.Attach.Mode != "" {
+		w(", dpd in attach mode %s", r.Attach.Mode)
+	}
+	w(".\n")
 	w("The targets are dpd's node-scale requirements. Regenerate with `make bench`; the analysis at the end is kept.\n\n")
 	r.machineSection(w)
 
@@ -73,10 +77,11 @@ func (r *Results) Markdown(notes string) string {
 	for _, f := range r.Figures() {
 		w("| %s | %s | %s | %s | %s |\n", f.ID, f.Name, f.ValueText(), f.TargetText(), met(f))
 	}
-	for _, warn := range r.Warnings {
+	for _, warn := range r.uniqueWarnings() {
 		w("\n> warning: %s\n", warn)
 	}
 	w("\n")
+	r.kernelSection(w)
 	r.methodSection(w)
 	r.detailSection(w)
 
@@ -104,12 +109,12 @@ type writer func(format string, a ...any)
 
 func (r *Results) machineSection(w writer) {
 	m := r.Machine
-	cpu := m.CPU
-	if m.CPUInfo != "" {
-		cpu += " (/proc/cpuinfo: " + m.CPUInfo + ")"
-	}
 	w("## Machine\n\n| | |\n| --- | --- |\n")
-	w("| CPU | %s, %d cores |\n| memory | %.1f GiB |\n| kernel | Linux %s |\n| Go | %s (driver)", cpu, m.Cores, float64(m.MemTotal)/(1<<30), m.Kernel, m.Go)
+	w("| CPU | %s |\n| memory | %.1f GiB |\n| kernel | Linux %s (`uname -r`) |\n", m.cpuText(), float64(m.MemTotal)/(1<<30), m.Kernel)
+	if a := r.Attach; a.Mode != "" {
+		w("| attach mode | %s: %s |\n", a.Mode, a.Reason)
+	}
+	w("| Go | %s (driver)", m.Go)
 	if v := r.Packets.GoVersion; v != "" {
 		w("; benchmarks: %s", strings.TrimPrefix(v, "go version "))
 	}
@@ -168,7 +173,32 @@ func (r *Results) methodSection(w writer) {
 		"for N rules of one kind, the packet matching the first or the last rule.\n", s.BPFBenchTime, s.BenchCount)
 	w("* **P5, ingest.** `BenchmarkSyncIngest` (client.Session over a Unix socket into dpd's real server and "+
 		"engine on the memory kernel) over `BenchmarkSyncIngestRaw` (the same messages into a gRPC server that "+
-		"discards them), messages per second, `-benchtime %s -count %d`, medians.\n\n", s.IngestBenchTime, s.BenchCount)
+		"discards them), messages per second, `-benchtime %s -count %d`, medians.\n", s.IngestBenchTime, s.BenchCount)
+	w("* **P7, real traffic.** After P1, pairs of pods wired as Calico's CNI plugin wires them "+
+		"(a namespace each; eth0 with /32 addresses and a default route via 169.254.1.1; the veth's host side in the node "+
+		"namespace): a client and a server in dpd's node namespace on `cali` host sides that dpd programs, and a client and a server "+
+		"in each of two other node namespaces, routed by plain kernel routes, with the same sysctls (proxy ARP, forwarding, strict rp_filter) "+
+		"and permanent neighbour entries dpd writes. The load generator (`internal/bench/tcpload`) runs in the driver: blocking "+
+		"system calls on sockets created inside each pod's namespace, the server in the server pod, the client in the client pod; "+
+		"request/response is 1-byte requests over one connection (TCP_NODELAY), connection rate a new connection per "+
+		"request (connect, 1 byte each way, the server closes first), each from a source address and port not used before "+
+		"in the phase (so no connection meets an earlier one's conntrack entry), bulk one connection sending 128 KiB writes, "+
+		"timed until the server's count of the bytes arrives. Each pair of pods has a node namespace of its own, so all "+
+		"three paths exist at once and none costs another anything (netfilter's connection tracking, once a ruleset needs "+
+		"it, runs for every packet of its namespace): dpd's node, a plain node and an nftables node. Cases: no dpd (the plain pods); dpd with the namespace "+
+		"allow-all profile; dpd with a policy on the server's ingress whose allowing rule is the last of %d port rules (rule *i* "+
+		"denies TCP to port 10000+*i*), and separately the last of %d IP-set rules (rule *i* denies TCP to the server port "+
+		"from set *i*, four addresses each; the last set holds the client's addresses); nftables enforcing the same lists on "+
+		"the nftables node's pods the way Calico's nftables dataplane writes them (forward hook; `ct state established,related accept`, "+
+		"`ct state invalid drop`, a jump on the server's host side to a chain with one rule per policy rule, then drop). "+
+		"Before each rule list's rounds a "+
+		"connection to a port nothing listens on must be refused without a policy and dropped with one, so each case is "+
+		"proven on its path. Each rule list is measured in rounds: in each, every metric is measured once per case, "+
+		"the cases back to back, starting with a different case each round (%s per measurement, %d rounds); "+
+		"a ratio is the median over the rounds of the case against the no-dpd measurement of the same round (or, dpd "+
+		"against nftables, of the two in the same round), so the load of the shared machine, which drifts, cancels out "+
+		"of each ratio.\n\n",
+		s.PortRules, s.SetRules, s.TrafficSlice, s.TrafficRounds)
 }
 
 func (r *Results) detailSection(w writer) {
@@ -213,6 +243,7 @@ func (r *Results) detailSection(w writer) {
 	r.packetDetails(w)
 	in := r.Ingest
 	w("**P5**: %.0f msgs/s through dpd, %.0f msgs/s raw gRPC.\n\n", in.Stream, in.Raw)
+	r.trafficDetails(w)
 }
 
 func (r *Results) packetDetails(w writer) {
@@ -268,4 +299,23 @@ func fmtDur(d time.Duration) string {
 		return fmt.Sprintf("%.2f s", d.Seconds())
 	}
 	return fmt.Sprintf("%.2f ms", ms(d))
+}
+
+// uniqueWarnings are the warnings once each, in order, a repeated one
+// with how often it came.
+func (r *Results) uniqueWarnings() []string {
+	count := map[string]int{}
+	var order []string
+	for _, w := range r.Warnings {
+		if count[w] == 0 {
+			order = append(order, w)
+		}
+		count[w]++
+	}
+	for i, w := range order {
+		if n := count[w]; n > 1 {
+			order[i] = fmt.Sprintf("%s (%d times)", w, n)
+		}
+	}
+	return order
 }

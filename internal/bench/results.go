@@ -28,6 +28,8 @@ type Results struct {
 	Memory  Memory
 	Packets PacketCost
 	Ingest  Ingest
+	Attach  Attach  // the daemon's attach mode and kernel costs
+	Traffic Traffic // P7
 }
 
 // ColdStart is P3: a fresh daemon's snapshot to DataplaneInSync.
@@ -206,7 +208,7 @@ func (r *Results) Figures() []Figure {
 		}
 		return f
 	}
-	return []Figure{
+	return append([]Figure{
 		lat("endpoint update → up, p50 (own policy each)", r.Own, 0.50, 2),
 		lat("endpoint update → up, p99 (own policy each)", r.Own, 0.99, 10),
 		lat("endpoint update → up, p50 (shared policy)", r.Shared, 0.50, 2),
@@ -219,5 +221,5 @@ func (r *Results) Figures() []Figure {
 		newFlow("P4", "new flow, last of 100 IP-set rules", "ipsets/n=100/last", 30),
 		{ID: "P5", Name: "ingest through one stream vs raw gRPC", Value: 100 * ing, Unit: "%", Limit: 60, AtLeast: true, Measured: ingOK},
 		{ID: "P6", Name: "peak RSS of dpd after P3", Value: float64(r.Memory.PeakRSS) / (1 << 20), Unit: "MiB", Limit: 64, Measured: r.Memory.PeakRSS > 0},
-	}
+	}, r.trafficFigures()...)
 }

@@ -106,6 +106,30 @@ func (r *runner) daemonPhases(ctx context.Context) error {
 		}
 	}
 	r.progress("dpd pid %d serving on %s", r.d.pid, r.d.socket)
+	// The observed costs cover every phase: read them last, whatever
+	// failed (the probe's are there from the start).
+	defer func() {
+		if err := r.readAttach(ctx); err != nil {
+			r.warn("kernel costs not read: %v", err)
+		} else {
+			r.progress("%s", r.res.Attach.costLine())
+		}
+	}()
+	if err := r.scalePhases(ctx); err != nil {
+		return err
+	}
+	// P7 loads the machine with traffic of its own: it runs after the
+	// window the load figures cover.
+	if err := r.traffic(ctx); err != nil {
+		return fmt.Errorf("P7: %w", err)
+	}
+	return nil
+}
+
+// scalePhases are P3, P6, P2 and P1, with the machine's load measured
+// over them.
+func (r *runner) scalePhases(ctx context.Context) error {
+	var err error
 	if before, err := sampleCPU(r.d.pid); err == nil {
 		defer func() {
 			if after, err := sampleCPU(r.d.pid); err == nil {
