@@ -7,7 +7,8 @@
  *
  *   dpd_from_wep  TC ingress: packets leaving the workload, its egress policy
  *   dpd_to_wep    TC egress:  packets entering the workload, its ingress policy
- *   dpd_epilogue  dpd_jump[DPD_JUMP_EPILOGUE]: verdict -> conntrack, counters
+ *   dpd_epilogue  dpd_jump[DPD_JUMP_EPILOGUE]: verdict -> conntrack, counters,
+ *                 a flow event (dpd_events.h)
  *
  * Flow: ARP passes, other non-IPv4 drops; an interface without a ready
  * dpd_ifstate entry drops (fail closed); leaving a workload, a packet to a
@@ -30,6 +31,7 @@
 #include "dpd_parse.h"
 #include "dpd_ct.h"
 #include "dpd_nat.h"
+#include "dpd_events.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -159,6 +161,8 @@ static __always_inline int dpd_entry(struct __sk_buff *skb, __u32 dir)
 	if (trace) {
 		st->flags |= DPD_ST_NO_POLICY;
 		dpd_trace_write(st);
+	} else {
+		dpd_event(st, DPD_EV_NO_POLICY);
 	}
 	return TC_ACT_SHOT;
 }
@@ -199,6 +203,7 @@ int dpd_epilogue(struct __sk_buff *skb)
 			ctr->bytes += st->pkt_len;
 		}
 	}
+	dpd_event(st, DPD_EV_DECIDED);
 	if (st->verdict != DPD_VERDICT_ALLOW)
 		return TC_ACT_SHOT;
 	dpd_ct_create(st);

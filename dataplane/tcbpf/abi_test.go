@@ -56,6 +56,16 @@ func TestBTFLayout(t *testing.T) {
 		{"dpd_route_val", abi.RouteValSize, map[string]uint32{"flags": 0, "pool_type": 4, "next_hop": 8}},
 		{"dpd_counter", abi.CounterSize, map[string]uint32{"packets": 0, "bytes": 8}},
 		{"dpd_ipset_name", abi.IPSetNameLen, map[string]uint32{"name": 0}},
+		{"dpd_flow_event", abi.FlowEventLen, map[string]uint32{
+			"ts_ns": abi.EvTsNs, "rule_id": abi.EvRuleID, "saddr": abi.EvSaddr, "daddr": abi.EvDaddr,
+			"sport": abi.EvSport, "dport": abi.EvDport, "proto": abi.EvProto, "family": abi.EvFamily,
+			"dir": abi.EvDir, "verdict": abi.EvVerdict, "ifindex": abi.EvIfindex, "flags": abi.EvFlags,
+			"suppressed": abi.EvSuppressed, "pkt_len": abi.EvPktLen, "nat_addr": abi.EvNATAddr,
+			"nat_port": abi.EvNATPort, "kind": abi.EvKind, "icmp_type": abi.EvICMPType,
+			"nat_svc": abi.EvNATSvc, "icmp_code": abi.EvICMPCode,
+		}},
+		{"dpd_ev_cfg", abi.EvCfgSize, map[string]uint32{"flags": 0, "deny_interval_ns": 8}},
+		{"dpd_ev_deny", abi.EvDenySize, map[string]uint32{"last_ns": 0, "count": 8}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -114,6 +124,7 @@ func TestHeaderDefines(t *testing.T) {
 		"DPD_NAT_FE_BITS": abi.NATFEBits, "DPD_NAT_FE_HASH_MUL": abi.NATFEHashMul,
 		"DPD_NAT_FE_HASH_SHIFT": abi.NATFEHashShift,
 		"DPD_IPSET_IDX_WORDS":   abi.IPSetIdxWords, "DPD_IPSET_IDX_SLOTS": abi.IPSetIdxSlots,
+		"DPD_EV_DECIDED": abi.EvDecided, "DPD_EV_NO_POLICY": abi.EvNoPolicy, "DPD_EV_CFG_ON": abi.EvCfgOn,
 	}
 	f, err := os.Open("../../bpf/include/dpd_abi.h")
 	if err != nil {

@@ -41,6 +41,11 @@ type Maps struct {
 	NATFrontends *ebpf.Map // HASH struct dpd_nat_fe_key -> struct dpd_nat_fe_val
 	NATBackends  *ebpf.Map // HASH struct dpd_nat_be_key -> struct dpd_nat_be_val
 	Routes       *ebpf.Map // LPM_TRIE struct dpd_route_key -> struct dpd_route_val
+	// Added by the flow-events work (events.go).
+	Events   *ebpf.Map // RINGBUF of struct dpd_flow_event
+	EvDrops  *ebpf.Map // PERCPU_ARRAY[1] u64
+	EvCfg    *ebpf.Map // ARRAY[1] struct dpd_ev_cfg
+	EvDeny   *ebpf.Map // LRU_HASH struct dpd_ct_key -> struct dpd_ev_deny
 }
 
 // Programs are the loaded entry programs and the epilogue.
@@ -202,6 +207,8 @@ func applySizes(spec *ebpf.CollectionSpec, s MapSizes) {
 		abi.MapNATFrontends: s.NATFrontend,
 		abi.MapNATBackends:  s.NATBackend,
 		abi.MapRoutes:       s.Routes,
+		abi.MapEvents:       s.Events,
+		abi.MapEvDeny:       s.EventDeny,
 	} {
 		if m, ok := spec.Maps[name]; ok {
 			m.MaxEntries = uint32(n)
@@ -230,6 +237,7 @@ func (d *Datapath) Maps() Maps {
 		IPSetIDs: o.DpdIpsetIds, Conntrack: o.DpdCt, RuleCtrs: o.DpdRuleCtrs,
 		Chain: o.DpdChain, Trace: o.DpdTrace,
 		NATFrontends: o.DpdNatFe, NATBackends: o.DpdNatBe, Routes: o.DpdRoutes,
+		Events: o.DpdEvents, EvDrops: o.DpdEvDrops, EvCfg: o.DpdEvCfg, EvDeny: o.DpdEvDeny,
 	}
 }
 
