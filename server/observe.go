@@ -149,11 +149,8 @@ func (f *flowFilter) match(ev *model.FlowEvent, peers *peerIndex) bool {
 	if f.verdict != "" && (f.verdict == "allow") != (ev.Allowed && ev.Stage == model.TraceDecided) {
 		return false
 	}
-	if f.policy != "" {
-		p := ev.Rule.Policy
-		if !ev.RuleFound || (p != f.policy && !strings.HasSuffix(p, "/"+f.policy)) {
-			return false
-		}
+	if f.policy != "" && (!ev.RuleFound || !policyMatches(ev.Rule, f.policy)) {
+		return false
 	}
 	if f.addrs != nil && ev.Iface != f.iface && !f.addrs[ev.Src.Addr()] && !f.addrs[ev.Dst.Addr()] {
 		return false
@@ -165,6 +162,15 @@ func (f *flowFilter) match(ev *model.FlowEvent, peers *peerIndex) bool {
 		}
 	}
 	return true
+}
+
+// policyMatches: want names the rule's policy or profile, in full, with
+// its tier in front, or without the prefix that names its tier or kind
+// ("web" for "default/web" or "GlobalNetworkPolicy:web").
+func policyMatches(r model.RuleInfo, want string) bool {
+	p := r.Policy
+	return p != "" && (p == want || r.Tier+"/"+p == want ||
+		strings.HasSuffix(p, "/"+want) || strings.HasSuffix(p, ":"+want))
 }
 
 // namespaceOf is the namespace of a Kubernetes workload id

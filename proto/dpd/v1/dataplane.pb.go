@@ -2246,8 +2246,8 @@ type ObserveRequest struct {
 	Namespace string `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
 	// "allow" or "deny".
 	Verdict string `protobuf:"bytes,3,opt,name=verdict,proto3" json:"verdict,omitempty"`
-	// Only flows decided by this policy or profile (RuleRef.policy, with or
-	// without its "tier/" prefix).
+	// Only flows decided by this policy or profile: RuleRef.policy in full,
+	// with its tier in front, or without the prefix naming its tier or kind.
 	Policy string `protobuf:"bytes,4,opt,name=policy,proto3" json:"policy,omitempty"`
 	// Only flows with this port on either side.
 	Port uint32 `protobuf:"varint,5,opt,name=port,proto3" json:"port,omitempty"`
