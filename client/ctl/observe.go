@@ -7,12 +7,12 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/dpd-dev/dpd/client/flowfmt"
 	dpdv1 "github.com/dpd-dev/dpd/proto/dpd/v1"
 )
 
@@ -91,7 +91,7 @@ func runObserve(g *globals, args []string, w io.Writer) error {
 			printf(w, "EVENTS LOST: %d (this client read too slowly)\n", n)
 		}
 		if f := resp.GetFlow(); f != nil {
-			printf(w, "%s\n", FlowLine(f))
+			printf(w, "%s\n", flowfmt.FlowLine(f))
 		}
 	}
 }
@@ -106,66 +106,4 @@ func parseSince(s string, now time.Time) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("--since %q: want a duration (5m) or an RFC 3339 time", s)
 	}
 	return t, nil
-}
-
-// FlowLine is one flow as dpdctl observe prints it:
-//
-//	Dec  1 10:00:00.123  ns/web 10.65.0.2:40000 -> 10.65.0.9:80  tcp egress  DENIED  default/web#1
-func FlowLine(f *dpdv1.Flow) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "%s  %s -> %s", f.GetTime().AsTime().Local().Format(time.StampMilli),
-		flowPeer(f.GetSource()), flowPeer(f.GetDestination()))
-	if ip := f.GetServiceIp(); ip != "" {
-		fmt.Fprintf(&b, " (service %s:%d)", ip, f.GetServicePort())
-	}
-	verdict := "DENIED"
-	if f.GetVerdict() == "allow" {
-		verdict = "ALLOWED"
-	}
-	fmt.Fprintf(&b, "  %s %s  %s  %s", f.GetProtocol(), f.GetDirection(), verdict, RuleLabel(f.GetDecidedBy(), f.GetRule()))
-	if n := f.GetSuppressed(); n > 0 {
-		fmt.Fprintf(&b, "  (+%d denied since the last report)", n)
-	}
-	return b.String()
-}
-
-// flowPeer is "workload ip:port" when the address is a local endpoint's.
-func flowPeer(p *dpdv1.FlowPeer) string {
-	addr := fmt.Sprintf("%s:%d", p.GetIp(), p.GetPort())
-	ep := p.GetEndpoint()
-	if ep == "" {
-		return addr
-	}
-	// orchestrator/workload/endpoint: the workload is what people name.
-	if parts := strings.Split(ep, "/"); len(parts) >= 3 {
-		ep = strings.Join(parts[1:len(parts)-1], "/")
-	}
-	return ep + " " + addr
-}
-
-// RuleLabel is the deciding rule as tier/policy#index (a policy name that
-// carries its tier is not prefixed twice), profile:name#index, or what
-// decided without a rule.
-func RuleLabel(decidedBy string, r *dpdv1.RuleRef) string {
-	if r == nil {
-		if decidedBy == "" {
-			return "-"
-		}
-		return decidedBy
-	}
-	switch {
-	case r.GetSynthetic() == "tier-default":
-		return r.GetTier() + "/" + r.GetSynthetic()
-	case r.GetSynthetic() != "":
-		return r.GetSynthetic()
-	case r.GetPolicy() == "":
-		return fmt.Sprintf("counter %x", r.GetCounterId())
-	case r.GetKind() == "profile":
-		return fmt.Sprintf("profile:%s#%d", r.GetPolicy(), r.GetIndex())
-	}
-	name := r.GetPolicy()
-	if t := r.GetTier(); t != "" && !strings.HasPrefix(name, t+"/") {
-		name = t + "/" + name
-	}
-	return fmt.Sprintf("%s#%d", name, r.GetIndex())
 }

@@ -46,7 +46,7 @@ type flowWatcher struct {
 
 // flowCache speeds up translation; used by the reader goroutine only.
 type flowCache struct {
-	ifaces map[int]string                             // ifindex -> interface, checked on use
+	ifaces map[int]string                              // ifindex -> interface, checked on use
 	rules  map[loadedProgram]map[uint64]model.RuleInfo // counter tables by program
 }
 

@@ -42,10 +42,10 @@ type Maps struct {
 	NATBackends  *ebpf.Map // HASH struct dpd_nat_be_key -> struct dpd_nat_be_val
 	Routes       *ebpf.Map // LPM_TRIE struct dpd_route_key -> struct dpd_route_val
 	// Added by the flow-events work (events.go).
-	Events   *ebpf.Map // RINGBUF of struct dpd_flow_event
-	EvDrops  *ebpf.Map // PERCPU_ARRAY[1] u64
-	EvCfg    *ebpf.Map // ARRAY[1] struct dpd_ev_cfg
-	EvDeny   *ebpf.Map // LRU_HASH struct dpd_ct_key -> struct dpd_ev_deny
+	Events  *ebpf.Map // RINGBUF of struct dpd_flow_event
+	EvDrops *ebpf.Map // PERCPU_ARRAY[1] u64
+	EvCfg   *ebpf.Map // ARRAY[1] struct dpd_ev_cfg
+	EvDeny  *ebpf.Map // LRU_HASH struct dpd_ct_key -> struct dpd_ev_deny
 }
 
 // Programs are the loaded entry programs and the epilogue.
