@@ -168,3 +168,27 @@ func TestEventsFullRingDropsEventsNotPackets(t *testing.T) {
 		t.Fatalf("after draining: %+v", evs)
 	}
 }
+
+// TestEventsServiceFlowNamesFrontend: a new connection to a service
+// frontend reports the backend it was policed with and the frontend the
+// client addressed.
+func TestEventsServiceFlowNamesFrontend(t *testing.T) {
+	e := newNATEnv(t)
+	mustNil(t, e.d.ProgramNATPort(7, []NATFrontend{e.fe}, []NATBackend{beB}, 0))
+	mustNil(t, e.d.SetEvents(true, time.Second))
+	r := eventReader(t, e.d)
+	client := netip.AddrPortFrom(ipA, 40000)
+	if ret, _ := e.from(t, csumPkt(6, client, feAddr, tcpSYN, false)); ret != abi.TCActOK {
+		t.Fatalf("SYN to frontend: %d", ret)
+	}
+	evs := drain(t, r)
+	if len(evs) != 1 {
+		t.Fatalf("%d events, want 1", len(evs))
+	}
+	ev := evs[0]
+	fe := netip.AddrPortFrom(addr4(ev.NatAddr), ev.NatPort)
+	if ev.Flags&abi.StNAT == 0 || fe != feAddr || ev.NatSvc != 7 ||
+		addr4(ev.Daddr) != beB.Addr || ev.Dport != beB.Port || addr4(ev.Saddr) != ipA {
+		t.Fatalf("service flow event %+v: frontend %s, want %s -> backend %s:%d", ev, fe, feAddr, beB.Addr, beB.Port)
+	}
+}
