@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -48,7 +49,8 @@ func observed(t *testing.T, d *Daemon, args ...string) []*dpdv1.Flow {
 // observe with the tier, policy and rule that decided them.
 func TestObserve(t *testing.T) {
 	testutil.RequirePrivileged(t)
-	d := StartDaemon(t)
+	// A short deny interval, so the flood below is reported within the test.
+	d := StartDaemon(t, "--flow-deny-interval=200ms")
 	a, b := NewWorkload(t, 1), NewWorkload(t, 2)
 	b.Serve(t, []int{tcpPort, tcpOther}, nil)
 	web := Policy("t1", "t1.web", Rules(
@@ -115,5 +117,66 @@ func TestObserve(t *testing.T) {
 	want := fmt.Sprintf("%s %s:", strings.TrimPrefix(a.ID().GetWorkloadId(), ""), a.IP)
 	if !strings.Contains(text, want) || !strings.Contains(text, "DENIED") || !strings.Contains(text, "t1.web#1") {
 		t.Errorf("dpdctl observe printed %q, want a line with %q, DENIED and t1.web#1", text, want)
+	}
+
+	t.Run("denied-flood-rate-limited-with-count", func(t *testing.T) { deniedFlood(t, d, a, b) })
+}
+
+// deniedFlood sends a burst of UDP datagrams of one flow that B's tier
+// denies (its default action: nothing allows UDP): the flow is reported a
+// few times, and the events' counts add up to every datagram sent.
+func deniedFlood(t *testing.T, d *Daemon, a, b *Workload) {
+	const srcPort, burst = 45678, 200
+	var conn *net.UDPConn
+	err := testutil.InNetns(a.NS, func() error {
+		var err error
+		conn, err = net.DialUDP("udp4", &net.UDPAddr{Port: srcPort},
+			&net.UDPAddr{IP: net.ParseIP(b.IP), Port: udpPort})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	sent := 0
+	send := func() {
+		if _, err := conn.Write([]byte("flood")); err != nil {
+			t.Fatalf("send datagram %d: %v", sent, err)
+		}
+		sent++
+	}
+	for range burst {
+		send()
+	}
+	// Counted so far: each event stands for its packet and those denied
+	// unreported before it. Past the interval, the next datagram's event
+	// carries the rest of the burst.
+	counted := func() (events, packets int) {
+		for _, f := range observed(t, d, "--endpoint", fmt.Sprintf("k8s/%s/eth0", b.ID().GetWorkloadId()),
+			"--verdict", "deny", "--protocol", "udp", "--port", fmt.Sprint(srcPort)) {
+			if f.GetSource().GetPort() == srcPort && f.GetDirection() == "ingress" {
+				events++
+				packets += 1 + int(f.GetSuppressed())
+			}
+		}
+		return events, packets
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		events, packets := counted()
+		if packets == sent && events >= 2 {
+			if events*10 > sent {
+				t.Fatalf("%d events for %d denied datagrams of one flow: not rate-limited", events, sent)
+			}
+			t.Logf("%d denied datagrams reported in %d events", sent, events)
+			return
+		}
+		if packets > sent {
+			t.Fatalf("events count %d packets, only %d were sent", packets, sent)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10s: %d events count %d of %d datagrams", events, packets, sent)
+		}
+		send() // paced by the observe round trip
 	}
 }
