@@ -281,7 +281,7 @@ struct dpd_ipset_idx_val {
 #define DPD_EV_NO_POLICY 2 /* no policy program at the slot: dropped */
 
 struct dpd_flow_event {
-	__u64 ts_ns;        /* 0: bpf_ktime_get_ns (CLOCK_MONOTONIC) */
+	__u64 ts_ns;        /* 0: bpf_ktime_get_coarse_ns (CLOCK_MONOTONIC_COARSE) */
 	__u64 rule_id;      /* 8: deciding rule's counter id; 0 = none */
 	__u8  saddr[16];    /* 16: as policed (after DNAT) */
 	__u8  daddr[16];    /* 32 */
