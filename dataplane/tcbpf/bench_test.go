@@ -159,3 +159,39 @@ func BenchmarkEvents(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkEventRead measures userspace's cost per flow event: the ring is
+// filled by the programs (a denied flow reported on every packet), then
+// read and decoded. At 20,000 new flows/s, dpd spends ns/event × 20,000
+// per second reading them.
+func BenchmarkEventRead(b *testing.B) {
+	d := openTest(b, Options{Sizes: MapSizes{Conntrack: 1024, IPSets: 1024, IfState: 64, RuleCounters: 256,
+		Chain: 64, Events: 1 << 26}})
+	mustNil(b, d.SetIfState(1, 1, abi.IfReady))
+	mustNil(b, d.InstallPolicy(1, abi.DirFromWEP, verdictProg(b, d, abi.VerdictDeny, 0xd1)))
+	mustNil(b, d.SetEvents(true, 0))
+	r, err := d.NewEventReader()
+	mustNil(b, err)
+	defer r.Close()
+	deny := udpPkt(ipA, ipB, 7, 7)
+	const batch = 100000 // fits the ring: 100,000 x 112 bytes
+	b.ResetTimer()
+	for done := 0; done < b.N; {
+		n := min(batch, b.N-done)
+		b.StopTimer()
+		if _, _, err := d.Programs().FromWEP.Benchmark(deny, n, nil); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		for range n {
+			if _, err := r.Read(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		done += n
+	}
+	b.StopTimer()
+	if drops, err := d.EventDrops(); err != nil || drops != 0 {
+		b.Fatalf("drops %d %v", drops, err)
+	}
+}

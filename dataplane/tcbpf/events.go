@@ -1,7 +1,6 @@
 package tcbpf
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -88,10 +87,31 @@ func (e *EventReader) Read() (FlowEvent, error) {
 	if len(e.rec.RawSample) < abi.FlowEventLen {
 		return ev, fmt.Errorf("flow event of %d bytes, want %d", len(e.rec.RawSample), abi.FlowEventLen)
 	}
-	if err := binary.Read(bytes.NewReader(e.rec.RawSample[:abi.FlowEventLen]), binary.LittleEndian, &ev); err != nil {
-		return ev, fmt.Errorf("decode flow event: %w", err)
-	}
+	decodeFlowEvent(e.rec.RawSample, &ev)
 	return ev, nil
+}
+
+// decodeFlowEvent reads struct dpd_flow_event from b (at least
+// abi.FlowEventLen bytes) field by field: reflection would cost more than
+// the rest of the read.
+func decodeFlowEvent(b []byte, ev *FlowEvent) {
+	le := binary.LittleEndian
+	ev.TsNs = le.Uint64(b[abi.EvTsNs:])
+	ev.RuleId = le.Uint64(b[abi.EvRuleID:])
+	copy(ev.Saddr[:], b[abi.EvSaddr:abi.EvSaddr+16])
+	copy(ev.Daddr[:], b[abi.EvDaddr:abi.EvDaddr+16])
+	ev.Sport = le.Uint16(b[abi.EvSport:])
+	ev.Dport = le.Uint16(b[abi.EvDport:])
+	ev.Proto, ev.Family, ev.Dir, ev.Verdict = b[abi.EvProto], b[abi.EvFamily], b[abi.EvDir], b[abi.EvVerdict]
+	ev.Ifindex = le.Uint32(b[abi.EvIfindex:])
+	ev.Flags = le.Uint32(b[abi.EvFlags:])
+	ev.Suppressed = le.Uint32(b[abi.EvSuppressed:])
+	ev.PktLen = le.Uint32(b[abi.EvPktLen:])
+	copy(ev.NatAddr[:], b[abi.EvNATAddr:abi.EvNATAddr+16])
+	ev.NatPort = le.Uint16(b[abi.EvNATPort:])
+	ev.Kind, ev.IcmpType = b[abi.EvKind], b[abi.EvICMPType]
+	ev.NatSvc = le.Uint32(b[abi.EvNATSvc:])
+	ev.IcmpCode = b[abi.EvICMPCode]
 }
 
 // SetDeadline bounds the next Reads; the zero time blocks forever.
