@@ -177,8 +177,9 @@ type InspectClient interface {
 	// counters are left untouched (--dataplane=linux).
 	Trace(ctx context.Context, in *TraceRequest, opts ...grpc.CallOption) (*TraceResponse, error)
 	// Observe streams flow events: each new flow a policy program decided
-	// (and each denied flow at most once a second, with the packets denied
-	// in between), naming the deciding rule as Trace does. It answers from a
+	// (and each denied flow at most once per dpd's --flow-deny-interval,
+	// default 1 s, with the packets denied in between), naming the deciding
+	// rule as Trace does. It answers from a
 	// bounded in-memory history, then, with follow, as flows happen. A
 	// subscriber that falls behind loses events and is told how many
 	// (ObserveResponse.lost); it never slows the dataplane
@@ -338,8 +339,9 @@ type InspectServer interface {
 	// counters are left untouched (--dataplane=linux).
 	Trace(context.Context, *TraceRequest) (*TraceResponse, error)
 	// Observe streams flow events: each new flow a policy program decided
-	// (and each denied flow at most once a second, with the packets denied
-	// in between), naming the deciding rule as Trace does. It answers from a
+	// (and each denied flow at most once per dpd's --flow-deny-interval,
+	// default 1 s, with the packets denied in between), naming the deciding
+	// rule as Trace does. It answers from a
 	// bounded in-memory history, then, with follow, as flows happen. A
 	// subscriber that falls behind loses events and is told how many
 	// (ObserveResponse.lost); it never slows the dataplane
