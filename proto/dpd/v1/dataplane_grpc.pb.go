@@ -182,7 +182,8 @@ type InspectClient interface {
 	// rule as Trace does. It answers from a
 	// bounded in-memory history, then, with follow, as flows happen. A
 	// subscriber that falls behind loses events and is told how many
-	// (ObserveResponse.lost); it never slows the dataplane
+	// (ObserveResponse.lost); it never slows the dataplane. At most 64
+	// streams at once; one more fails with RESOURCE_EXHAUSTED
 	// (--dataplane=linux).
 	Observe(ctx context.Context, in *ObserveRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ObserveResponse], error)
 }
@@ -344,7 +345,8 @@ type InspectServer interface {
 	// rule as Trace does. It answers from a
 	// bounded in-memory history, then, with follow, as flows happen. A
 	// subscriber that falls behind loses events and is told how many
-	// (ObserveResponse.lost); it never slows the dataplane
+	// (ObserveResponse.lost); it never slows the dataplane. At most 64
+	// streams at once; one more fails with RESOURCE_EXHAUSTED
 	// (--dataplane=linux).
 	Observe(*ObserveRequest, grpc.ServerStreamingServer[ObserveResponse]) error
 	mustEmbedUnimplementedInspectServer()
