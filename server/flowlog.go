@@ -33,7 +33,7 @@ const (
 	// maxFlowLogKeys bounds one interval's aggregates; further keys are
 	// counted in the interval's "overflow" line.
 	maxFlowLogKeys = 100000
-	flowAggBuffer  = 8192
+	flowAggBuffer  = 4096
 )
 
 // flowPolicyKey labels dpd_flows_total.

@@ -19,7 +19,7 @@ import (
 // subscriber buffer of observeBuffer events.
 const (
 	maxObservers  = 64
-	observeBuffer = 4096
+	observeBuffer = 1024
 )
 
 // peerRefresh is how stale the address-to-endpoint index of a stream may
