@@ -5,9 +5,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dpd-dev/dpd/dataplane/engine"
+	"github.com/dpd-dev/dpd/dataplane/flowhist"
 	"github.com/dpd-dev/dpd/dataplane/model"
 	"github.com/dpd-dev/dpd/dataplane/tcbpf"
 	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
+	"github.com/dpd-dev/dpd/internal/testutil"
 )
 
 func TestFlowEventFromRaw(t *testing.T) {
@@ -38,3 +41,71 @@ func TestFlowEventFromRaw(t *testing.T) {
 		t.Fatalf("allow event %+v", ev)
 	}
 }
+
+// TestFlowObserverKernel: real pings between two programmed interfaces,
+// after the datapath was reopened at new sizes, arrive at a subscriber
+// named by interface and rule; Close ends the subscription.
+func TestFlowObserverKernel(t *testing.T) {
+	k := openKernel(t, newPinDir(t))
+	// A resize before any endpoint reopens the datapath: the reader moves.
+	if err := k.Configure(map[string]string{"InterfacePrefix": testPrefix, tcbpf.ConfigEvents: "65536"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := k.datapath().Sizes().Events; n != 65536 {
+		t.Fatalf("ring of %d bytes after the resize, want 65536: not reopened", n)
+	}
+	watch(t, k)
+	a, b := newWorkload(t, "10.77.9.1"), newWorkload(t, "10.77.9.2")
+	testutil.WaitFor(t, 5*time.Second, "both interfaces seen", func() bool {
+		_, okA := k.mon.Ifindex(a.HostIface)
+		_, okB := k.mon.Ifindex(b.HostIface)
+		return okA && okB
+	})
+	for _, ep := range []*model.Endpoint{endpointFor(a, 1, allowAll(), allowAll()), endpointFor(b, 2, denyAll(), allowAll())} {
+		if err := k.ApplyEndpoint(ep); err != nil {
+			t.Fatalf("apply %s: %v", ep.Iface, err)
+		}
+	}
+	var fo engine.FlowObserver = k
+	_, sub := fo.ObserveFlows(time.Time{}, 0, true, 100)
+	defer sub.Close()
+	if pingsQuick(a, b.IP) {
+		t.Fatal("ping into b's deny profile passed")
+	}
+	var out, in *model.FlowEvent
+	deadline := time.After(5 * time.Second)
+	for out == nil || in == nil {
+		select {
+		case ev := <-sub.Events():
+			switch {
+			case ev.Iface == a.HostIface && ev.Direction == model.Egress && ev.Proto == 1:
+				out = &ev
+			case ev.Iface == b.HostIface && ev.Direction == model.Ingress && ev.Proto == 1:
+				in = &ev
+			}
+		case <-deadline:
+			t.Fatalf("no events of the ping at both hooks within 5s: egress %+v, ingress %+v", out, in)
+		}
+	}
+	if !out.Allowed || !out.RuleFound || out.Rule.Policy != "allow" || out.Rule.Kind != "profile" ||
+		out.Src.Addr().String() != a.IP || out.Dst.Addr().String() != b.IP {
+		t.Errorf("egress event %+v, want allowed by profile allow", out)
+	}
+	if in.Allowed || in.Stage != model.TraceDecided || !in.RuleFound || in.Rule.Policy != "deny" {
+		t.Errorf("ingress event %+v, want denied by profile deny", in)
+	}
+	if st := fo.FlowStats(); st.Read < 2 || st.Subscribers != 1 || st.HistoryCap != flowhistDefault() {
+		t.Errorf("stats %+v", st)
+	}
+	_ = k.Close()
+	testutil.WaitFor(t, 5*time.Second, "the subscription closed with the kernel", func() bool {
+		select {
+		case _, ok := <-sub.Events():
+			return !ok
+		default:
+			return false
+		}
+	})
+}
+
+func flowhistDefault() int { return flowhist.DefaultCapacity }
