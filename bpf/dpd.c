@@ -7,7 +7,8 @@
  *
  *   dpd_from_wep  TC ingress: packets leaving the workload, its egress policy
  *   dpd_to_wep    TC egress:  packets entering the workload, its ingress policy
- *   dpd_epilogue  dpd_jump[DPD_JUMP_EPILOGUE]: verdict -> conntrack, counters
+ *   dpd_epilogue  dpd_jump[DPD_JUMP_EPILOGUE]: verdict -> conntrack, counters,
+ *                 a flow event (dpd_events.h)
  *
  * Flow: ARP passes, other non-IPv4 drops; an interface without a ready
  * dpd_ifstate entry drops (fail closed); a non-first fragment takes the
@@ -34,6 +35,7 @@
 #include "dpd_nat.h"
 #include "dpd_frag.h"
 #include "dpd_ipv6.h"
+#include "dpd_events.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -167,6 +169,8 @@ static __always_inline int dpd_entry(struct __sk_buff *skb, __u32 dir)
 	if (trace) {
 		st->flags |= DPD_ST_NO_POLICY;
 		dpd_trace_write(st);
+	} else {
+		dpd_event(st, DPD_EV_NO_POLICY);
 	}
 	return TC_ACT_SHOT;
 }
@@ -207,6 +211,7 @@ int dpd_epilogue(struct __sk_buff *skb)
 			ctr->bytes += st->pkt_len;
 		}
 	}
+	dpd_event(st, DPD_EV_DECIDED);
 	if (st->verdict != DPD_VERDICT_ALLOW)
 		return TC_ACT_SHOT;
 	dpd_ct_create(st);

@@ -43,6 +43,44 @@ type DpdDpdCtVal struct {
 	NatSvc   uint32
 }
 
+type DpdDpdEvCfg struct {
+	_              structs.HostLayout
+	Flags          uint32
+	Pad            uint32
+	DenyIntervalNs uint64
+}
+
+type DpdDpdEvDeny struct {
+	_      structs.HostLayout
+	LastNs uint64
+	Count  uint64
+}
+
+type DpdDpdFlowEvent struct {
+	_          structs.HostLayout
+	TsNs       uint64
+	RuleId     uint64
+	Saddr      [16]uint8
+	Daddr      [16]uint8
+	Sport      uint16
+	Dport      uint16
+	Proto      uint8
+	Family     uint8
+	Dir        uint8
+	Verdict    uint8
+	Ifindex    uint32
+	Flags      uint32
+	Suppressed uint32
+	PktLen     uint32
+	NatAddr    [16]uint8
+	NatPort    uint16
+	Kind       uint8
+	IcmpType   uint8
+	NatSvc     uint32
+	IcmpCode   uint8
+	EvPad      [7]uint8
+}
+
 type DpdDpdFragKey struct {
 	_       structs.HostLayout
 	Saddr   [16]uint8
@@ -169,24 +207,29 @@ type DpdDpdState struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	DpdMapDpdChain     = "dpd_chain"
-	DpdMapDpdCt        = "dpd_ct"
-	DpdMapDpdDropCtrs  = "dpd_drop_ctrs"
-	DpdMapDpdFrags     = "dpd_frags"
-	DpdMapDpdIfstate   = "dpd_ifstate"
-	DpdMapDpdIpsetIds  = "dpd_ipset_ids"
-	DpdMapDpdIpsets    = "dpd_ipsets"
-	DpdMapDpdJump      = "dpd_jump"
-	DpdMapDpdNatBe     = "dpd_nat_be"
-	DpdMapDpdNatFe     = "dpd_nat_fe"
-	DpdMapDpdNatFeBits = "dpd_nat_fe_bits"
-	DpdMapDpdRoutes    = "dpd_routes"
-	DpdMapDpdRuleCtrs  = "dpd_rule_ctrs"
-	DpdMapDpdState     = "dpd_state"
-	DpdMapDpdTrace     = "dpd_trace"
-	DpdProgDpdEpilogue = "dpd_epilogue"
-	DpdProgDpdFromWep  = "dpd_from_wep"
-	DpdProgDpdToWep    = "dpd_to_wep"
+	DpdMapDpdChain        = "dpd_chain"
+	DpdMapDpdCt           = "dpd_ct"
+	DpdMapDpdDropCtrs     = "dpd_drop_ctrs"
+	DpdMapDpdEvCfg        = "dpd_ev_cfg"
+	DpdMapDpdEvDeny       = "dpd_ev_deny"
+	DpdMapDpdEvDrops      = "dpd_ev_drops"
+	DpdMapDpdEvents       = "dpd_events"
+	DpdMapDpdFrags        = "dpd_frags"
+	DpdMapDpdIfstate      = "dpd_ifstate"
+	DpdMapDpdIpsetIds     = "dpd_ipset_ids"
+	DpdMapDpdIpsets       = "dpd_ipsets"
+	DpdMapDpdJump         = "dpd_jump"
+	DpdMapDpdNatBe        = "dpd_nat_be"
+	DpdMapDpdNatFe        = "dpd_nat_fe"
+	DpdMapDpdNatFeBits    = "dpd_nat_fe_bits"
+	DpdMapDpdRoutes       = "dpd_routes"
+	DpdMapDpdRuleCtrs     = "dpd_rule_ctrs"
+	DpdMapDpdState        = "dpd_state"
+	DpdMapDpdTrace        = "dpd_trace"
+	DpdProgDpdEpilogue    = "dpd_epilogue"
+	DpdProgDpdFromWep     = "dpd_from_wep"
+	DpdProgDpdToWep       = "dpd_to_wep"
+	DpdVarDpdFlowEventBtf = "dpd_flow_event_btf"
 )
 
 // LoadDpd returns the embedded CollectionSpec for Dpd.
@@ -243,6 +286,10 @@ type DpdMapSpecs struct {
 	DpdChain     *ebpf.MapSpec `ebpf:"dpd_chain"`
 	DpdCt        *ebpf.MapSpec `ebpf:"dpd_ct"`
 	DpdDropCtrs  *ebpf.MapSpec `ebpf:"dpd_drop_ctrs"`
+	DpdEvCfg     *ebpf.MapSpec `ebpf:"dpd_ev_cfg"`
+	DpdEvDeny    *ebpf.MapSpec `ebpf:"dpd_ev_deny"`
+	DpdEvDrops   *ebpf.MapSpec `ebpf:"dpd_ev_drops"`
+	DpdEvents    *ebpf.MapSpec `ebpf:"dpd_events"`
 	DpdFrags     *ebpf.MapSpec `ebpf:"dpd_frags"`
 	DpdIfstate   *ebpf.MapSpec `ebpf:"dpd_ifstate"`
 	DpdIpsetIds  *ebpf.MapSpec `ebpf:"dpd_ipset_ids"`
@@ -261,6 +308,7 @@ type DpdMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type DpdVariableSpecs struct {
+	DpdFlowEventBtf *ebpf.VariableSpec `ebpf:"dpd_flow_event_btf"`
 }
 
 // DpdObjects contains all objects after they have been loaded into the kernel.
@@ -286,6 +334,10 @@ type DpdMaps struct {
 	DpdChain     *ebpf.Map `ebpf:"dpd_chain"`
 	DpdCt        *ebpf.Map `ebpf:"dpd_ct"`
 	DpdDropCtrs  *ebpf.Map `ebpf:"dpd_drop_ctrs"`
+	DpdEvCfg     *ebpf.Map `ebpf:"dpd_ev_cfg"`
+	DpdEvDeny    *ebpf.Map `ebpf:"dpd_ev_deny"`
+	DpdEvDrops   *ebpf.Map `ebpf:"dpd_ev_drops"`
+	DpdEvents    *ebpf.Map `ebpf:"dpd_events"`
 	DpdFrags     *ebpf.Map `ebpf:"dpd_frags"`
 	DpdIfstate   *ebpf.Map `ebpf:"dpd_ifstate"`
 	DpdIpsetIds  *ebpf.Map `ebpf:"dpd_ipset_ids"`
@@ -305,6 +357,10 @@ func (m *DpdMaps) Close() error {
 		m.DpdChain,
 		m.DpdCt,
 		m.DpdDropCtrs,
+		m.DpdEvCfg,
+		m.DpdEvDeny,
+		m.DpdEvDrops,
+		m.DpdEvents,
 		m.DpdFrags,
 		m.DpdIfstate,
 		m.DpdIpsetIds,
@@ -324,6 +380,7 @@ func (m *DpdMaps) Close() error {
 //
 // It can be passed to LoadDpdObjects or ebpf.CollectionSpec.LoadAndAssign.
 type DpdVariables struct {
+	DpdFlowEventBtf *ebpf.Variable `ebpf:"dpd_flow_event_btf"`
 }
 
 // DpdPrograms contains all programs after they have been loaded into the kernel.

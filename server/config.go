@@ -63,6 +63,11 @@ type Config struct {
 	// RuleMetricsLimit busiest rules (linux dataplane).
 	RuleMetrics      bool
 	RuleMetricsLimit int
+	// FlowLog, when set, writes flow logs (aggregates of the kernel's flow
+	// events per FlowLogInterval) as JSON lines to this file, or to stdout
+	// for "-" (linux dataplane).
+	FlowLog         string
+	FlowLogInterval time.Duration
 }
 
 // withDefaults fills zero values.

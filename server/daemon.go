@@ -28,6 +28,7 @@ type Daemon struct {
 	binder *policysync.Binder // nil without --policysync-dir
 	pipe   *pipeController    // nil unless --felix-pipe
 
+	flows         *flowAggregator // nil unless the kernel reports flow events
 	engineRunning atomic.Bool
 	listening     atomic.Bool
 }
@@ -66,6 +67,14 @@ func NewDaemon(cfg Config, kernel engine.Kernel) (*Daemon, error) {
 		}
 		if err := reg.Register(newKernelCollector(ki, eng, limit)); err != nil {
 			return nil, fmt.Errorf("register kernel metrics: %w", err)
+		}
+	}
+	if fo, ok := kernel.(engine.FlowObserver); ok {
+		if d.flows, err = newDaemonFlows(cfg, fo, eng); err != nil {
+			return nil, err
+		}
+		if err := reg.Register(d.flows); err != nil {
+			return nil, fmt.Errorf("register flow metrics: %w", err)
 		}
 	}
 	if proc != nil {
@@ -145,6 +154,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if d.binder != nil {
 		bctx, cancel := context.WithCancel(context.Background())
 		g.Add(func() error { return d.binder.Run(bctx) }, func(error) { cancel() })
+	}
+	if d.flows != nil {
+		fctx, cancel := context.WithCancel(context.Background())
+		g.Add(func() error { return d.flows.run(fctx) }, func(error) { cancel() })
 	}
 	if d.pipe != nil {
 		pctx, cancel := context.WithCancel(context.Background())

@@ -138,23 +138,12 @@ func explainTrace(res model.TraceResult, dir model.Direction) *dpdv1.TraceRespon
 		resp.PolicyVerdict = "deny"
 		resp.Explanation = "deny: the policy program dropped the packet before deciding (a missing program chunk)"
 	default:
-		resp.PolicyVerdict = "deny"
-		if res.Allowed {
-			resp.PolicyVerdict = "allow"
-		}
+		resp.PolicyVerdict, resp.DecidedBy, resp.Rule = decision(res.Stage, res.Allowed, res.RuleID, res.Rule, res.RuleFound, dir)
 		resp.Verdict = resp.PolicyVerdict
-		resp.DecidedBy = "policy"
 		switch {
 		case res.RuleFound:
-			ri := res.Rule
-			resp.Rule = ruleRef(ri, dir)
-			resp.DecidedBy = ri.Kind
-			if ri.Synthetic != "" {
-				resp.DecidedBy = ri.Synthetic
-			}
-			resp.Explanation = resp.PolicyVerdict + ": " + describeRule(ri)
+			resp.Explanation = resp.PolicyVerdict + ": " + describeRule(res.Rule)
 		case res.RuleID != 0:
-			resp.Rule = &dpdv1.RuleRef{CounterId: res.RuleID, Direction: dir.String()}
 			resp.Explanation = fmt.Sprintf("%s: rule with counter id %x (not in the installed program's table; the policy changed meanwhile?)", resp.PolicyVerdict, res.RuleID)
 		default:
 			resp.Explanation = resp.PolicyVerdict + " by the policy program"

@@ -318,4 +318,54 @@ struct dpd_frag_val {
  * policed yet (IPv6), so it was dropped. */
 #define DPD_ST_UNPOLICED (1u << 24)
 
+/* ---- Added by the flow-events work; mirrored in abi.go. ---- */
+
+/* dpd_events: RINGBUF of struct dpd_flow_event, one per new flow the policy
+ * decided (or found no policy for). Allowed flows report once (their next
+ * packets hit conntrack, which never writes here); denied ones at most once
+ * per flow per dpd_ev_cfg.deny_interval_ns, carrying how many packets of the
+ * flow were denied unreported since the previous event. A full ring drops
+ * the event, never the packet, and counts it in dpd_ev_drops. */
+#define DPD_EV_DECIDED   1 /* the policy decided: verdict and rule_id */
+#define DPD_EV_NO_POLICY 2 /* no policy program at the slot: dropped */
+
+struct dpd_flow_event {
+	__u64 ts_ns;        /* 0: bpf_ktime_get_coarse_ns (CLOCK_MONOTONIC_COARSE) */
+	__u64 rule_id;      /* 8: deciding rule's counter id; 0 = none */
+	__u8  saddr[16];    /* 16: as policed (after DNAT) */
+	__u8  daddr[16];    /* 32 */
+	__u16 sport;        /* 48: host order */
+	__u16 dport;        /* 50: host order */
+	__u8  proto;        /* 52 */
+	__u8  family;       /* 53 */
+	__u8  dir;          /* 54: DPD_DIR_* */
+	__u8  verdict;      /* 55: DPD_VERDICT_* */
+	__u32 ifindex;      /* 56 */
+	__u32 flags;        /* 60: dpd_state.flags at the decision (DPD_ST_*) */
+	__u32 suppressed;   /* 64: denied packets of the flow not reported since the previous event */
+	__u32 pkt_len;      /* 68 */
+	__u8  nat_addr[16]; /* 72: DPD_ST_NAT: the frontend before DNAT */
+	__u16 nat_port;     /* 88: host order */
+	__u8  kind;         /* 90: DPD_EV_* */
+	__u8  icmp_type;    /* 91 */
+	__u32 nat_svc;      /* 92 */
+	__u8  icmp_code;    /* 96 */
+	__u8  ev_pad[7];    /* 97 */
+};                          /* sizeof == 104 */
+
+/* dpd_ev_cfg: ARRAY[1], written by userspace. Events are off until it says
+ * DPD_EV_CFG_ON. */
+#define DPD_EV_CFG_ON (1u << 0)
+struct dpd_ev_cfg {
+	__u32 flags;            /* 0: DPD_EV_CFG_* */
+	__u32 pad;              /* 4 */
+	__u64 deny_interval_ns; /* 8: one event per denied flow per interval */
+};                              /* sizeof == 16 */
+
+/* dpd_ev_deny: LRU_HASH struct dpd_ct_key -> recently reported denied flows. */
+struct dpd_ev_deny {
+	__u64 last_ns;  /* 0: ts_ns of the flow's last event */
+	__u64 count;    /* 8: denied packets since, not reported */
+};                      /* sizeof == 16 */
+
 #endif

@@ -29,6 +29,10 @@ Commands (each takes -o json for scripts):
         [--src A] [--dst B] [--sport S] [--dport D] [--icmp-type T --icmp-code C]
                        run the endpoint's attached program on a crafted packet
                        and say which rule decides (--dataplane=linux)
+  observe [--follow] [--endpoint ID] [--namespace NS] [--verdict allow|deny]
+          [--policy P] [--port N] [--protocol tcp|udp|icmp|N] [--since 5m] [--last N]
+                       new flows as they were decided, one line a flow, with
+                       the deciding tier/policy#rule (--dataplane=linux)
   apply -f FILE        send a scenario (YAML or JSON list of ToDataplane
                        messages) as ONE controller session, then InSync, and
                        print endpoint statuses until the dataplane is in sync.
@@ -95,6 +99,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		"routes":    runRoutes,
 		"counters":  runCounters,
 		"trace":     runTrace,
+		"observe":   runObserve,
 		"apply":     runApply,
 	}
 	cmd, ok := cmds[fs.Arg(0)]

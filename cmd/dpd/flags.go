@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/dpd-dev/dpd/dataplane/linux"
 	"github.com/dpd-dev/dpd/dataplane/tcbpf"
@@ -73,6 +74,11 @@ func parseInto(lo *linux.Options, mem *memorySize, gc *gcPercent, st *startFlags
 	fs.IntVar(&cfg.PolicySyncMaxWorkloads, "policysync-max-workloads", policysync.DefaultMaxWorkloads, "most workloads --policysync-dir serves at once (each costs descriptors); further credentials files are refused, logged and counted until others go")
 	fs.BoolVar(&cfg.RuleMetrics, "rule-metrics", false, "export per-rule packet and byte counters (dpd_rule_*) of the busiest rules")
 	fs.IntVar(&cfg.RuleMetricsLimit, "rule-metrics-limit", server.DefaultRuleMetricsLimit, "how many rules --rule-metrics exports, busiest first")
+	flowEvents := fs.Bool("flow-events", true, "record each new flow's decision with its rule (dpdctl observe, dpd.v1.Inspect/Observe); off leaves the programs' events switched off")
+	fs.IntVar(&lo.Flows.History, "flow-history", 10000, "flow events kept in memory for Observe")
+	fs.DurationVar(&lo.Flows.DenyInterval, "flow-deny-interval", time.Second, "a denied flow is reported at most once per interval; the packets in between are counted into its next event")
+	fs.StringVar(&cfg.FlowLog, "flow-log", "", "write flow logs (JSON lines aggregated per --flow-log-interval) to this file, or - for stdout")
+	fs.DurationVar(&cfg.FlowLogInterval, "flow-log-interval", server.DefaultFlowLogInterval, "aggregation interval of --flow-log")
 	fs.Var(mem, "memory-limit", "soft memory limit of the Go runtime, which collects more often near it: a `size` as GOMEMLIMIT takes (48MiB, 1GiB), 0 or off for none; if neither this flag nor DPD_MEMORY_LIMIT is given and GOMEMLIMIT is set, GOMEMLIMIT applies; lifted with a warning if the live heap outgrows it")
 	st.register(fs)
 	fs.Var(gc, "gc-percent", "the Go collector's GOGC: heap growth between collections in percent of the live heap, -1 for off; if neither this flag nor DPD_GC_PERCENT is given and GOGC is set, GOGC applies")
@@ -107,6 +113,17 @@ func parseInto(lo *linux.Options, mem *memorySize, gc *gcPercent, st *startFlags
 		return cfg, level, fmt.Errorf("--policysync-max-workloads must be positive")
 	case cfg.RuleMetricsLimit <= 0:
 		return cfg, level, fmt.Errorf("--rule-metrics-limit must be positive")
+	}
+	lo.Flows.Off = !*flowEvents
+	switch {
+	case lo.Flows.History <= 0:
+		return cfg, level, fmt.Errorf("--flow-history must be positive")
+	case lo.Flows.DenyInterval <= 0:
+		return cfg, level, fmt.Errorf("--flow-deny-interval must be positive")
+	case cfg.FlowLogInterval <= 0:
+		return cfg, level, fmt.Errorf("--flow-log-interval must be positive")
+	case cfg.FlowLog != "" && lo.Flows.Off:
+		return cfg, level, fmt.Errorf("--flow-log needs --flow-events")
 	}
 	mode, err := tcbpf.ParseAttachMode(lo.AttachMode)
 	if err != nil {

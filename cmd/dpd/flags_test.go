@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dpd-dev/dpd/server"
 )
@@ -20,7 +21,7 @@ func TestParseFlags(t *testing.T) {
 		{
 			name: "defaults",
 			check: func(t *testing.T, c server.Config, level slog.Level) {
-				want := server.Config{Socket: "/run/dpd/dpd.sock", MetricsAddr: "127.0.0.1:9091", Dataplane: "linux", MaxRecvMsgSize: 16 << 20, RuleMetricsLimit: 100, PolicySyncMaxWorkloads: 1024}
+				want := server.Config{Socket: "/run/dpd/dpd.sock", MetricsAddr: "127.0.0.1:9091", Dataplane: "linux", MaxRecvMsgSize: 16 << 20, RuleMetricsLimit: 100, PolicySyncMaxWorkloads: 1024, FlowLogInterval: time.Minute}
 				if c != want || level != slog.LevelInfo {
 					t.Errorf("defaults = %+v %v", c, level)
 				}
@@ -32,7 +33,7 @@ func TestParseFlags(t *testing.T) {
 				"DPD_MAX_MSG_SIZE": "1024", "DPD_LISTEN_TCP": "127.0.0.1:9443", "DPD_INSECURE_TCP": "true",
 				"DPD_POLICYSYNC_MAX_WORKLOADS": "7"},
 			check: func(t *testing.T, c server.Config, level slog.Level) {
-				want := server.Config{Socket: "/tmp/x.sock", ListenTCP: "127.0.0.1:9443", InsecureTCP: true, MetricsAddr: "127.0.0.1:9091", Dataplane: "memory", MaxRecvMsgSize: 1024, RuleMetricsLimit: 100, PolicySyncMaxWorkloads: 7}
+				want := server.Config{Socket: "/tmp/x.sock", ListenTCP: "127.0.0.1:9443", InsecureTCP: true, MetricsAddr: "127.0.0.1:9091", Dataplane: "memory", MaxRecvMsgSize: 1024, RuleMetricsLimit: 100, PolicySyncMaxWorkloads: 7, FlowLogInterval: time.Minute}
 				if c != want || level != slog.LevelDebug {
 					t.Errorf("env = %+v %v", c, level)
 				}
@@ -88,6 +89,9 @@ func TestParseFlags(t *testing.T) {
 				}
 			},
 		},
+		{name: "flow log needs flow events", args: []string{"--flow-events=false", "--flow-log=-"}, wantErr: "--flow-log needs --flow-events"},
+		{name: "non-positive flow history", args: []string{"--flow-history=0"}, wantErr: "flow-history"},
+		{name: "non-positive flow log interval", args: []string{"--flow-log-interval=0s"}, wantErr: "flow-log-interval"},
 		{name: "non-positive rule limit", args: []string{"--rule-metrics-limit=0"}, wantErr: "rule-metrics-limit"},
 		{name: "non-positive workload cap", args: []string{"--policysync-max-workloads=0"}, wantErr: "policysync-max-workloads"},
 	}

@@ -34,6 +34,8 @@ type Options struct {
 	// installed: the point where a crash leaves an interface attached but
 	// not ready. Only crash tests set it (see CrashAfterAttachEnv).
 	AfterAttach func(iface string)
+	// Flows configures flow events (flows.go); on by default.
+	Flows FlowOptions
 }
 
 // Kernel implements engine.Kernel on Linux by composing one programmer
@@ -86,6 +88,7 @@ type Kernel struct {
 	gcDone       bool            // the post-restart garbage collection ran; guarded by mu
 	logged       map[string]bool // one-time warnings given; guarded by mu
 	ctCount      ctCount         // the last conntrack count (inspect.go); guarded by mu
+	flows        *flowWatcher    // flow events (flows.go); set by the first open, guarded by mu
 
 	attach tcbpf.AttachChoice // the attach mode in force and why; immutable
 }
@@ -201,6 +204,7 @@ func (k *Kernel) openBPFLocked() error {
 		_ = d.Close()
 		return err
 	}
+	k.startFlowsLocked(d)
 	return nil
 }
 
@@ -241,6 +245,10 @@ func (k *Kernel) Close() error {
 	}
 	k.closed = true
 	k.waitAllAttachesLocked() // they use the datapath's programs
+	k.stopFlowsLocked()
+	if k.flows != nil {
+		k.flows.hist.Close()
+	}
 	k.pols.abandon()
 	if k.mon != nil {
 		_ = k.mon.Close()
@@ -297,6 +305,7 @@ func (k *Kernel) Configure(cfg map[string]string) error {
 	k.sizes = sizes
 	k.waitAllAttachesLocked() // they use the datapath about to close
 	k.pols.abandon()
+	k.stopFlowsLocked()
 	if err := k.bpf.Close(); err != nil {
 		k.log.Warn("close bpf dataplane before resize", "err", err)
 	}

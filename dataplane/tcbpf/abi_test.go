@@ -64,6 +64,16 @@ func TestBTFLayout(t *testing.T) {
 			"seen": abi.FragValSeen, "sport": abi.FragValSport, "dport": abi.FragValDport,
 			"icmp_type": abi.FragValICMPType, "icmp_code": abi.FragValICMPCode, "proto": abi.FragValProto,
 		}},
+		{"dpd_flow_event", abi.FlowEventLen, map[string]uint32{
+			"ts_ns": abi.EvTsNs, "rule_id": abi.EvRuleID, "saddr": abi.EvSaddr, "daddr": abi.EvDaddr,
+			"sport": abi.EvSport, "dport": abi.EvDport, "proto": abi.EvProto, "family": abi.EvFamily,
+			"dir": abi.EvDir, "verdict": abi.EvVerdict, "ifindex": abi.EvIfindex, "flags": abi.EvFlags,
+			"suppressed": abi.EvSuppressed, "pkt_len": abi.EvPktLen, "nat_addr": abi.EvNATAddr,
+			"nat_port": abi.EvNATPort, "kind": abi.EvKind, "icmp_type": abi.EvICMPType,
+			"nat_svc": abi.EvNATSvc, "icmp_code": abi.EvICMPCode,
+		}},
+		{"dpd_ev_cfg", abi.EvCfgSize, map[string]uint32{"flags": 0, "deny_interval_ns": 8}},
+		{"dpd_ev_deny", abi.EvDenySize, map[string]uint32{"last_ns": 0, "count": 8}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -125,6 +135,7 @@ func TestHeaderDefines(t *testing.T) {
 		"DPD_FRAG_TIMEOUT_S": abi.FragTimeoutS, "DPD_DROP_FRAG_NO_FIRST": abi.DropFragNoFirst,
 		"DPD_DROP_FRAG_TINY": abi.DropFragTiny, "DPD_DROP_IPV6_EXT": abi.DropIPv6Ext, "DPD_DROP_MAX": abi.DropMax,
 		"DPD_ST_UNPOLICED": abi.StUnpoliced,
+		"DPD_EV_DECIDED":   abi.EvDecided, "DPD_EV_NO_POLICY": abi.EvNoPolicy, "DPD_EV_CFG_ON": abi.EvCfgOn,
 	}
 	f, err := os.Open("../../bpf/include/dpd_abi.h")
 	if err != nil {

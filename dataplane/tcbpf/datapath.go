@@ -44,6 +44,11 @@ type Maps struct {
 	// Added by the fragments work.
 	Frags    *ebpf.Map // LRU_HASH struct dpd_frag_key -> struct dpd_frag_val
 	DropCtrs *ebpf.Map // PERCPU_ARRAY[abi.DropMax] struct dpd_counter
+	// Added by the flow-events work (events.go).
+	Events  *ebpf.Map // RINGBUF of struct dpd_flow_event
+	EvDrops *ebpf.Map // PERCPU_ARRAY[1] u64
+	EvCfg   *ebpf.Map // ARRAY[1] struct dpd_ev_cfg
+	EvDeny  *ebpf.Map // LRU_HASH struct dpd_ct_key -> struct dpd_ev_deny
 }
 
 // Programs are the loaded entry programs and the epilogue.
@@ -206,6 +211,8 @@ func applySizes(spec *ebpf.CollectionSpec, s MapSizes) {
 		abi.MapNATBackends:  s.NATBackend,
 		abi.MapRoutes:       s.Routes,
 		abi.MapFrags:        s.Fragments,
+		abi.MapEvents:       s.Events,
+		abi.MapEvDeny:       s.EventDeny,
 	} {
 		if m, ok := spec.Maps[name]; ok {
 			m.MaxEntries = uint32(n)
@@ -235,6 +242,7 @@ func (d *Datapath) Maps() Maps {
 		Chain: o.DpdChain, Trace: o.DpdTrace,
 		NATFrontends: o.DpdNatFe, NATBackends: o.DpdNatBe, Routes: o.DpdRoutes,
 		Frags: o.DpdFrags, DropCtrs: o.DpdDropCtrs,
+		Events: o.DpdEvents, EvDrops: o.DpdEvDrops, EvCfg: o.DpdEvCfg, EvDeny: o.DpdEvDeny,
 	}
 }
 

@@ -19,7 +19,10 @@ import (
 // attached by the previous dpd use it, so enforcement never stops.
 
 // scratchMaps hold per-packet scratch, not state: never worth migrating.
-var scratchMaps = map[string]bool{abi.MapState: true, abi.MapTrace: true}
+// The flow-event maps hold nothing a restart needs: unread events and
+// rate-limit state are lost at most.
+var scratchMaps = map[string]bool{abi.MapState: true, abi.MapTrace: true,
+	abi.MapEvents: true, abi.MapEvDrops: true, abi.MapEvCfg: true, abi.MapEvDeny: true}
 
 // MigrationReport says what migratePins did to one map.
 type MigrationReport struct {

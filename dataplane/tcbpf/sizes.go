@@ -2,6 +2,7 @@ package tcbpf
 
 import (
 	"fmt"
+	"os"
 	"strconv"
 
 	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
@@ -30,6 +31,13 @@ type MapSizes struct {
 	// own key); default 8192. An LRU: when full, the oldest datagram's
 	// later fragments are dropped.
 	Fragments int
+	// Events is dpd_events, the flow-event ring buffer, in bytes: a power
+	// of two of at least a page; BPFMapSizeFlowEvents; default 1 MiB
+	// (about 9,800 events of abi.FlowEventLen + the ring's 8-byte header).
+	Events int
+	// EventDeny is dpd_ev_deny: denied flows whose events are being
+	// rate-limited; BPFMapSizeFlowEventDeny; default 65536.
+	EventDeny int
 }
 
 // Config keys read by MapSizesFromConfig. Conntrack, IPSets, IfState and
@@ -46,6 +54,8 @@ const (
 	ConfigNATBackend   = "BPFMapSizeNATBackend"
 	ConfigRoutes       = "BPFMapSizeRoute"
 	ConfigFragments    = "BPFMapSizeFragments"
+	ConfigEvents       = "BPFMapSizeFlowEvents"
+	ConfigEventDeny    = "BPFMapSizeFlowEventDeny"
 )
 
 // ipsetIDsSize bounds the number of distinct IP sets (dpd_ipset_ids).
@@ -65,6 +75,8 @@ func DefaultMapSizes() MapSizes {
 		NATBackend:   262144,
 		Routes:       262144,
 		Fragments:    8192,
+		Events:       1 << 20,
+		EventDeny:    65536,
 	}
 }
 
@@ -83,6 +95,7 @@ func (s *MapSizes) fields() []sizeField {
 		{"jump", ConfigJump, &s.Jump}, {"chain", ConfigChain, &s.Chain},
 		{"nat frontend", ConfigNATFrontend, &s.NATFrontend}, {"nat backend", ConfigNATBackend, &s.NATBackend},
 		{"routes", ConfigRoutes, &s.Routes}, {"fragments", ConfigFragments, &s.Fragments},
+		{"flow events", ConfigEvents, &s.Events}, {"flow event deny", ConfigEventDeny, &s.EventDeny},
 	}
 }
 
@@ -107,6 +120,9 @@ func (s MapSizes) validate() error {
 		if *f.v <= 0 || *f.v > 1<<28 {
 			return fmt.Errorf("map size %s %d out of range", f.name, *f.v)
 		}
+	}
+	if s.Events < os.Getpagesize() || s.Events&(s.Events-1) != 0 {
+		return fmt.Errorf("map size flow events %d: want a power of two of at least %d bytes", s.Events, os.Getpagesize())
 	}
 	if s.Jump < abi.JumpPolBase+2 {
 		return fmt.Errorf("map size jump %d leaves no policy slot (need >= %d)", s.Jump, abi.JumpPolBase+2)

@@ -135,6 +135,19 @@ func TestServices(t *testing.T) {
 		}
 	})
 
+	t.Run("observe-shows-frontend-and-backend", func(t *testing.T) {
+		backends := map[string]bool{b1.IP: true, b2.IP: true}
+		testutil.WaitFor(t, svcTimeout, "a service flow in observe", func() bool {
+			for _, f := range observed(t, d, "--endpoint", fmt.Sprintf("k8s/%s/eth0", client.ID().GetWorkloadId()), "--verdict", "allow") {
+				if f.GetDirection() == "egress" && f.GetServiceIp() == svcIP && f.GetServicePort() == svcTCPPort &&
+					backends[f.GetDestination().GetIp()] && f.GetDestination().GetPort() == svcBackendPort {
+					return true
+				}
+			}
+			return false
+		})
+	})
+
 	t.Run("udp", func(t *testing.T) {
 		seen := map[string]int{}
 		for i := range 40 {

@@ -2237,6 +2237,417 @@ func (x *TraceResponse) GetTcReturn() int32 {
 	return 0
 }
 
+type ObserveRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Only flows of this endpoint (as GetEndpoint takes it), on either side.
+	Endpoint string `protobuf:"bytes,1,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	// Only flows with an endpoint of this namespace (the first part of a
+	// Kubernetes workload id, "namespace/pod") on either side.
+	Namespace string `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"`
+	// "allow" or "deny".
+	Verdict string `protobuf:"bytes,3,opt,name=verdict,proto3" json:"verdict,omitempty"`
+	// Only flows decided by this policy or profile: RuleRef.policy in full,
+	// with its tier in front, or without the prefix naming its tier or kind.
+	Policy string `protobuf:"bytes,4,opt,name=policy,proto3" json:"policy,omitempty"`
+	// Only flows with this port on either side.
+	Port uint32 `protobuf:"varint,5,opt,name=port,proto3" json:"port,omitempty"`
+	// "tcp", "udp", "icmp" or an IP protocol number.
+	Protocol string `protobuf:"bytes,6,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	// Only flows at or after this time.
+	Since *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=since,proto3" json:"since,omitempty"`
+	// Keep the stream open and send flows as they happen.
+	Follow bool `protobuf:"varint,8,opt,name=follow,proto3" json:"follow,omitempty"`
+	// At most this many flows from the history (the newest); 0 for all.
+	Last          uint32 `protobuf:"varint,9,opt,name=last,proto3" json:"last,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ObserveRequest) Reset() {
+	*x = ObserveRequest{}
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ObserveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ObserveRequest) ProtoMessage() {}
+
+func (x *ObserveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ObserveRequest.ProtoReflect.Descriptor instead.
+func (*ObserveRequest) Descriptor() ([]byte, []int) {
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *ObserveRequest) GetEndpoint() string {
+	if x != nil {
+		return x.Endpoint
+	}
+	return ""
+}
+
+func (x *ObserveRequest) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *ObserveRequest) GetVerdict() string {
+	if x != nil {
+		return x.Verdict
+	}
+	return ""
+}
+
+func (x *ObserveRequest) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *ObserveRequest) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *ObserveRequest) GetProtocol() string {
+	if x != nil {
+		return x.Protocol
+	}
+	return ""
+}
+
+func (x *ObserveRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *ObserveRequest) GetFollow() bool {
+	if x != nil {
+		return x.Follow
+	}
+	return false
+}
+
+func (x *ObserveRequest) GetLast() uint32 {
+	if x != nil {
+		return x.Last
+	}
+	return 0
+}
+
+type ObserveResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Set on every response but the ones that only report a loss.
+	Flow *Flow `protobuf:"bytes,1,opt,name=flow,proto3" json:"flow,omitempty"`
+	// The events this stream missed since the previous response (it read
+	// too slowly), counted before the filters.
+	Lost          uint64 `protobuf:"varint,2,opt,name=lost,proto3" json:"lost,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ObserveResponse) Reset() {
+	*x = ObserveResponse{}
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ObserveResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ObserveResponse) ProtoMessage() {}
+
+func (x *ObserveResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ObserveResponse.ProtoReflect.Descriptor instead.
+func (*ObserveResponse) Descriptor() ([]byte, []int) {
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *ObserveResponse) GetFlow() *Flow {
+	if x != nil {
+		return x.Flow
+	}
+	return nil
+}
+
+func (x *ObserveResponse) GetLost() uint64 {
+	if x != nil {
+		return x.Lost
+	}
+	return 0
+}
+
+// Flow is one new flow's decision.
+type Flow struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Time  *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3" json:"time,omitempty"`
+	// The host-side interface the decision was made on.
+	Interface string `protobuf:"bytes,2,opt,name=interface,proto3" json:"interface,omitempty"`
+	Ifindex   int32  `protobuf:"varint,3,opt,name=ifindex,proto3" json:"ifindex,omitempty"`
+	// "ingress" (into the workload) or "egress" (out of it).
+	Direction string `protobuf:"bytes,4,opt,name=direction,proto3" json:"direction,omitempty"`
+	// "tcp", "udp", "icmp" or the protocol number.
+	Protocol string `protobuf:"bytes,5,opt,name=protocol,proto3" json:"protocol,omitempty"`
+	// As policed: for service traffic the destination is the backend.
+	Source      *FlowPeer `protobuf:"bytes,6,opt,name=source,proto3" json:"source,omitempty"`
+	Destination *FlowPeer `protobuf:"bytes,7,opt,name=destination,proto3" json:"destination,omitempty"`
+	// "allow" or "deny", as Trace's verdict.
+	Verdict string `protobuf:"bytes,8,opt,name=verdict,proto3" json:"verdict,omitempty"`
+	// As Trace's decided_by: "policy", "profile", "tier-default",
+	// "no-match" or "no policy".
+	DecidedBy string   `protobuf:"bytes,9,opt,name=decided_by,json=decidedBy,proto3" json:"decided_by,omitempty"`
+	Rule      *RuleRef `protobuf:"bytes,10,opt,name=rule,proto3" json:"rule,omitempty"`
+	// Denied packets of this flow not reported since its previous event.
+	Suppressed uint32 `protobuf:"varint,11,opt,name=suppressed,proto3" json:"suppressed,omitempty"`
+	// Service traffic: the frontend the client addressed, before DNAT.
+	ServiceIp   string `protobuf:"bytes,12,opt,name=service_ip,json=serviceIp,proto3" json:"service_ip,omitempty"`
+	ServicePort uint32 `protobuf:"varint,13,opt,name=service_port,json=servicePort,proto3" json:"service_port,omitempty"`
+	IcmpType    uint32 `protobuf:"varint,14,opt,name=icmp_type,json=icmpType,proto3" json:"icmp_type,omitempty"`
+	IcmpCode    uint32 `protobuf:"varint,15,opt,name=icmp_code,json=icmpCode,proto3" json:"icmp_code,omitempty"`
+	// Numbers the flows dpd recorded, without gaps (the history's order).
+	Seq           uint64 `protobuf:"varint,16,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Flow) Reset() {
+	*x = Flow{}
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Flow) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Flow) ProtoMessage() {}
+
+func (x *Flow) ProtoReflect() protoreflect.Message {
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Flow.ProtoReflect.Descriptor instead.
+func (*Flow) Descriptor() ([]byte, []int) {
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *Flow) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+func (x *Flow) GetInterface() string {
+	if x != nil {
+		return x.Interface
+	}
+	return ""
+}
+
+func (x *Flow) GetIfindex() int32 {
+	if x != nil {
+		return x.Ifindex
+	}
+	return 0
+}
+
+func (x *Flow) GetDirection() string {
+	if x != nil {
+		return x.Direction
+	}
+	return ""
+}
+
+func (x *Flow) GetProtocol() string {
+	if x != nil {
+		return x.Protocol
+	}
+	return ""
+}
+
+func (x *Flow) GetSource() *FlowPeer {
+	if x != nil {
+		return x.Source
+	}
+	return nil
+}
+
+func (x *Flow) GetDestination() *FlowPeer {
+	if x != nil {
+		return x.Destination
+	}
+	return nil
+}
+
+func (x *Flow) GetVerdict() string {
+	if x != nil {
+		return x.Verdict
+	}
+	return ""
+}
+
+func (x *Flow) GetDecidedBy() string {
+	if x != nil {
+		return x.DecidedBy
+	}
+	return ""
+}
+
+func (x *Flow) GetRule() *RuleRef {
+	if x != nil {
+		return x.Rule
+	}
+	return nil
+}
+
+func (x *Flow) GetSuppressed() uint32 {
+	if x != nil {
+		return x.Suppressed
+	}
+	return 0
+}
+
+func (x *Flow) GetServiceIp() string {
+	if x != nil {
+		return x.ServiceIp
+	}
+	return ""
+}
+
+func (x *Flow) GetServicePort() uint32 {
+	if x != nil {
+		return x.ServicePort
+	}
+	return 0
+}
+
+func (x *Flow) GetIcmpType() uint32 {
+	if x != nil {
+		return x.IcmpType
+	}
+	return 0
+}
+
+func (x *Flow) GetIcmpCode() uint32 {
+	if x != nil {
+		return x.IcmpCode
+	}
+	return 0
+}
+
+func (x *Flow) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+// FlowPeer is one side of a flow.
+type FlowPeer struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Ip    string                 `protobuf:"bytes,1,opt,name=ip,proto3" json:"ip,omitempty"`
+	Port  uint32                 `protobuf:"varint,2,opt,name=port,proto3" json:"port,omitempty"`
+	// The local workload endpoint with this address, when there is one.
+	Endpoint      string `protobuf:"bytes,3,opt,name=endpoint,proto3" json:"endpoint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FlowPeer) Reset() {
+	*x = FlowPeer{}
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FlowPeer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FlowPeer) ProtoMessage() {}
+
+func (x *FlowPeer) ProtoReflect() protoreflect.Message {
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FlowPeer.ProtoReflect.Descriptor instead.
+func (*FlowPeer) Descriptor() ([]byte, []int) {
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *FlowPeer) GetIp() string {
+	if x != nil {
+		return x.Ip
+	}
+	return ""
+}
+
+func (x *FlowPeer) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *FlowPeer) GetEndpoint() string {
+	if x != nil {
+		return x.Endpoint
+	}
+	return ""
+}
+
 var File_dpd_v1_dataplane_proto protoreflect.FileDescriptor
 
 const file_dpd_v1_dataplane_proto_rawDesc = "" +
@@ -2420,9 +2831,48 @@ const file_dpd_v1_dataplane_proto_rawDesc = "" +
 	"\vexplanation\x18\x05 \x01(\tR\vexplanation\x12\x1c\n" +
 	"\tinterface\x18\x06 \x01(\tR\tinterface\x12\x18\n" +
 	"\aifindex\x18\a \x01(\x05R\aifindex\x12\x1b\n" +
-	"\ttc_return\x18\b \x01(\x05R\btcReturn2A\n" +
+	"\ttc_return\x18\b \x01(\x05R\btcReturn\"\x8a\x02\n" +
+	"\x0eObserveRequest\x12\x1a\n" +
+	"\bendpoint\x18\x01 \x01(\tR\bendpoint\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x18\n" +
+	"\averdict\x18\x03 \x01(\tR\averdict\x12\x16\n" +
+	"\x06policy\x18\x04 \x01(\tR\x06policy\x12\x12\n" +
+	"\x04port\x18\x05 \x01(\rR\x04port\x12\x1a\n" +
+	"\bprotocol\x18\x06 \x01(\tR\bprotocol\x120\n" +
+	"\x05since\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x16\n" +
+	"\x06follow\x18\b \x01(\bR\x06follow\x12\x12\n" +
+	"\x04last\x18\t \x01(\rR\x04last\"G\n" +
+	"\x0fObserveResponse\x12 \n" +
+	"\x04flow\x18\x01 \x01(\v2\f.dpd.v1.FlowR\x04flow\x12\x12\n" +
+	"\x04lost\x18\x02 \x01(\x04R\x04lost\"\x92\x04\n" +
+	"\x04Flow\x12.\n" +
+	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1c\n" +
+	"\tinterface\x18\x02 \x01(\tR\tinterface\x12\x18\n" +
+	"\aifindex\x18\x03 \x01(\x05R\aifindex\x12\x1c\n" +
+	"\tdirection\x18\x04 \x01(\tR\tdirection\x12\x1a\n" +
+	"\bprotocol\x18\x05 \x01(\tR\bprotocol\x12(\n" +
+	"\x06source\x18\x06 \x01(\v2\x10.dpd.v1.FlowPeerR\x06source\x122\n" +
+	"\vdestination\x18\a \x01(\v2\x10.dpd.v1.FlowPeerR\vdestination\x12\x18\n" +
+	"\averdict\x18\b \x01(\tR\averdict\x12\x1d\n" +
+	"\n" +
+	"decided_by\x18\t \x01(\tR\tdecidedBy\x12#\n" +
+	"\x04rule\x18\n" +
+	" \x01(\v2\x0f.dpd.v1.RuleRefR\x04rule\x12\x1e\n" +
+	"\n" +
+	"suppressed\x18\v \x01(\rR\n" +
+	"suppressed\x12\x1d\n" +
+	"\n" +
+	"service_ip\x18\f \x01(\tR\tserviceIp\x12!\n" +
+	"\fservice_port\x18\r \x01(\rR\vservicePort\x12\x1b\n" +
+	"\ticmp_type\x18\x0e \x01(\rR\bicmpType\x12\x1b\n" +
+	"\ticmp_code\x18\x0f \x01(\rR\bicmpCode\x12\x10\n" +
+	"\x03seq\x18\x10 \x01(\x04R\x03seq\"J\n" +
+	"\bFlowPeer\x12\x0e\n" +
+	"\x02ip\x18\x01 \x01(\tR\x02ip\x12\x12\n" +
+	"\x04port\x18\x02 \x01(\rR\x04port\x12\x1a\n" +
+	"\bendpoint\x18\x03 \x01(\tR\bendpoint2A\n" +
 	"\tDataplane\x124\n" +
-	"\x04Sync\x12\x12.felix.ToDataplane\x1a\x14.felix.FromDataplane(\x010\x012\xf4\x04\n" +
+	"\x04Sync\x12\x12.felix.ToDataplane\x1a\x14.felix.FromDataplane(\x010\x012\xb2\x05\n" +
 	"\aInspect\x12@\n" +
 	"\tGetStatus\x12\x18.dpd.v1.GetStatusRequest\x1a\x19.dpd.v1.GetStatusResponse\x12L\n" +
 	"\rListEndpoints\x12\x1c.dpd.v1.ListEndpointsRequest\x1a\x1d.dpd.v1.ListEndpointsResponse\x12;\n" +
@@ -2434,7 +2884,8 @@ const file_dpd_v1_dataplane_proto_rawDesc = "" +
 	"\n" +
 	"ListRoutes\x12\x19.dpd.v1.ListRoutesRequest\x1a\x1a.dpd.v1.ListRoutesResponse\x12F\n" +
 	"\vGetCounters\x12\x1a.dpd.v1.GetCountersRequest\x1a\x1b.dpd.v1.GetCountersResponse\x124\n" +
-	"\x05Trace\x12\x14.dpd.v1.TraceRequest\x1a\x15.dpd.v1.TraceResponseB+Z)github.com/dpd-dev/dpd/proto/dpd/v1;dpdv1b\x06proto3"
+	"\x05Trace\x12\x14.dpd.v1.TraceRequest\x1a\x15.dpd.v1.TraceResponse\x12<\n" +
+	"\aObserve\x12\x16.dpd.v1.ObserveRequest\x1a\x17.dpd.v1.ObserveResponse0\x01B+Z)github.com/dpd-dev/dpd/proto/dpd/v1;dpdv1b\x06proto3"
 
 var (
 	file_dpd_v1_dataplane_proto_rawDescOnce sync.Once
@@ -2448,7 +2899,7 @@ func file_dpd_v1_dataplane_proto_rawDescGZIP() []byte {
 	return file_dpd_v1_dataplane_proto_rawDescData
 }
 
-var file_dpd_v1_dataplane_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_dpd_v1_dataplane_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_dpd_v1_dataplane_proto_goTypes = []any{
 	(*GetStatusRequest)(nil),         // 0: dpd.v1.GetStatusRequest
 	(*GetStatusResponse)(nil),        // 1: dpd.v1.GetStatusResponse
@@ -2480,22 +2931,26 @@ var file_dpd_v1_dataplane_proto_goTypes = []any{
 	(*GetCountersResponse)(nil),      // 27: dpd.v1.GetCountersResponse
 	(*TraceRequest)(nil),             // 28: dpd.v1.TraceRequest
 	(*TraceResponse)(nil),            // 29: dpd.v1.TraceResponse
-	(*timestamppb.Timestamp)(nil),    // 30: google.protobuf.Timestamp
-	(*felix.WorkloadEndpointID)(nil), // 31: felix.WorkloadEndpointID
-	(*felix.ToDataplane)(nil),        // 32: felix.ToDataplane
-	(*felix.FromDataplane)(nil),      // 33: felix.FromDataplane
+	(*ObserveRequest)(nil),           // 30: dpd.v1.ObserveRequest
+	(*ObserveResponse)(nil),          // 31: dpd.v1.ObserveResponse
+	(*Flow)(nil),                     // 32: dpd.v1.Flow
+	(*FlowPeer)(nil),                 // 33: dpd.v1.FlowPeer
+	(*timestamppb.Timestamp)(nil),    // 34: google.protobuf.Timestamp
+	(*felix.WorkloadEndpointID)(nil), // 35: felix.WorkloadEndpointID
+	(*felix.ToDataplane)(nil),        // 36: felix.ToDataplane
+	(*felix.FromDataplane)(nil),      // 37: felix.FromDataplane
 }
 var file_dpd_v1_dataplane_proto_depIdxs = []int32{
-	30, // 0: dpd.v1.GetStatusResponse.started:type_name -> google.protobuf.Timestamp
+	34, // 0: dpd.v1.GetStatusResponse.started:type_name -> google.protobuf.Timestamp
 	4,  // 1: dpd.v1.GetStatusResponse.session:type_name -> dpd.v1.ControllerSession
 	5,  // 2: dpd.v1.GetStatusResponse.counts:type_name -> dpd.v1.Counts
-	30, // 3: dpd.v1.GetStatusResponse.last_apply:type_name -> google.protobuf.Timestamp
+	34, // 3: dpd.v1.GetStatusResponse.last_apply:type_name -> google.protobuf.Timestamp
 	2,  // 4: dpd.v1.GetStatusResponse.attach:type_name -> dpd.v1.AttachInfo
 	3,  // 5: dpd.v1.AttachInfo.costs:type_name -> dpd.v1.KernelCost
-	30, // 6: dpd.v1.ControllerSession.since:type_name -> google.protobuf.Timestamp
+	34, // 6: dpd.v1.ControllerSession.since:type_name -> google.protobuf.Timestamp
 	9,  // 7: dpd.v1.ListEndpointsResponse.endpoints:type_name -> dpd.v1.Endpoint
-	31, // 8: dpd.v1.Endpoint.id:type_name -> felix.WorkloadEndpointID
-	30, // 9: dpd.v1.Endpoint.last_programmed:type_name -> google.protobuf.Timestamp
+	35, // 8: dpd.v1.Endpoint.id:type_name -> felix.WorkloadEndpointID
+	34, // 9: dpd.v1.Endpoint.last_programmed:type_name -> google.protobuf.Timestamp
 	25, // 10: dpd.v1.Endpoint.counters:type_name -> dpd.v1.RuleCounter
 	12, // 11: dpd.v1.ListPoliciesResponse.policies:type_name -> dpd.v1.Policy
 	15, // 12: dpd.v1.ListIPSetsResponse.ip_sets:type_name -> dpd.v1.IPSet
@@ -2506,31 +2961,39 @@ var file_dpd_v1_dataplane_proto_depIdxs = []int32{
 	24, // 17: dpd.v1.RuleCounter.rule:type_name -> dpd.v1.RuleRef
 	25, // 18: dpd.v1.GetCountersResponse.counters:type_name -> dpd.v1.RuleCounter
 	24, // 19: dpd.v1.TraceResponse.rule:type_name -> dpd.v1.RuleRef
-	32, // 20: dpd.v1.Dataplane.Sync:input_type -> felix.ToDataplane
-	0,  // 21: dpd.v1.Inspect.GetStatus:input_type -> dpd.v1.GetStatusRequest
-	6,  // 22: dpd.v1.Inspect.ListEndpoints:input_type -> dpd.v1.ListEndpointsRequest
-	8,  // 23: dpd.v1.Inspect.GetEndpoint:input_type -> dpd.v1.GetEndpointRequest
-	10, // 24: dpd.v1.Inspect.ListPolicies:input_type -> dpd.v1.ListPoliciesRequest
-	13, // 25: dpd.v1.Inspect.ListIPSets:input_type -> dpd.v1.ListIPSetsRequest
-	16, // 26: dpd.v1.Inspect.ListServices:input_type -> dpd.v1.ListServicesRequest
-	21, // 27: dpd.v1.Inspect.ListRoutes:input_type -> dpd.v1.ListRoutesRequest
-	26, // 28: dpd.v1.Inspect.GetCounters:input_type -> dpd.v1.GetCountersRequest
-	28, // 29: dpd.v1.Inspect.Trace:input_type -> dpd.v1.TraceRequest
-	33, // 30: dpd.v1.Dataplane.Sync:output_type -> felix.FromDataplane
-	1,  // 31: dpd.v1.Inspect.GetStatus:output_type -> dpd.v1.GetStatusResponse
-	7,  // 32: dpd.v1.Inspect.ListEndpoints:output_type -> dpd.v1.ListEndpointsResponse
-	9,  // 33: dpd.v1.Inspect.GetEndpoint:output_type -> dpd.v1.Endpoint
-	11, // 34: dpd.v1.Inspect.ListPolicies:output_type -> dpd.v1.ListPoliciesResponse
-	14, // 35: dpd.v1.Inspect.ListIPSets:output_type -> dpd.v1.ListIPSetsResponse
-	17, // 36: dpd.v1.Inspect.ListServices:output_type -> dpd.v1.ListServicesResponse
-	22, // 37: dpd.v1.Inspect.ListRoutes:output_type -> dpd.v1.ListRoutesResponse
-	27, // 38: dpd.v1.Inspect.GetCounters:output_type -> dpd.v1.GetCountersResponse
-	29, // 39: dpd.v1.Inspect.Trace:output_type -> dpd.v1.TraceResponse
-	30, // [30:40] is the sub-list for method output_type
-	20, // [20:30] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	34, // 20: dpd.v1.ObserveRequest.since:type_name -> google.protobuf.Timestamp
+	32, // 21: dpd.v1.ObserveResponse.flow:type_name -> dpd.v1.Flow
+	34, // 22: dpd.v1.Flow.time:type_name -> google.protobuf.Timestamp
+	33, // 23: dpd.v1.Flow.source:type_name -> dpd.v1.FlowPeer
+	33, // 24: dpd.v1.Flow.destination:type_name -> dpd.v1.FlowPeer
+	24, // 25: dpd.v1.Flow.rule:type_name -> dpd.v1.RuleRef
+	36, // 26: dpd.v1.Dataplane.Sync:input_type -> felix.ToDataplane
+	0,  // 27: dpd.v1.Inspect.GetStatus:input_type -> dpd.v1.GetStatusRequest
+	6,  // 28: dpd.v1.Inspect.ListEndpoints:input_type -> dpd.v1.ListEndpointsRequest
+	8,  // 29: dpd.v1.Inspect.GetEndpoint:input_type -> dpd.v1.GetEndpointRequest
+	10, // 30: dpd.v1.Inspect.ListPolicies:input_type -> dpd.v1.ListPoliciesRequest
+	13, // 31: dpd.v1.Inspect.ListIPSets:input_type -> dpd.v1.ListIPSetsRequest
+	16, // 32: dpd.v1.Inspect.ListServices:input_type -> dpd.v1.ListServicesRequest
+	21, // 33: dpd.v1.Inspect.ListRoutes:input_type -> dpd.v1.ListRoutesRequest
+	26, // 34: dpd.v1.Inspect.GetCounters:input_type -> dpd.v1.GetCountersRequest
+	28, // 35: dpd.v1.Inspect.Trace:input_type -> dpd.v1.TraceRequest
+	30, // 36: dpd.v1.Inspect.Observe:input_type -> dpd.v1.ObserveRequest
+	37, // 37: dpd.v1.Dataplane.Sync:output_type -> felix.FromDataplane
+	1,  // 38: dpd.v1.Inspect.GetStatus:output_type -> dpd.v1.GetStatusResponse
+	7,  // 39: dpd.v1.Inspect.ListEndpoints:output_type -> dpd.v1.ListEndpointsResponse
+	9,  // 40: dpd.v1.Inspect.GetEndpoint:output_type -> dpd.v1.Endpoint
+	11, // 41: dpd.v1.Inspect.ListPolicies:output_type -> dpd.v1.ListPoliciesResponse
+	14, // 42: dpd.v1.Inspect.ListIPSets:output_type -> dpd.v1.ListIPSetsResponse
+	17, // 43: dpd.v1.Inspect.ListServices:output_type -> dpd.v1.ListServicesResponse
+	22, // 44: dpd.v1.Inspect.ListRoutes:output_type -> dpd.v1.ListRoutesResponse
+	27, // 45: dpd.v1.Inspect.GetCounters:output_type -> dpd.v1.GetCountersResponse
+	29, // 46: dpd.v1.Inspect.Trace:output_type -> dpd.v1.TraceResponse
+	31, // 47: dpd.v1.Inspect.Observe:output_type -> dpd.v1.ObserveResponse
+	37, // [37:48] is the sub-list for method output_type
+	26, // [26:37] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_dpd_v1_dataplane_proto_init() }
@@ -2545,7 +3008,7 @@ func file_dpd_v1_dataplane_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dpd_v1_dataplane_proto_rawDesc), len(file_dpd_v1_dataplane_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   30,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -139,6 +139,7 @@ const (
 	Inspect_ListRoutes_FullMethodName    = "/dpd.v1.Inspect/ListRoutes"
 	Inspect_GetCounters_FullMethodName   = "/dpd.v1.Inspect/GetCounters"
 	Inspect_Trace_FullMethodName         = "/dpd.v1.Inspect/Trace"
+	Inspect_Observe_FullMethodName       = "/dpd.v1.Inspect/Observe"
 )
 
 // InspectClient is the client API for Inspect service.
@@ -175,6 +176,16 @@ type InspectClient interface {
 	// packet (BPF_PROG_TEST_RUN) and says which rule decided. Conntrack and
 	// counters are left untouched (--dataplane=linux).
 	Trace(ctx context.Context, in *TraceRequest, opts ...grpc.CallOption) (*TraceResponse, error)
+	// Observe streams flow events: each new flow a policy program decided
+	// (and each denied flow at most once per dpd's --flow-deny-interval,
+	// default 1 s, with the packets denied in between), naming the deciding
+	// rule as Trace does. It answers from a
+	// bounded in-memory history, then, with follow, as flows happen. A
+	// subscriber that falls behind loses events and is told how many
+	// (ObserveResponse.lost); it never slows the dataplane. At most 64
+	// streams at once; one more fails with RESOURCE_EXHAUSTED
+	// (--dataplane=linux).
+	Observe(ctx context.Context, in *ObserveRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ObserveResponse], error)
 }
 
 type inspectClient struct {
@@ -275,6 +286,25 @@ func (c *inspectClient) Trace(ctx context.Context, in *TraceRequest, opts ...grp
 	return out, nil
 }
 
+func (c *inspectClient) Observe(ctx context.Context, in *ObserveRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ObserveResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Inspect_ServiceDesc.Streams[0], Inspect_Observe_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ObserveRequest, ObserveResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Inspect_ObserveClient = grpc.ServerStreamingClient[ObserveResponse]
+
 // InspectServer is the server API for Inspect service.
 // All implementations must embed UnimplementedInspectServer
 // for forward compatibility.
@@ -309,6 +339,16 @@ type InspectServer interface {
 	// packet (BPF_PROG_TEST_RUN) and says which rule decided. Conntrack and
 	// counters are left untouched (--dataplane=linux).
 	Trace(context.Context, *TraceRequest) (*TraceResponse, error)
+	// Observe streams flow events: each new flow a policy program decided
+	// (and each denied flow at most once per dpd's --flow-deny-interval,
+	// default 1 s, with the packets denied in between), naming the deciding
+	// rule as Trace does. It answers from a
+	// bounded in-memory history, then, with follow, as flows happen. A
+	// subscriber that falls behind loses events and is told how many
+	// (ObserveResponse.lost); it never slows the dataplane. At most 64
+	// streams at once; one more fails with RESOURCE_EXHAUSTED
+	// (--dataplane=linux).
+	Observe(*ObserveRequest, grpc.ServerStreamingServer[ObserveResponse]) error
 	mustEmbedUnimplementedInspectServer()
 }
 
@@ -345,6 +385,9 @@ func (UnimplementedInspectServer) GetCounters(context.Context, *GetCountersReque
 }
 func (UnimplementedInspectServer) Trace(context.Context, *TraceRequest) (*TraceResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Trace not implemented")
+}
+func (UnimplementedInspectServer) Observe(*ObserveRequest, grpc.ServerStreamingServer[ObserveResponse]) error {
+	return status.Error(codes.Unimplemented, "method Observe not implemented")
 }
 func (UnimplementedInspectServer) mustEmbedUnimplementedInspectServer() {}
 func (UnimplementedInspectServer) testEmbeddedByValue()                 {}
@@ -529,6 +572,17 @@ func _Inspect_Trace_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Inspect_Observe_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ObserveRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(InspectServer).Observe(m, &grpc.GenericServerStream[ObserveRequest, ObserveResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Inspect_ObserveServer = grpc.ServerStreamingServer[ObserveResponse]
+
 // Inspect_ServiceDesc is the grpc.ServiceDesc for Inspect service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -573,6 +627,12 @@ var Inspect_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Inspect_Trace_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Observe",
+			Handler:       _Inspect_Observe_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "dpd/v1/dataplane.proto",
 }

@@ -1,0 +1,49 @@
+package model
+
+import (
+	"net/netip"
+	"time"
+)
+
+// FlowEvent is one new flow's decision as the dataplane reported it (at
+// most once per flow and interval for denied flows). It speaks Trace's
+// vocabulary: Stage (TraceDecided or TraceNoPolicy), Allowed, and the
+// deciding rule as a RuleInfo read from the installed program's table when
+// the event was read.
+type FlowEvent struct {
+	// Seq numbers the events a kernel recorded, from 1, without gaps.
+	Seq       uint64
+	Time      time.Time
+	Iface     string // the host-side interface; "" when no endpoint has it now
+	Ifindex   int
+	Direction Direction
+	Proto     uint8
+	// Src and Dst as policed: for service traffic, Dst is the backend.
+	Src, Dst           netip.AddrPort
+	ICMPType, ICMPCode uint8
+	Stage              TraceStage
+	Allowed            bool
+	RuleID             uint64
+	Rule               RuleInfo
+	RuleFound          bool
+	// Suppressed counts the flow's denied packets not reported since its
+	// previous event (rate limiting).
+	Suppressed uint32
+	// Frontend is the service address the client used before DNAT; the
+	// zero value for non-service traffic.
+	Frontend netip.AddrPort
+	// Lost, on an event delivered to a subscriber, counts the events the
+	// subscriber missed right before it (it was too slow).
+	Lost uint64
+}
+
+// FlowStats describes the flow event pipeline.
+type FlowStats struct {
+	Read           uint64 // events read from the kernel
+	KernelDrops    uint64 // events the kernel's full ring could not take
+	ReadErrors     uint64 // records that could not be decoded
+	History        int    // events held now
+	HistoryCap     int
+	Subscribers    int
+	SubscriberLost uint64 // events slow subscribers missed, in total
+}

@@ -1,0 +1,41 @@
+package abi
+
+// ---- Added by the flow-events work; mirrors its section of dpd_abi.h. ----
+
+// Map names of the flow events.
+const (
+	MapEvents    = "dpd_events"   // RINGBUF of struct dpd_flow_event
+	MapEvDrops   = "dpd_ev_drops" // PERCPU_ARRAY[1] u64: events a full ring could not take
+	MapEvCfg     = "dpd_ev_cfg"   // ARRAY[1] struct dpd_ev_cfg
+	MapEvDeny    = "dpd_ev_deny"  // LRU_HASH struct dpd_ct_key -> struct dpd_ev_deny
+	EvCfgOn      = 1 << 0         // dpd_ev_cfg.flags: events are written
+	EvDecided    = 1              // dpd_flow_event.kind: the policy decided
+	EvNoPolicy   = 2              // dpd_flow_event.kind: no policy program: dropped
+	EvCfgSize    = 16
+	EvDenySize   = 16
+	FlowEventLen = 104 // sizeof(struct dpd_flow_event)
+)
+
+// Offsets in struct dpd_flow_event.
+const (
+	EvTsNs       = 0
+	EvRuleID     = 8
+	EvSaddr      = 16
+	EvDaddr      = 32
+	EvSport      = 48
+	EvDport      = 50
+	EvProto      = 52
+	EvFamily     = 53
+	EvDir        = 54
+	EvVerdict    = 55
+	EvIfindex    = 56
+	EvFlags      = 60
+	EvSuppressed = 64
+	EvPktLen     = 68
+	EvNATAddr    = 72
+	EvNATPort    = 88
+	EvKind       = 90
+	EvICMPType   = 91
+	EvNATSvc     = 92
+	EvICMPCode   = 96
+)

@@ -1,0 +1,143 @@
+package tcbpf
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/ringbuf"
+	"golang.org/x/sys/unix"
+
+	"github.com/dpd-dev/dpd/bpf"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
+)
+
+// FlowEvent is struct dpd_flow_event: one new flow's decision, written to
+// dpd_events by the epilogue (or the entry, when no policy is installed).
+type FlowEvent = bpf.DpdDpdFlowEvent
+
+// DefaultDenyInterval is how often a denied flow is reported at most: the
+// packets in between are counted into its next event.
+const DefaultDenyInterval = time.Second
+
+// ErrEventsClosed is returned by EventReader.Read after Close.
+var ErrEventsClosed = errors.New("flow event reader closed")
+
+// SetEvents switches flow events on or off. While on, each denied flow is
+// reported at most once per denyInterval (0: every packet). Off costs the
+// policy path one array lookup; conntrack hits never look.
+func (d *Datapath) SetEvents(on bool, denyInterval time.Duration) error {
+	cfg := bpf.DpdDpdEvCfg{}
+	if on {
+		cfg.Flags = abi.EvCfgOn
+	}
+	if denyInterval > 0 {
+		cfg.DenyIntervalNs = uint64(denyInterval)
+	}
+	if err := d.objs.DpdEvCfg.Update(uint32(0), &cfg, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("set flow event config: %w", err)
+	}
+	return nil
+}
+
+// EventDrops sums, over CPUs, the events a full ring could not take.
+func (d *Datapath) EventDrops() (uint64, error) {
+	var per []uint64
+	if err := d.objs.DpdEvDrops.Lookup(uint32(0), &per); err != nil {
+		return 0, fmt.Errorf("read flow event drops: %w", err)
+	}
+	var n uint64
+	for _, v := range per {
+		n += v
+	}
+	return n, nil
+}
+
+// EventReader reads dpd_events. One reader per ring: records are consumed.
+type EventReader struct {
+	r   *ringbuf.Reader
+	rec ringbuf.Record
+}
+
+// NewEventReader opens a reader on the ring. The caller closes it.
+func (d *Datapath) NewEventReader() (*EventReader, error) {
+	r, err := ringbuf.NewReader(d.objs.DpdEvents)
+	if err != nil {
+		return nil, fmt.Errorf("open flow event ring: %w", err)
+	}
+	return &EventReader{r: r}, nil
+}
+
+// Read blocks until an event arrives, the deadline passes
+// (os.ErrDeadlineExceeded) or the reader is closed (ErrEventsClosed).
+func (e *EventReader) Read() (FlowEvent, error) {
+	var ev FlowEvent
+	if err := e.r.ReadInto(&e.rec); err != nil {
+		if errors.Is(err, ringbuf.ErrClosed) {
+			return ev, ErrEventsClosed
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return ev, os.ErrDeadlineExceeded
+		}
+		return ev, fmt.Errorf("read flow event: %w", err)
+	}
+	if len(e.rec.RawSample) < abi.FlowEventLen {
+		return ev, fmt.Errorf("flow event of %d bytes, want %d", len(e.rec.RawSample), abi.FlowEventLen)
+	}
+	decodeFlowEvent(e.rec.RawSample, &ev)
+	return ev, nil
+}
+
+// decodeFlowEvent reads struct dpd_flow_event from b (at least
+// abi.FlowEventLen bytes) field by field: reflection would cost more than
+// the rest of the read.
+func decodeFlowEvent(b []byte, ev *FlowEvent) {
+	le := binary.LittleEndian
+	ev.TsNs = le.Uint64(b[abi.EvTsNs:])
+	ev.RuleId = le.Uint64(b[abi.EvRuleID:])
+	copy(ev.Saddr[:], b[abi.EvSaddr:abi.EvSaddr+16])
+	copy(ev.Daddr[:], b[abi.EvDaddr:abi.EvDaddr+16])
+	ev.Sport = le.Uint16(b[abi.EvSport:])
+	ev.Dport = le.Uint16(b[abi.EvDport:])
+	ev.Proto, ev.Family, ev.Dir, ev.Verdict = b[abi.EvProto], b[abi.EvFamily], b[abi.EvDir], b[abi.EvVerdict]
+	ev.Ifindex = le.Uint32(b[abi.EvIfindex:])
+	ev.Flags = le.Uint32(b[abi.EvFlags:])
+	ev.Suppressed = le.Uint32(b[abi.EvSuppressed:])
+	ev.PktLen = le.Uint32(b[abi.EvPktLen:])
+	copy(ev.NatAddr[:], b[abi.EvNATAddr:abi.EvNATAddr+16])
+	ev.NatPort = le.Uint16(b[abi.EvNATPort:])
+	ev.Kind, ev.IcmpType = b[abi.EvKind], b[abi.EvICMPType]
+	ev.NatSvc = le.Uint32(b[abi.EvNATSvc:])
+	ev.IcmpCode = b[abi.EvICMPCode]
+}
+
+// SetDeadline bounds the next Reads; the zero time blocks forever.
+func (e *EventReader) SetDeadline(t time.Time) { e.r.SetDeadline(t) }
+
+// Pending is the number of bytes not yet read from the ring.
+func (e *EventReader) Pending() int { return e.r.AvailableBytes() }
+
+// Close releases the reader; a blocked Read returns ErrEventsClosed.
+func (e *EventReader) Close() error { return e.r.Close() }
+
+// MonoClock converts the programs' timestamps (CLOCK_MONOTONIC_COARSE,
+// what bpf_ktime_get_coarse_ns reads: CLOCK_MONOTONIC to a tick) to
+// wall-clock time.
+type MonoClock struct{ offset time.Duration }
+
+// NewMonoClock samples both clocks once; drift between them (NTP slewing)
+// is ignored, which is fine for labelling events.
+func NewMonoClock() MonoClock {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts) // cannot fail for this clock
+	now := time.Now()
+	return MonoClock{offset: time.Duration(now.UnixNano() - ts.Nano())}
+}
+
+// Time is the wall-clock time of a monotonic timestamp in nanoseconds.
+func (c MonoClock) Time(ns uint64) time.Time {
+	return time.Unix(0, int64(ns)+int64(c.offset))
+}
