@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/dpd-dev/dpd/internal/testutil"
@@ -28,26 +30,44 @@ const (
 	bigSetChunk   = 250_000
 )
 
-// bigSetMember is member i of a big set of generation gen: 10.gen.0.0/16 on.
-func bigSetMember(gen, i int) string {
+// appendMember appends member i of a big set of generation gen:
+// 10.0.0.0 on for generation 0, 11.0.0.0 on for 1.
+func appendMember(b []byte, gen, i int) []byte {
 	i += gen << 24
-	return fmt.Sprintf("%d.%d.%d.%d", 10+i>>24, i>>16&255, i>>8&255, i&255)
+	for shift := 24; shift >= 0; shift -= 8 {
+		octet := i >> shift & 255
+		if shift == 24 {
+			octet += 10
+		}
+		b = strconv.AppendInt(b, int64(octet), 10)
+		if shift > 0 {
+			b = append(b, '.')
+		}
+	}
+	return b
 }
 
+func bigSetMember(gen, i int) string { return string(appendMember(nil, gen, i)) }
+
 // bigSetMessages replace bigSetID with members of generation gen: one
-// IPSetUpdate, then IPSetDeltaUpdates adding the rest.
-func bigSetMessages(gen int) []*felix.ToDataplane {
-	var msgs []*felix.ToDataplane
+// IPSetUpdate (ToDataplane field 2), then IPSetDeltaUpdates (field 3)
+// adding the rest; members are field 2 of both. Encoded here rather than
+// marshalled: 2M strings through the protobuf library cost the test more
+// than the daemon.
+func bigSetMessages(gen int) []rawBytes {
+	var msgs []rawBytes
+	var member []byte
 	for start := 0; start < bigSetMembers; start += bigSetChunk {
-		members := make([]string, 0, bigSetChunk)
+		set := protowire.AppendString(protowire.AppendTag(make([]byte, 0, 16*bigSetChunk), 1, protowire.BytesType), bigSetID)
 		for i := start; i < start+bigSetChunk; i++ {
-			members = append(members, bigSetMember(gen, i))
+			member = appendMember(member[:0], gen, i)
+			set = protowire.AppendBytes(protowire.AppendTag(set, 2, protowire.BytesType), member)
 		}
+		payload := protowire.Number(3)
 		if start == 0 {
-			msgs = append(msgs, testutil.ToDataplane(&felix.IPSetUpdate{Id: bigSetID, Members: members}))
-		} else {
-			msgs = append(msgs, testutil.ToDataplane(&felix.IPSetDeltaUpdate{Id: bigSetID, AddedMembers: members}))
+			payload = 2
 		}
+		msgs = append(msgs, protowire.AppendBytes(protowire.AppendTag(nil, payload, protowire.BytesType), set))
 	}
 	return msgs
 }
@@ -64,7 +84,7 @@ type liveController struct {
 
 func newLiveController(t *testing.T, d *daemon) *liveController {
 	t.Helper()
-	c := &liveController{st: controller(t, dial(t, d)), status: map[string]string{}}
+	c := &liveController{st: controller(t, dial(t, d, rawCodec())), status: map[string]string{}}
 	go func() {
 		for {
 			m, err := c.st.Recv()
@@ -87,6 +107,13 @@ func (c *liveController) send(t *testing.T, msgs ...*felix.ToDataplane) {
 	t.Helper()
 	for _, m := range msgs {
 		must(t, c.st.Send(m))
+	}
+}
+
+func (c *liveController) sendRaw(t *testing.T, msgs ...rawBytes) {
+	t.Helper()
+	for _, m := range msgs {
+		must(t, c.st.SendMsg(m))
 	}
 }
 
@@ -129,7 +156,7 @@ func startBigSet(t *testing.T) (*daemon, *liveController, *grpc.ClientConn, scra
 	conn := dial(t, d, grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(1<<30)))
 	ic := dpdv1.NewInspectClient(conn)
 	t0 := time.Now()
-	c.send(t, bigSetMessages(0)...)
+	c.sendRaw(t, bigSetMessages(0)...)
 	testutil.WaitFor(t, 60*time.Second, "the big set programmed", func() bool { return setCount(t, ic, bigSetID) == bigSetMembers })
 	t.Logf("%d members programmed in %v; VmRSS %d MiB VmHWM %d MiB", bigSetMembers, time.Since(t0).Round(time.Millisecond),
 		d.procStatus(t, "VmRSS")>>20, d.procStatus(t, "VmHWM")>>20)

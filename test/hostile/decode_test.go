@@ -34,10 +34,15 @@ func (c bytesCodec) Marshal(v any) (mem.BufferSlice, error) {
 	return c.CodecV2.Marshal(v)
 }
 
+// rawCodec lets a connection send rawBytes as well as messages.
+func rawCodec() grpc.DialOption {
+	return grpc.WithDefaultCallOptions(grpc.ForceCodecV2(bytesCodec{encoding.GetCodecV2(protocodec.Name)}))
+}
+
 // rawSync opens a Sync stream whose messages may be rawBytes.
 func rawSync(t *testing.T, d *daemon) grpc.ClientStream {
 	t.Helper()
-	conn := dial(t, d, grpc.WithDefaultCallOptions(grpc.ForceCodecV2(bytesCodec{encoding.GetCodecV2(protocodec.Name)})))
+	conn := dial(t, d, rawCodec())
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	st, err := conn.NewStream(ctx, &dpdv1.Dataplane_ServiceDesc.Streams[0], dpdv1.Dataplane_Sync_FullMethodName)

@@ -51,7 +51,7 @@ func metricsWhileReplaced(t *testing.T, d *daemon, c *liveController, conn *grpc
 	go func() {
 		defer close(replaced)
 		for _, m := range msgs {
-			if c.st.Send(m) != nil {
+			if c.st.SendMsg(m) != nil {
 				return // the controller's end is checked below
 			}
 		}
