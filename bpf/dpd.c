@@ -10,7 +10,9 @@
  *   dpd_epilogue  dpd_jump[DPD_JUMP_EPILOGUE]: verdict -> conntrack, counters
  *
  * Flow: ARP passes, other non-IPv4 drops; an interface without a ready
- * dpd_ifstate entry drops (fail closed); leaving a workload, a packet to a
+ * dpd_ifstate entry drops (fail closed); a non-first fragment takes the
+ * ports of its first fragment, or drops when this hook has not seen it
+ * (dpd_frag.h); leaving a workload, a packet to a
  * service frontend is DNAT'd to its connection's backend first (dpd_nat.h),
  * so everything below sees the backend; a live conntrack entry of this hook,
  * the reply of a flow the opposite hook approved, or an ICMP error about a
@@ -30,6 +32,8 @@
 #include "dpd_parse.h"
 #include "dpd_ct.h"
 #include "dpd_nat.h"
+#include "dpd_frag.h"
+#include "dpd_ipv6.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -62,8 +66,7 @@ static __always_inline int dpd_entry(struct __sk_buff *skb, __u32 dir)
 		return TC_ACT_SHOT;
 	if (eth->h_proto == bpf_htons(ETH_P_ARP))
 		return TC_ACT_OK;
-	/* IPv6 is not policed yet, so it must not pass unpoliced. */
-	if (eth->h_proto != bpf_htons(ETH_P_IP))
+	if (eth->h_proto != bpf_htons(ETH_P_IP) && eth->h_proto != bpf_htons(ETH_P_IPV6))
 		return TC_ACT_SHOT;
 
 	trace = skb->mark == DPD_TRACE_MARK;
@@ -73,6 +76,9 @@ static __always_inline int dpd_entry(struct __sk_buff *skb, __u32 dir)
 
 		dpd_trace_write(&empty);
 	}
+	/* IPv6 is parsed but not policed yet, so it must not pass. */
+	if (eth->h_proto == bpf_htons(ETH_P_IPV6))
+		return dpd_ipv6_unpoliced(skb, dir, trace);
 
 	ifindex = skb->ifindex;
 	ifs = bpf_map_lookup_elem(&dpd_ifstate, &ifindex);
@@ -84,6 +90,8 @@ static __always_inline int dpd_entry(struct __sk_buff *skb, __u32 dir)
 		return TC_ACT_SHOT;
 
 	now = bpf_ktime_get_coarse_ns();
+	if (dpd_frag_track(&p, dir, ifindex, now, trace, skb->len))
+		return TC_ACT_SHOT;
 	if (dir == DPD_DIR_FROM_WEP) {
 		if (dpd_nat_from_wep(skb, &p, ifindex, now, trace, &nat)) {
 			if (trace) {

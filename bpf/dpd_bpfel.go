@@ -43,6 +43,29 @@ type DpdDpdCtVal struct {
 	NatSvc   uint32
 }
 
+type DpdDpdFragKey struct {
+	_       structs.HostLayout
+	Saddr   [16]uint8
+	Daddr   [16]uint8
+	Id      uint32
+	Proto   uint8
+	Family  uint8
+	Dir     uint8
+	Pad     uint8
+	Ifindex uint32
+}
+
+type DpdDpdFragVal struct {
+	_        structs.HostLayout
+	Seen     uint64
+	Sport    uint16
+	Dport    uint16
+	IcmpType uint8
+	IcmpCode uint8
+	Proto    uint8
+	Pad      uint8
+}
+
 type DpdDpdIfstate struct {
 	_     structs.HostLayout
 	Slot  uint32
@@ -148,6 +171,8 @@ type DpdDpdState struct {
 const (
 	DpdMapDpdChain     = "dpd_chain"
 	DpdMapDpdCt        = "dpd_ct"
+	DpdMapDpdDropCtrs  = "dpd_drop_ctrs"
+	DpdMapDpdFrags     = "dpd_frags"
 	DpdMapDpdIfstate   = "dpd_ifstate"
 	DpdMapDpdIpsetIds  = "dpd_ipset_ids"
 	DpdMapDpdIpsets    = "dpd_ipsets"
@@ -217,6 +242,8 @@ type DpdProgramSpecs struct {
 type DpdMapSpecs struct {
 	DpdChain     *ebpf.MapSpec `ebpf:"dpd_chain"`
 	DpdCt        *ebpf.MapSpec `ebpf:"dpd_ct"`
+	DpdDropCtrs  *ebpf.MapSpec `ebpf:"dpd_drop_ctrs"`
+	DpdFrags     *ebpf.MapSpec `ebpf:"dpd_frags"`
 	DpdIfstate   *ebpf.MapSpec `ebpf:"dpd_ifstate"`
 	DpdIpsetIds  *ebpf.MapSpec `ebpf:"dpd_ipset_ids"`
 	DpdIpsets    *ebpf.MapSpec `ebpf:"dpd_ipsets"`
@@ -258,6 +285,8 @@ func (o *DpdObjects) Close() error {
 type DpdMaps struct {
 	DpdChain     *ebpf.Map `ebpf:"dpd_chain"`
 	DpdCt        *ebpf.Map `ebpf:"dpd_ct"`
+	DpdDropCtrs  *ebpf.Map `ebpf:"dpd_drop_ctrs"`
+	DpdFrags     *ebpf.Map `ebpf:"dpd_frags"`
 	DpdIfstate   *ebpf.Map `ebpf:"dpd_ifstate"`
 	DpdIpsetIds  *ebpf.Map `ebpf:"dpd_ipset_ids"`
 	DpdIpsets    *ebpf.Map `ebpf:"dpd_ipsets"`
@@ -275,6 +304,8 @@ func (m *DpdMaps) Close() error {
 	return _DpdClose(
 		m.DpdChain,
 		m.DpdCt,
+		m.DpdDropCtrs,
+		m.DpdFrags,
 		m.DpdIfstate,
 		m.DpdIpsetIds,
 		m.DpdIpsets,

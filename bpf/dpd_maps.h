@@ -137,4 +137,23 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } dpd_routes SEC(".maps");
 
+/* What the first fragment of a datagram said, for its later fragments
+ * (dpd_frag.h); written by the programs only. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 8192);
+	__type(key, struct dpd_frag_key);
+	__type(value, struct dpd_frag_val);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dpd_frags SEC(".maps");
+
+/* Packets dropped for a reason no rule counts, by DPD_DROP_*. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, DPD_DROP_MAX);
+	__type(key, __u32);
+	__type(value, struct dpd_counter);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dpd_drop_ctrs SEC(".maps");
+
 #endif

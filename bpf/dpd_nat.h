@@ -52,19 +52,38 @@ static __always_inline int dpd_l4_off(struct __sk_buff *skb)
 	return ETH_HLEN + ip->ihl * 4;
 }
 
+/* dpd_nat_l3_rewrite changes just the address and the IP checksum: for a
+ * non-first fragment, whose L4 checksum (over the whole datagram) the first
+ * fragment's rewrite already fixed, and which has no ports to change. */
+static __always_inline int dpd_nat_l3_rewrite(struct __sk_buff *skb, int src,
+					      __be32 old_addr, __be32 new_addr)
+{
+	__u32 addr_off = src ? DPD_IP_SADDR_OFF : DPD_IP_DADDR_OFF;
+
+	if (old_addr == new_addr)
+		return 0;
+	if (bpf_l3_csum_replace(skb, DPD_IP_CSUM_OFF, old_addr, new_addr, 4))
+		return -1;
+	return bpf_skb_store_bytes(skb, addr_off, &new_addr, 4, 0) ? -1 : 0;
+}
+
 /* dpd_nat_rewrite changes the source (src != 0) or destination address and
  * port of a TCP/UDP packet, fixing the IP checksum and the L4 checksum
  * (pseudo-header included). Addresses and ports in network order. A UDP
- * checksum of 0 (none) stays 0. Non-zero: the packet could not be changed. */
+ * checksum of 0 (none) stays 0. A non-first fragment (frag) gets only the
+ * address. Non-zero: the packet could not be changed. */
 static __always_inline int dpd_nat_rewrite(struct __sk_buff *skb, __u8 proto, int src,
 					   __be32 old_addr, __be32 new_addr,
-					   __be16 old_port, __be16 new_port)
+					   __be16 old_port, __be16 new_port, int frag)
 {
 	__u32 addr_off = src ? DPD_IP_SADDR_OFF : DPD_IP_DADDR_OFF;
 	__u64 mangled = 0;
 	__u32 csum_off;
-	int l4 = dpd_l4_off(skb);
+	int l4;
 
+	if (frag)
+		return dpd_nat_l3_rewrite(skb, src, old_addr, new_addr);
+	l4 = dpd_l4_off(skb);
 	if (l4 < 0)
 		return -1;
 	if (proto == IPPROTO_TCP) {
@@ -96,15 +115,11 @@ static __always_inline int dpd_nat_rewrite(struct __sk_buff *skb, __u8 proto, in
  * ports are untouched, so ICMP is fine too (its checksum has no pseudo
  * header). */
 static __always_inline int dpd_nat_addr_only(struct __sk_buff *skb, __u8 proto, int src,
-					     __be32 old_addr, __be32 new_addr)
+					     __be32 old_addr, __be32 new_addr, int frag)
 {
-	__u32 addr_off = src ? DPD_IP_SADDR_OFF : DPD_IP_DADDR_OFF;
-
 	if (proto == IPPROTO_TCP || proto == IPPROTO_UDP)
-		return dpd_nat_rewrite(skb, proto, src, old_addr, new_addr, 0, 0);
-	if (bpf_l3_csum_replace(skb, DPD_IP_CSUM_OFF, old_addr, new_addr, 4))
-		return -1;
-	return bpf_skb_store_bytes(skb, addr_off, &new_addr, 4, 0) ? -1 : 0;
+		return dpd_nat_rewrite(skb, proto, src, old_addr, new_addr, 0, 0, frag);
+	return dpd_nat_l3_rewrite(skb, src, old_addr, new_addr);
 }
 
 /* dpd_hairpin_redirect sends the packet back out of the interface it came
@@ -155,17 +170,19 @@ static __always_inline int dpd_nat_from_wep(struct __sk_buff *skb, struct dpd_pk
 	struct dpd_nat_be_val *be;
 	struct dpd_ct_key k;
 	struct dpd_ct_val *fl;
+	int frag = !!(p->flags & DPD_ST_FRAGMENT);
 	__be32 baddr;
 	__u16 bport;
 
 	if (p->daddr == bpf_htonl(DPD_HAIRPIN_ADDR)) {
-		if (dpd_nat_addr_only(skb, p->proto, 0, p->daddr, p->saddr))
+		if (dpd_nat_addr_only(skb, p->proto, 0, p->daddr, p->saddr, frag))
 			return -1;
 		p->daddr = p->saddr;
 		return 0;
 	}
-	if ((p->proto != IPPROTO_TCP && p->proto != IPPROTO_UDP) || (p->flags & DPD_ST_FRAGMENT) ||
-	    !dpd_maybe_frontend(p->daddr))
+	/* A non-first fragment carries its first fragment's ports
+	 * (dpd_frag.h), so it finds the connection's backend too. */
+	if ((p->proto != IPPROTO_TCP && p->proto != IPPROTO_UDP) || !dpd_maybe_frontend(p->daddr))
 		return 0;
 	__builtin_memcpy(fk.addr, &p->daddr, 4);
 	fk.port = p->dport;
@@ -185,6 +202,12 @@ static __always_inline int dpd_nat_from_wep(struct __sk_buff *skb, struct dpd_pk
 	} else {
 		__u32 count = fe->count;
 
+		/* The first fragment chose the backend; without its choice
+		 * the rest of the datagram has nowhere to go. */
+		if (frag) {
+			p->flags |= DPD_ST_NO_BACKEND;
+			return -1;
+		}
 		if (count == 0) {
 			p->flags |= DPD_ST_NO_BACKEND;
 			return -1;
@@ -216,10 +239,10 @@ static __always_inline int dpd_nat_from_wep(struct __sk_buff *skb, struct dpd_pk
 	nat->fe_port = p->dport;
 	nat->svc = fe->svc_id;
 	nat->hairpin = baddr == p->saddr;
-	if (dpd_nat_rewrite(skb, p->proto, 0, p->daddr, baddr, bpf_htons(p->dport), bpf_htons(bport)))
+	if (dpd_nat_rewrite(skb, p->proto, 0, p->daddr, baddr, bpf_htons(p->dport), bpf_htons(bport), frag))
 		return -1;
 	if (nat->hairpin &&
-	    dpd_nat_rewrite(skb, p->proto, 1, p->saddr, bpf_htonl(DPD_HAIRPIN_ADDR), 0, 0))
+	    dpd_nat_rewrite(skb, p->proto, 1, p->saddr, bpf_htonl(DPD_HAIRPIN_ADDR), 0, 0, frag))
 		return -1;
 	p->daddr = baddr;
 	p->dport = bport;
@@ -236,7 +259,8 @@ static __always_inline int dpd_nat_reverse(struct __sk_buff *skb, const struct d
 	__be32 fe;
 
 	__builtin_memcpy(&fe, ct->nat_addr, 4);
-	return dpd_nat_rewrite(skb, p->proto, 1, p->saddr, fe, bpf_htons(p->sport), bpf_htons(ct->nat_port));
+	return dpd_nat_rewrite(skb, p->proto, 1, p->saddr, fe, bpf_htons(p->sport), bpf_htons(ct->nat_port),
+			       !!(p->flags & DPD_ST_FRAGMENT));
 }
 
 /* dpd_route_flags classifies an IPv4 address by its longest dpd_routes

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -299,5 +300,38 @@ func TestMaxRecvMsgSize(t *testing.T) {
 			}
 			return
 		}
+	}
+}
+
+// TestStatusesCarryTheEndpoint: as Felix's own dataplane does, a workload
+// status carries the endpoint the controller sent, also for an update that
+// was rejected.
+func TestStatusesCarryTheEndpoint(t *testing.T) {
+	d := servertest.Start(t, "")
+	c := dial(t, d.Socket)
+	snap := basicScenario(t)
+	sess := client.NewSession(c, func() []*felix.ToDataplane { return snap }, client.WithLogger(servertest.Logger()))
+	t.Cleanup(func() { sess.Close() })
+	if err := sess.Send(wepUpdate("demo/demo-bad", "cali-demo-bad", "10.65.0.300/32")); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{epA: "cali-demo-a", "k8s/demo/demo-bad/eth0": "cali-demo-bad"}
+	seen := map[string]string{}
+	hang := time.NewTimer(20 * time.Second) // hang guard, not a timing assertion
+	defer hang.Stop()
+	for len(seen) < len(want) {
+		select {
+		case m := <-sess.Statuses():
+			u := m.GetWorkloadEndpointStatusUpdate()
+			id := u.GetId().GetOrchestratorId() + "/" + u.GetId().GetWorkloadId() + "/" + u.GetId().GetEndpointId()
+			if _, ok := want[id]; ok {
+				seen[id] = u.GetEndpoint().GetName()
+			}
+		case <-hang.C:
+			t.Fatalf("statuses seen: %v", seen)
+		}
+	}
+	if !maps.Equal(seen, want) {
+		t.Fatalf("endpoints carried by the statuses: %v, want %v", seen, want)
 	}
 }

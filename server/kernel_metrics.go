@@ -19,6 +19,7 @@ type kernelCollector struct {
 	mapEntries, mapCapacity, conntrack, errors *prometheus.Desc
 	rulePackets, ruleBytes                     *prometheus.Desc
 	attachMode, opProbe, opObserved            *prometheus.Desc
+	dropPackets, dropBytes                     *prometheus.Desc
 }
 
 func newKernelCollector(kv engine.KernelInspector, eng Engine, ruleLimit int) *kernelCollector {
@@ -43,11 +44,16 @@ func newKernelCollector(kv engine.KernelInspector, eng Engine, ruleLimit int) *k
 			"What a kernel operation cost in the start-up probe on a scratch veth.", []string{"op"}, nil),
 		opObserved: prometheus.NewDesc("dpd_kernel_op_observed_seconds",
 			"Mean cost of dpd's real kernel operations of a kind, over dpd_kernel_op_observed_count of them.", []string{"op"}, nil),
+		dropPackets: prometheus.NewDesc("dpd_datapath_drops_total",
+			"Packets the entry programs dropped for a reason no rule counts: fragment_without_first (a later fragment whose first piece its hook did not see), fragment_tiny_tcp, ipv6_too_many_ext_headers.", []string{"reason"}, nil),
+		dropBytes: prometheus.NewDesc("dpd_datapath_drop_bytes_total",
+			"Bytes of the packets in dpd_datapath_drops_total.", []string{"reason"}, nil),
 	}
 }
 
 func (c *kernelCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.mapEntries, c.mapCapacity, c.conntrack, c.errors, c.attachMode, c.opProbe, c.opObserved} {
+	for _, d := range []*prometheus.Desc{c.mapEntries, c.mapCapacity, c.conntrack, c.errors, c.attachMode, c.opProbe, c.opObserved,
+		c.dropPackets, c.dropBytes} {
 		ch <- d
 	}
 	if c.ruleLimit > 0 {
@@ -67,6 +73,16 @@ func (c *kernelCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.mapCapacity, prometheus.GaugeValue, float64(u.Capacity), u.Name)
 		if u.Name == "dpd_ct" {
 			ch <- prometheus.MustNewConstMetric(c.conntrack, prometheus.GaugeValue, float64(u.Entries))
+		}
+	}
+	if di, ok := c.kv.(engine.DropInspector); ok {
+		drops, err := di.Drops()
+		if err != nil {
+			failed += max(1, countJoined(err))
+		}
+		for _, d := range drops {
+			ch <- prometheus.MustNewConstMetric(c.dropPackets, prometheus.CounterValue, float64(d.Packets), d.Reason)
+			ch <- prometheus.MustNewConstMetric(c.dropBytes, prometheus.CounterValue, float64(d.Bytes), d.Reason)
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(c.errors, prometheus.GaugeValue, float64(failed))

@@ -87,3 +87,60 @@ func TestKernelCollectorErrors(t *testing.T) {
 		t.Error("conntrack reported though it could not be counted")
 	}
 }
+
+// dropKernel is a fakeKernel whose datapath counts drops.
+type dropKernel struct {
+	fakeKernel
+	drops []model.DropCount
+	err   error
+}
+
+func (k *dropKernel) Drops() ([]model.DropCount, error) { return k.drops, k.err }
+
+// Datapath drop counters are series per reason when the kernel counts
+// them; a failed read is a scrape error.
+func TestKernelCollectorDrops(t *testing.T) {
+	gather := func(k engine.KernelInspector) map[string]map[string]float64 {
+		t.Helper()
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(newKernelCollector(k, fakeEngine{}, 0))
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]map[string]float64{}
+		for _, mf := range mfs {
+			for _, m := range mf.GetMetric() {
+				label := ""
+				for _, l := range m.GetLabel() {
+					if l.GetName() == "reason" {
+						label = l.GetValue()
+					}
+				}
+				if got[mf.GetName()] == nil {
+					got[mf.GetName()] = map[string]float64{}
+				}
+				got[mf.GetName()][label] += m.GetGauge().GetValue() + m.GetCounter().GetValue()
+			}
+		}
+		return got
+	}
+	k := &dropKernel{drops: []model.DropCount{{Reason: "fragment_without_first", Packets: 3, Bytes: 4500}, {Reason: "fragment_tiny_tcp"}}}
+	got := gather(k)
+	if v := got["dpd_datapath_drops_total"]; len(v) != 2 || v["fragment_without_first"] != 3 {
+		t.Errorf("drops %v, want 2 reasons with 3 fragments without their first", v)
+	}
+	if v := got["dpd_datapath_drop_bytes_total"]["fragment_without_first"]; v != 4500 {
+		t.Errorf("drop bytes %v", v)
+	}
+	if got["dpd_kernel_scrape_errors"][""] != 0 {
+		t.Errorf("scrape errors %v", got["dpd_kernel_scrape_errors"])
+	}
+	k.drops, k.err = nil, errors.New("read drop counter: boom")
+	if got := gather(k); got["dpd_kernel_scrape_errors"][""] != 1 {
+		t.Errorf("a failed drop read: scrape errors %v, want 1", got["dpd_kernel_scrape_errors"])
+	}
+	if got := gather(&fakeKernel{}); got["dpd_datapath_drops_total"] != nil {
+		t.Error("a kernel without drop counters exported drop series")
+	}
+}

@@ -10,7 +10,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/dpd-dev/dpd/dataplane/engine"
 	"github.com/dpd-dev/dpd/proto/felix"
 	"github.com/dpd-dev/dpd/server/felixpipe"
 	"github.com/dpd-dev/dpd/server/felixwire"
@@ -69,6 +68,7 @@ func (p *pipeController) run(ctx context.Context) error {
 
 	fw := felixpipe.NewWriter(p.out)
 	statuses := newFelixStatuses()
+	in := newInbound(sess, statuses, p.log.With("session", sess.ID()))
 	go func() {
 		for m := range sess.Out() {
 			fm, err := statuses.encode(m)
@@ -85,7 +85,7 @@ func (p *pipeController) run(ctx context.Context) error {
 			}
 		}
 	}()
-	go func() { cancel(p.read(ctx, sess, statuses)) }()
+	go func() { cancel(p.read(ctx, in)) }()
 
 	select {
 	case <-ctx.Done():
@@ -114,15 +114,12 @@ func (p *pipeController) run(ctx context.Context) error {
 // endpoint stops the pipe with an error: dpd exits, Felix (which stops
 // when its driver does) is restarted and sends its whole state again to a
 // dpd that adopts the kernel state without dropping a packet.
-func (p *pipeController) read(ctx context.Context, sess engine.Session, statuses *felixStatuses) error {
+func (p *pipeController) read(ctx context.Context, in *inbound) error {
 	fr := felixpipe.NewReader(p.in, p.maxFrame)
-	wire := newWireIn(p.wireMet, "pipe", p.log.With("session", sess.ID()))
+	wire := newWireIn(p.wireMet, "pipe", in.log)
 	sink := wireSink{
-		submit: func(m *felix.ToDataplane) error {
-			statuses.observe(m)
-			return submitValidated(ctx, sess, m, p.log)
-		},
-		reject: func(m *felix.ToDataplane, reason error) error { return sess.Reject(ctx, m, reason) },
+		submit: func(m *felix.ToDataplane) error { return in.submit(ctx, m) },
+		reject: func(m *felix.ToDataplane, reason error) error { return in.reject(ctx, m, reason) },
 	}
 	for {
 		b, err := fr.ReadFrame()

@@ -11,7 +11,6 @@ import (
 	"github.com/dpd-dev/dpd/dataplane/engine"
 	dpdv1 "github.com/dpd-dev/dpd/proto/dpd/v1"
 	"github.com/dpd-dev/dpd/proto/felix"
-	"github.com/dpd-dev/dpd/server/felixconv"
 	"github.com/dpd-dev/dpd/server/felixwire"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
@@ -84,8 +83,10 @@ func (s *syncService) Sync(stream dpdv1.Dataplane_SyncServer) error {
 
 	peerName := peerName(ctx)
 	sess := s.engine.NewSession(peerName)
-	st := &syncStream{stream: stream, sess: sess, ctx: ctx, cancel: cancel,
-		statuses: newFelixStatuses(), log: s.log.With("session", sess.ID(), "peer", peerName)}
+	log := s.log.With("session", sess.ID(), "peer", peerName)
+	statuses := newFelixStatuses()
+	st := &syncStream{stream: stream, sess: sess, in: newInbound(sess, statuses, log), statuses: statuses,
+		ctx: ctx, cancel: cancel, log: log}
 	st.wire = newWireIn(s.wireMet, "grpc", st.log)
 	st.log.Info("controller session started")
 
@@ -168,6 +169,7 @@ func peerName(ctx context.Context) string {
 type syncStream struct {
 	stream dpdv1.Dataplane_SyncServer
 	sess   engine.Session
+	in     *inbound
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	log    *slog.Logger
@@ -238,7 +240,7 @@ func (st *syncStream) reject(msg *felix.ToDataplane, reason error) error {
 	if st.closed {
 		return context.Cause(st.ctx)
 	}
-	return st.sess.Reject(st.ctx, msg, reason)
+	return st.in.reject(st.ctx, msg, reason)
 }
 
 func (st *syncStream) handle(msg *felix.ToDataplane) error {
@@ -247,29 +249,7 @@ func (st *syncStream) handle(msg *felix.ToDataplane) error {
 	if st.closed {
 		return context.Cause(st.ctx)
 	}
-	st.statuses.observe(msg)
-	return submitValidated(st.ctx, st.sess, msg, st.log)
-}
-
-// submitValidated hands msg to sess: submitted when valid, otherwise
-// logged and rejected (the engine counts it in dpd_invalid_messages_total
-// and errors its endpoint). The gRPC stream and the Felix pipe share it,
-// so both feed the engine identically.
-func submitValidated(ctx context.Context, sess engine.Session, msg *felix.ToDataplane, log *slog.Logger) error {
-	verr := felixconv.Validate(msg)
-	if verr == nil {
-		return sess.Submit(ctx, msg)
-	}
-	attrs := []any{"seq", msg.GetSequenceNumber(), "reason", verr}
-	var fe *felixconv.Error
-	if errors.As(verr, &fe) {
-		attrs = append(attrs, "kind", fe.Kind)
-		if fe.Endpoint != nil {
-			attrs = append(attrs, "endpoint", fe.Endpoint.String())
-		}
-	}
-	log.Warn("rejected invalid controller message", attrs...)
-	return sess.Reject(ctx, msg, verr)
+	return st.in.submit(st.ctx, msg)
 }
 
 // ended is why the stream ends when the session refused a message or

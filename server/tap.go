@@ -1,8 +1,6 @@
 package server
 
 import (
-	"context"
-
 	"github.com/dpd-dev/dpd/dataplane/engine"
 	"github.com/dpd-dev/dpd/proto/felix"
 	"github.com/dpd-dev/dpd/server/policysync"
@@ -22,17 +20,14 @@ func (t tapEngine) NewSession(peer string) engine.Session {
 	return &tapSession{Session: s, proc: t.proc}
 }
 
+// tapSession is a wireMirror: policy sync serves subsets of the wire
+// messages themselves.
 type tapSession struct {
 	engine.Session
 	proc *policysync.Processor
 }
 
-// Submit mirrors msg once the engine has it. Submits of one session are
-// serialised by its stream, so the mirror keeps the engine's order.
-func (s *tapSession) Submit(ctx context.Context, msg *felix.ToDataplane) error {
-	if err := s.Session.Submit(ctx, msg); err != nil {
-		return err
-	}
-	s.proc.OnUpdate(msg)
-	return nil
-}
+// mirror hands msg to policy sync once the engine has it. Submits of one
+// session are serialised by its stream, so the mirror keeps the engine's
+// order.
+func (s *tapSession) mirror(msg *felix.ToDataplane) { s.proc.OnUpdate(msg) }

@@ -91,7 +91,7 @@ struct dpd_counter {
 #define DPD_ST_TCP_ACK   (1u << 1)
 #define DPD_ST_TCP_FIN   (1u << 2)
 #define DPD_ST_TCP_RST   (1u << 3)
-#define DPD_ST_FRAGMENT  (1u << 4)  /* non-first IPv4 fragment: no L4 header, ports 0 */
+#define DPD_ST_FRAGMENT  (1u << 4)  /* non-first fragment: ports and ICMP type/code are its first fragment's (dpd_frags) */
 /* Trace runs only (they always evaluate the policy; these say what conntrack would have done). */
 #define DPD_ST_CT_FWD    (1u << 8)  /* a live conntrack entry of this hook matched */
 #define DPD_ST_CT_REV    (1u << 9)  /* reply of a live flow approved at the opposite hook */
@@ -268,5 +268,54 @@ struct dpd_route_val {
 struct dpd_ipset_idx_val {
 	__u64 slots[DPD_IPSET_IDX_WORDS];
 };
+
+/* ---- Added by the fragments work; mirrored in abi.go. ---- */
+
+/* dpd_frags: LRU_HASH dpd_frag_key -> dpd_frag_val. Only the first fragment
+ * of a datagram carries the L4 header, so when a hook sees one it records
+ * what the header said; the datagram's later fragments take those ports
+ * (and ICMP type/code) into NAT, conntrack and policy, and so get the very
+ * verdict the first fragment got: a port rule, or a negated one, never sees
+ * a fragment's missing ports. A non-first fragment whose first piece this
+ * hook has not seen within DPD_FRAG_TIMEOUT_S is dropped and counted
+ * (DPD_DROP_FRAG_NO_FIRST). The key names the hook, so one interface's
+ * fragments can never lend ports to another's. proto is the protocol of
+ * the IPv4 header (IPv6: the fragment header's next header); id is the
+ * IPv4 identification (IPv6: the 32-bit fragment id), network order. */
+struct dpd_frag_key {
+	__u8  saddr[16]; /* 0: IPv4 in the first 4 bytes */
+	__u8  daddr[16]; /* 16 */
+	__u32 id;        /* 32: network order */
+	__u8  proto;     /* 36 */
+	__u8  family;    /* 37: 4 or 6 */
+	__u8  dir;       /* 38: DPD_DIR_* of the hook */
+	__u8  pad;       /* 39: always 0 */
+	__u32 ifindex;   /* 40 */
+};                       /* sizeof == 44 */
+
+struct dpd_frag_val {
+	__u64 seen;      /* 0: bpf_ktime_get_coarse_ns of the first fragment */
+	__u16 sport;     /* 8: host order; ICMP echo: the identifier */
+	__u16 dport;     /* 10: host order */
+	__u8  icmp_type; /* 12 */
+	__u8  icmp_code; /* 13 */
+	__u8  proto;     /* 14: the L4 protocol (IPv6: past any extension headers) */
+	__u8  pad;       /* 15 */
+};                       /* sizeof == 16 */
+
+/* A first fragment older than this no longer vouches for later ones: the
+ * kernel's own reassembly gives up after ipfrag_time, 30 s by default. */
+#define DPD_FRAG_TIMEOUT_S 30
+
+/* dpd_drop_ctrs: PERCPU_ARRAY[DPD_DROP_MAX] of struct dpd_counter, the
+ * packets the entry programs dropped for a reason no rule counts. */
+#define DPD_DROP_FRAG_NO_FIRST 0 /* non-first fragment whose first piece was not seen */
+#define DPD_DROP_FRAG_TINY     1 /* TCP fragment at offset 8 (RFC 1858: could rewrite the header) */
+#define DPD_DROP_IPV6_EXT      2 /* IPv6: more extension headers than the parser walks */
+#define DPD_DROP_MAX           8
+
+/* dpd_state.flags, trace only: the packet was parsed, but its family is not
+ * policed yet (IPv6), so it was dropped. */
+#define DPD_ST_UNPOLICED (1u << 24)
 
 #endif

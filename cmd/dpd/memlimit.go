@@ -13,7 +13,7 @@ import (
 
 // defaultMemoryLimit is the soft limit dpd runs under unless told
 // otherwise: with GOGC=100 alone the heap grows to twice the live set
-// before a collection, and the issue 7 budget is 64 MiB of RSS.
+// before a collection, and the node budget is 64 MiB of RSS at 1,000 endpoints.
 const defaultMemoryLimit = 48 << 20
 
 // memorySize is a --memory-limit value in bytes; 0 means no limit. set

@@ -3,59 +3,45 @@ package engine
 import (
 	"log/slog"
 
-	"google.golang.org/protobuf/proto"
+	"github.com/dpd-dev/dpd/dataplane/model"
 )
 
-// Kinds of messages dpd stores and acknowledges but does not enforce yet.
-const (
-	kindIPAMPool       = "ipam_pool"
-	kindNamespace      = "namespace"
-	kindServiceAccount = "service_account"
-	kindWireguard      = "wireguard_endpoint"
-	kindWireguardV6    = "wireguard_endpoint_v6"
-	kindGlobalBGP      = "global_bgp_config"
-	kindEncapsulation  = "encapsulation"
-)
-
-// ackStore keeps the last message per kind and key, so nothing the
-// controller sends is lost, and logs once per kind that it is not enforced.
+// ackStore records which objects of the kinds dpd stores and acknowledges
+// but does not enforce yet the controller has sent, by kind and key, so a
+// resync sweeps them like everything else, and logs once per kind that it
+// is not enforced.
 type ackStore struct {
-	items  map[string]map[string]*ackEntry
-	logged map[string]bool
-}
-
-type ackEntry struct {
-	msg   proto.Message
-	stale bool
+	items  map[model.StoredKind]map[string]bool // key -> stale
+	logged map[model.StoredKind]bool
 }
 
 func (s *ackStore) init() {
-	s.items = map[string]map[string]*ackEntry{}
-	s.logged = map[string]bool{}
+	s.items = map[model.StoredKind]map[string]bool{}
+	s.logged = map[model.StoredKind]bool{}
 }
 
-func (s *ackStore) put(kind, key string, msg proto.Message, log *slog.Logger) {
+func (s *ackStore) put(kind model.StoredKind, key string, log *slog.Logger) {
 	if !s.logged[kind] {
 		s.logged[kind] = true
-		log.Info("message kind is stored but not yet enforced", "kind", kind)
+		log.Info("message kind is stored but not yet enforced", "kind", kind.String())
 	}
 	m := s.items[kind]
 	if m == nil {
-		m = map[string]*ackEntry{}
+		m = map[string]bool{}
 		s.items[kind] = m
 	}
-	m[key] = &ackEntry{msg: msg}
+	m[key] = false
 }
 
-func (s *ackStore) remove(kind, key string) { delete(s.items[kind], key) }
+func (s *ackStore) remove(kind model.StoredKind, key string) { delete(s.items[kind], key) }
 
-// count returns how many messages of kind are stored.
-func (s *ackStore) count(kind string) int { return len(s.items[kind]) }
+// count returns how many objects of kind are stored.
+func (s *ackStore) count(kind model.StoredKind) int { return len(s.items[kind]) }
 
 func (s *ackStore) markStale() {
 	for _, m := range s.items {
-		for _, a := range m {
-			a.stale = true
+		for k := range m {
+			m[k] = true
 		}
 	}
 }
@@ -63,8 +49,8 @@ func (s *ackStore) markStale() {
 func (s *ackStore) sweep() int {
 	n := 0
 	for _, m := range s.items {
-		for k, a := range m {
-			if a.stale {
+		for k, stale := range m {
+			if stale {
 				delete(m, k)
 				n++
 			}

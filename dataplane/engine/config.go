@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dpd-dev/dpd/proto/felix"
+	"github.com/dpd-dev/dpd/dataplane/model"
 )
 
 const defaultReportingInterval = 30 * time.Second
@@ -67,14 +67,13 @@ func parseSeconds(s string, def time.Duration) time.Duration {
 	return time.Duration(f * float64(time.Second))
 }
 
-func (e *Engine) onConfigUpdate(u *felix.ConfigUpdate) error {
+func (e *Engine) onConfigUpdate(u *model.ConfigUpdate) {
 	old := e.cfg.reportInterval
-	if e.cfg.update(u.GetConfig()) {
+	if e.cfg.update(u.Config) {
 		if e.cfg.reportInterval != old {
 			e.rescheduleHeartbeat()
 		}
 		e.log.Info("config updated", "keys", len(e.cfg.cfg),
 			"reporting_interval", e.cfg.reportInterval, "interface_prefix", e.cfg.interfacePrefix)
 	}
-	return nil
 }

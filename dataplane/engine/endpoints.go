@@ -5,8 +5,6 @@ import (
 	"time"
 
 	"github.com/dpd-dev/dpd/dataplane/model"
-	"github.com/dpd-dev/dpd/proto/felix"
-	"github.com/dpd-dev/dpd/server/felixconv"
 )
 
 // Endpoint statuses, as Felix reports them.
@@ -18,14 +16,12 @@ const (
 
 // wepEntry is one workload endpoint.
 type wepEntry struct {
-	id  model.WorkloadID
-	fid *felix.WorkloadEndpointID
-	raw *felix.WorkloadEndpoint // last received, echoed in status updates
+	id model.WorkloadID
 
-	spec    *felixconv.WorkloadEndpoint // nil until a valid update arrives
-	invalid string                      // reason the last update was rejected; cleared by a valid one
-	stale   bool                        // not re-sent yet in the current epoch
-	removed bool                        // WorkloadEndpointRemove seen (or swept)
+	spec    *model.WorkloadEndpoint // nil until a valid update arrives
+	invalid string                  // reason the last update was rejected; cleared by a valid one
+	stale   bool                    // not re-sent yet in the current epoch
+	removed bool                    // WorkloadEndpointRemove seen (or swept)
 
 	desired     *model.Endpoint // last resolution, for Inspect
 	applied     *model.Endpoint // what the kernel enforces (nil: nothing)
@@ -46,7 +42,7 @@ type endpointManager struct {
 	eps map[model.WorkloadID]*wepEntry
 	dirtyQueue[model.WorkloadID]
 
-	polUsers  refIndex[felixconv.PolicyKey]
+	polUsers  refIndex[model.PolicyKey]
 	profUsers refIndex[string]
 	setUsers  refIndex[string] // from the last resolution
 	byIface   ifaceIndex
@@ -136,12 +132,8 @@ func (m *endpointManager) markAllForResync() {
 
 // markInvalid records a rejected update for id: status "error" with the
 // reason; what the kernel enforces stays.
-func (m *endpointManager) markInvalid(id model.WorkloadID, fid *felix.WorkloadEndpointID, raw *felix.WorkloadEndpoint, reason string) {
+func (m *endpointManager) markInvalid(id model.WorkloadID, reason string) {
 	ent := m.entry(id)
-	ent.fid = fid
-	if raw != nil {
-		ent.raw = raw
-	}
 	ent.invalid = reason
 	ent.stale, ent.removed = false, false
 	ent.retry.reset()
@@ -183,31 +175,22 @@ func (m *endpointManager) setStatusCount(ent *wepEntry, status string) {
 
 // onWorkloadUpdate stores an endpoint. Unchanged content (re-sent in a
 // resync) only clears the stale mark: it is not re-applied.
-func (e *Engine) onWorkloadUpdate(u *felix.WorkloadEndpointUpdate, recv time.Time) error {
-	id, err := felixconv.Endpoint(u.GetId())
-	if err != nil {
-		return err
-	}
+func (e *Engine) onWorkloadUpdate(u *model.WorkloadEndpointUpdate, recv time.Time) {
+	sp := &u.Endpoint
+	id := sp.ID
 	m := &e.weps
 	ent := m.entry(id)
-	ent.fid, ent.raw = u.GetId(), u.GetEndpoint()
 	m.touched[id] = struct{}{}
-	parsed, perr := felixconv.WorkloadEndpointUpdate(u)
-	if perr != nil {
-		m.markInvalid(id, u.GetId(), u.GetEndpoint(), perr.Error())
-		return perr
-	}
-	sp := &parsed
 	wasLive := !ent.removed
 	ent.stale, ent.removed = false, false
 	if wasLive && ent.invalid == "" && ent.spec != nil && reflect.DeepEqual(ent.spec, sp) {
-		return nil
+		return
 	}
 	ent.invalid = ""
 	ent.spec = sp
 	ent.receivedAt = recv
 	ent.retry.reset()
-	var pols []felixconv.PolicyKey
+	var pols []model.PolicyKey
 	for _, t := range sp.Tiers {
 		pols = append(pols, t.Ingress...)
 		pols = append(pols, t.Egress...)
@@ -216,20 +199,14 @@ func (e *Engine) onWorkloadUpdate(u *felix.WorkloadEndpointUpdate, recv time.Tim
 	m.profUsers.set(id, sp.Profiles)
 	m.byIface.set(id, []string{sp.Iface})
 	m.markDirty(id)
-	return nil
 }
 
-func (e *Engine) onWorkloadRemove(r *felix.WorkloadEndpointRemove) error {
-	id, err := felixconv.Endpoint(r.GetId())
-	if err != nil {
-		return err
-	}
-	ent := e.weps.eps[id]
+func (e *Engine) onWorkloadRemove(r *model.WorkloadEndpointRemove) {
+	ent := e.weps.eps[r.ID]
 	if ent == nil || ent.removed {
-		return nil
+		return
 	}
 	ent.removed, ent.stale = true, false
 	ent.retry.reset()
-	e.weps.markDirty(id)
-	return nil
+	e.weps.markDirty(r.ID)
 }

@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	"github.com/dpd-dev/dpd/dataplane/model"
-	"github.com/dpd-dev/dpd/server/felixconv"
 )
 
 // resolution is what an endpoint's policy references resolve to; endpoints
@@ -48,7 +47,7 @@ func (e *Engine) resolve(ent *wepEntry) (*model.Endpoint, []string, string) {
 }
 
 // resolveRefs resolves sp's tier and profile references.
-func (e *Engine) resolveRefs(sp *felixconv.WorkloadEndpoint) *resolution {
+func (e *Engine) resolveRefs(sp *model.WorkloadEndpoint) *resolution {
 	var in, out model.DirectionPolicy
 	var missing []string
 	for _, t := range sp.Tiers {
@@ -81,9 +80,9 @@ func (e *Engine) resolveRefs(sp *felixconv.WorkloadEndpoint) *resolution {
 
 // referenceKey identifies sp's tier and profile references: equal keys
 // resolve to the same policy.
-func referenceKey(sp *felixconv.WorkloadEndpoint) string {
+func referenceKey(sp *model.WorkloadEndpoint) string {
 	var b strings.Builder
-	keys := func(ks []felixconv.PolicyKey) {
+	keys := func(ks []model.PolicyKey) {
 		for _, k := range ks {
 			b.WriteString(k.Kind)
 			b.WriteByte(1)
@@ -115,7 +114,7 @@ func referenceKey(sp *felixconv.WorkloadEndpoint) string {
 // policies are skipped without being looked up (Felix enforces none); a
 // tier with no policy for d, or only staged ones, is not part of d's
 // policy at all (ok false): it would end in Pass, not its default action.
-func (e *Engine) resolveTier(t felixconv.TierRef, keys []felixconv.PolicyKey, d model.Direction, missing *[]string) (model.Tier, bool) {
+func (e *Engine) resolveTier(t model.TierRef, keys []model.PolicyKey, d model.Direction, missing *[]string) (model.Tier, bool) {
 	tier := model.Tier{Name: t.Name, DefaultAction: t.DefaultAction}
 	enforced := false
 	for _, k := range keys {

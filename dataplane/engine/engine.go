@@ -11,7 +11,6 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/dpd-dev/dpd/dataplane/model"
-	"github.com/dpd-dev/dpd/server/felixconv"
 )
 
 // Errors returned to senders.
@@ -55,7 +54,7 @@ type Engine struct {
 
 	cfg      configManager
 	ipsets   ipsetManager
-	policies rulesStore[felixconv.PolicyKey]
+	policies rulesStore[model.PolicyKey]
 	profiles rulesStore[string]
 	weps     endpointManager
 	heps     hostEndpointManager

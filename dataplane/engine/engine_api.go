@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/dpd-dev/dpd/dataplane/model"
-	"github.com/dpd-dev/dpd/proto/felix"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -85,12 +84,12 @@ type StatusInfo struct {
 type Session interface {
 	// ID is unique per engine lifetime.
 	ID() uint64
-	// Submit queues a validated message; it blocks while the inbox is full
-	// and returns ctx.Err() if ctx ends first.
-	Submit(ctx context.Context, msg *felix.ToDataplane) error
-	// Reject records a message that failed validation: it is counted, and the
-	// endpoint it concerns (if any) goes to status "error" with reason.
-	Reject(ctx context.Context, msg *felix.ToDataplane, reason error) error
+	// Submit queues an update the server translated; it blocks while the
+	// inbox is full and returns ctx.Err() if ctx ends first.
+	Submit(ctx context.Context, u model.Update) error
+	// Reject records a message that failed translation: it is counted, and
+	// the endpoint it names (if any) goes to status "error" with its reason.
+	Reject(ctx context.Context, r model.Rejection) error
 	// Out carries the session's statuses (see Status), closed when the
 	// session ends. Unread statuses of one subject coalesce to the latest.
 	Out() <-chan Status

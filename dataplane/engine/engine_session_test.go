@@ -22,7 +22,7 @@ func TestBackpressure(t *testing.T) {
 	defer s.Close()
 	ctx := context.Background()
 	for i := 0; i < 2; i++ {
-		if err := s.Submit(ctx, inSync()); err != nil {
+		if err := s.Submit(ctx, tr(t, inSync())); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -30,7 +30,7 @@ func TestBackpressure(t *testing.T) {
 	// A full inbox blocks the sender until its context ends.
 	cctx, cancel := context.WithCancel(ctx)
 	cancelled := make(chan error, 1)
-	go func() { cancelled <- s.Submit(cctx, inSync()) }()
+	go func() { cancelled <- s.Submit(cctx, &model.InSync{}) }()
 	testutil.WaitFor(t, waitTimeout, "sender blocked", func() bool { return e.BlockedSenders() == 1 })
 	cancel()
 	if err := <-cancelled; !errors.Is(err, context.Canceled) {
@@ -39,7 +39,8 @@ func TestBackpressure(t *testing.T) {
 
 	// ... or until the engine drains it. Nothing is dropped.
 	done := make(chan error, 1)
-	go func() { done <- s.Submit(ctx, wep("a", "10.65.0.1", nil)) }()
+	a := tr(t, wep("a", "10.65.0.1", nil))
+	go func() { done <- s.Submit(ctx, a) }()
 	testutil.WaitFor(t, waitTimeout, "sender blocked", func() bool { return e.BlockedSenders() == 1 })
 	rctx, stop := context.WithCancel(ctx)
 	ran := make(chan struct{})
@@ -62,7 +63,7 @@ func TestSessionLifecycle(t *testing.T) {
 	h.send(wep("a", "10.65.0.1", nil), inSync())
 	second := h.session()
 	testutil.WaitFor(t, waitTimeout, "first Out closed", first.isClosed)
-	if err := first.Submit(h.ctx, wepRemove("a")); !errors.Is(err, ErrSessionClosed) {
+	if err := first.Submit(h.ctx, tr(t, wepRemove("a"))); !errors.Is(err, ErrSessionClosed) {
 		t.Fatalf("Submit on a replaced session = %v", err)
 	}
 	if second.ID() <= first.ID() {
@@ -97,7 +98,7 @@ func TestRunStopClosesSession(t *testing.T) {
 	}
 	for range s.Out() {
 	}
-	if err := s.Submit(context.Background(), inSync()); err == nil {
+	if err := s.Submit(context.Background(), &model.InSync{}); err == nil {
 		t.Fatal("Submit after stop succeeded")
 	}
 	if err := e.Flush(context.Background()); !errors.Is(err, ErrStopped) {
@@ -151,8 +152,14 @@ func TestEveryPayloadIsHandled(t *testing.T) {
 		t.Fatalf("ToDataplane has %d payload cases; update this test", fields.Len())
 	}
 	for i := 0; i < fields.Len(); i++ {
-		if _, ok := msgs[string(fields.Get(i).Name())]; !ok {
-			t.Errorf("no test message for payload %s", fields.Get(i).Name())
+		name := string(fields.Get(i).Name())
+		m, ok := msgs[name]
+		if !ok {
+			t.Errorf("no test message for payload %s", name)
+			continue
+		}
+		if k := tr(t, m).Kind(); k != name {
+			t.Errorf("payload %s translates to an update of kind %q", name, k)
 		}
 	}
 	h := newHarness(t)
@@ -169,7 +176,7 @@ func TestEveryPayloadIsHandled(t *testing.T) {
 	if st.InvalidMessages != 0 || st.MessagesReceived != uint64(fields.Len()) {
 		t.Fatalf("received %d invalid %d, want %d and 0", st.MessagesReceived, st.InvalidMessages, fields.Len())
 	}
-	if st.HostEndpoints != 1 || h.e.acks.count(kindEncapsulation) != 1 || h.e.acks.count(kindIPAMPool) != 1 {
+	if st.HostEndpoints != 1 || h.e.acks.count(model.StoredEncapsulation) != 1 || h.e.acks.count(model.StoredIPAMPool) != 1 {
 		t.Fatalf("stored: %+v", st)
 	}
 	h.noViolations()

@@ -160,11 +160,10 @@ func TestRejectMarksEndpointError(t *testing.T) {
 	h.send(profile("p", allowFrom()), wep("a", "10.65.0.1", nil, "p"), inSync())
 	bad := wep("a", "10.65.0.1", nil, "p")
 	bad.GetWorkloadEndpointUpdate().Endpoint.Ipv4Nets = []string{"not-a-net"}
-	verr := felixconv.Validate(bad)
-	if verr == nil {
+	if err := felixconv.Validate(bad); err == nil {
 		t.Fatal("bad message validated")
 	}
-	if err := s.Reject(h.ctx, bad, verr); err != nil {
+	if err := submitFelix(h.ctx, s, bad); err != nil {
 		t.Fatal(err)
 	}
 	h.flush()
@@ -193,7 +192,7 @@ func TestRejectMarksEndpointError(t *testing.T) {
 	// Rejecting a message about an unknown endpoint creates it in error.
 	bad2 := wep("z", "10.65.0.7", nil)
 	bad2.GetWorkloadEndpointUpdate().Endpoint.Name = ""
-	if err := s.Reject(h.ctx, bad2, felixconv.Validate(bad2)); err != nil {
+	if err := submitFelix(h.ctx, s, bad2); err != nil {
 		t.Fatal(err)
 	}
 	h.flush()

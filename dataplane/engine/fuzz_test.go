@@ -10,7 +10,6 @@ import (
 	"github.com/dpd-dev/dpd/dataplane/model"
 	"github.com/dpd-dev/dpd/internal/testutil"
 	"github.com/dpd-dev/dpd/proto/felix"
-	"github.com/dpd-dev/dpd/server/felixconv"
 )
 
 // fuzzOps turns bytes into a sequence of engine inputs drawn from a small
@@ -153,13 +152,7 @@ func runFuzzOps(t *testing.T, data []byte) {
 		if msg == nil {
 			continue
 		}
-		var err error
-		if verr := felixconv.Validate(msg); verr != nil {
-			err = h.sess.Reject(ctx, msg, verr)
-		} else {
-			err = h.sess.Submit(ctx, msg)
-		}
-		if err != nil {
+		if err := submitFelix(ctx, h.sess, msg); err != nil {
 			t.Fatalf("send: %v (deadlock?)", err)
 		}
 	}
@@ -172,7 +165,7 @@ func runFuzzOps(t *testing.T, data []byte) {
 		ipset("s:0", "10.0.0.1"), policy("p0", allowFrom("s:0")), profile("prof0", allowFrom()),
 		wep("w0", "10.65.0.1", []string{"p0"}, "prof0"), wep("w1", "10.65.0.2", nil, "prof0"), inSync(),
 	} {
-		if err := s.Submit(ctx, m); err != nil {
+		if err := s.Submit(ctx, tr(t, m)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"sync"
@@ -11,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/dpd-dev/dpd/dataplane/memkernel"
+	"github.com/dpd-dev/dpd/dataplane/model"
 	"github.com/dpd-dev/dpd/internal/testutil"
 	"github.com/dpd-dev/dpd/proto/felix"
 	"github.com/dpd-dev/dpd/server/felixconv"
@@ -91,18 +94,41 @@ func (h *harness) session() *collector {
 	return c
 }
 
-// send validates and submits msgs on the current session, then flushes.
+// send translates and submits msgs on the current session, then flushes.
 func (h *harness) send(msgs ...*felix.ToDataplane) {
 	h.t.Helper()
 	for _, m := range msgs {
-		if err := felixconv.Validate(m); err != nil {
-			h.t.Fatalf("test message invalid: %v", err)
-		}
-		if err := h.sess.Submit(h.ctx, m); err != nil {
+		if err := h.sess.Submit(h.ctx, tr(h.t, m)); err != nil {
 			h.t.Fatalf("submit: %v", err)
 		}
 	}
 	h.flush()
+}
+
+// tr translates a Felix test message as the server does. The tests write
+// Felix messages because that is what controllers send; one that does not
+// translate is a bug in the test.
+func tr(t testing.TB, m *felix.ToDataplane) model.Update {
+	t.Helper()
+	u, err := felixconv.Translate(m)
+	if err != nil {
+		t.Fatalf("test message invalid: %v", err)
+	}
+	return u
+}
+
+// submitFelix hands m to s as the server does: translated and submitted,
+// or rejected with the translation's reason.
+func submitFelix(ctx context.Context, s Session, m *felix.ToDataplane) error {
+	u, err := felixconv.Translate(m)
+	if err == nil {
+		return s.Submit(ctx, u)
+	}
+	var fe *felixconv.Error
+	if !errors.As(err, &fe) {
+		return fmt.Errorf("translate returned %T: %w", err, err)
+	}
+	return s.Reject(ctx, fe.Rejection())
 }
 
 func (h *harness) flush() {

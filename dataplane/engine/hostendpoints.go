@@ -1,21 +1,18 @@
 package engine
 
 import (
-	"errors"
 	"log/slog"
+	"reflect"
 	"sort"
 
-	"google.golang.org/protobuf/proto"
-
 	"github.com/dpd-dev/dpd/dataplane/model"
-	"github.com/dpd-dev/dpd/proto/felix"
 )
 
 // hepEntry is one host endpoint. dpd stores host endpoints and reports
 // their status but does not enforce their policy yet.
 type hepEntry struct {
-	fid     *felix.HostEndpointID
-	raw     *felix.HostEndpoint
+	id      string
+	spec    *model.HostEndpoint
 	stale   bool
 	removed bool
 	status  string
@@ -44,7 +41,7 @@ func (m *hostEndpointManager) count() int {
 
 func (m *hostEndpointManager) linkChanged(iface string) {
 	for id, h := range m.eps {
-		if h.raw.GetName() == iface {
+		if h.spec.Iface == iface {
 			m.dirty[id] = struct{}{}
 		}
 	}
@@ -93,34 +90,29 @@ func (m *hostEndpointManager) sortedIDs(all bool) []string {
 	return ids
 }
 
-func (e *Engine) onHostEndpointUpdate(u *felix.HostEndpointUpdate) error {
-	id := u.GetId().GetEndpointId()
-	if id == "" || u.GetEndpoint() == nil {
-		return errors.New("host endpoint update without id or endpoint")
-	}
+func (e *Engine) onHostEndpointUpdate(u *model.HostEndpointUpdate) {
+	sp := &u.Endpoint
+	id := sp.ID
 	m := &e.heps
 	logOnce(e.log, &m.logged, "host endpoints are stored and reported but not yet enforced", "first", id)
 	h := m.eps[id]
-	if h != nil && !h.removed && proto.Equal(h.raw, u.GetEndpoint()) {
+	if h != nil && !h.removed && reflect.DeepEqual(h.spec, sp) {
 		h.stale = false
-		return nil
+		return
 	}
 	if h == nil {
-		h = &hepEntry{}
+		h = &hepEntry{id: id}
 		m.eps[id] = h
 	}
-	h.fid, h.raw, h.stale, h.removed = u.GetId(), u.GetEndpoint(), false, false
+	h.spec, h.stale, h.removed = sp, false, false
 	m.dirty[id] = struct{}{}
-	return nil
 }
 
-func (e *Engine) onHostEndpointRemove(r *felix.HostEndpointRemove) error {
-	id := r.GetId().GetEndpointId()
-	if h := e.heps.eps[id]; h != nil && !h.removed {
+func (e *Engine) onHostEndpointRemove(r *model.HostEndpointRemove) {
+	if h := e.heps.eps[r.ID]; h != nil && !h.removed {
 		h.removed = true
-		e.heps.dirty[id] = struct{}{}
+		e.heps.dirty[r.ID] = struct{}{}
 	}
-	return nil
 }
 
 // applyHostEndpoints only evaluates status: "up" when the interface is up
@@ -136,7 +128,7 @@ func (e *Engine) applyHostEndpoints() {
 			continue
 		}
 		st := statusUp
-		if name := h.raw.GetName(); name != "" && name != "*" && e.k.Link(name) != model.LinkUp {
+		if name := h.spec.Iface; name != "" && name != "*" && e.k.Link(name) != model.LinkUp {
 			st = statusDown
 		}
 		if st != h.status {

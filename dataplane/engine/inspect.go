@@ -15,7 +15,6 @@ import (
 	"sort"
 
 	"github.com/dpd-dev/dpd/dataplane/model"
-	"github.com/dpd-dev/dpd/server/felixconv"
 )
 
 // PolicyInfo is one active policy or profile, for Inspect.
@@ -107,7 +106,7 @@ func (e *Engine) Policies(ctx context.Context) ([]PolicyInfo, error) {
 }
 
 // policyTiers names the tiers the endpoints using k place it in.
-func (e *Engine) policyTiers(k felixconv.PolicyKey) []string {
+func (e *Engine) policyTiers(k model.PolicyKey) []string {
 	seen := map[string]struct{}{}
 	for id := range e.weps.polUsers.users(k) {
 		ent := e.weps.eps[id]

@@ -48,3 +48,10 @@ type KernelInspector interface {
 	// AttachInfo says how entry programs are attached and why.
 	AttachInfo() model.AttachInfo
 }
+
+// DropInspector is implemented by kernels whose datapath counts the packets
+// it drops for reasons no rule counts. Optional: callers type-assert it. It
+// is called on every metrics scrape, so it must be cheap.
+type DropInspector interface {
+	Drops() ([]model.DropCount, error)
+}

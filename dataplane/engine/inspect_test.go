@@ -11,7 +11,6 @@ import (
 
 	"github.com/dpd-dev/dpd/dataplane/model"
 	"github.com/dpd-dev/dpd/proto/felix"
-	"github.com/dpd-dev/dpd/server/felixconv"
 )
 
 // TestInspectNeverBehindStatus: a client that sees an endpoint's status
@@ -22,10 +21,7 @@ func TestInspectNeverBehindStatus(t *testing.T) {
 	sess := h.e.NewSession("test")
 	submit := func(m *felix.ToDataplane) {
 		t.Helper()
-		if err := felixconv.Validate(m); err != nil {
-			t.Fatal(err)
-		}
-		if err := sess.Submit(h.ctx, m); err != nil {
+		if err := sess.Submit(h.ctx, tr(t, m)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -1,14 +1,11 @@
 package engine
 
 import (
-	"errors"
 	"fmt"
 	"sort"
 	"time"
 
 	"github.com/dpd-dev/dpd/dataplane/model"
-	"github.com/dpd-dev/dpd/proto/felix"
-	"github.com/dpd-dev/dpd/server/felixconv"
 )
 
 // ipsetEntry is one IP set: desired membership plus what the kernel holds.
@@ -166,49 +163,42 @@ func (m *ipsetManager) sortedDirty() []string {
 	return ids
 }
 
-// onIPSetUpdate parses and stores a full set.
-func (e *Engine) onIPSetUpdate(u *felix.IPSetUpdate) error {
-	if u.GetId() == "" {
-		return errors.New("ip set update without id")
+// onIPSetUpdate stores a full set.
+func (e *Engine) onIPSetUpdate(u *model.IPSetUpdate) {
+	old := e.ipsets.sets[u.ID]
+	typeChanged := old != nil && old.present() && old.typ != u.Type
+	if e.ipsets.update(u.ID, u.Type, u.Members) || typeChanged {
+		e.weps.dirtySetUsers(u.ID)
 	}
-	members, err := felixconv.IPSetMembers(u.GetType(), u.GetMembers())
-	if err != nil {
-		return fmt.Errorf("ip set %s: %w", u.GetId(), err)
-	}
-	typ := model.IPSetType(u.GetType())
-	old := e.ipsets.sets[u.GetId()]
-	typeChanged := old != nil && old.present() && old.typ != typ
-	if e.ipsets.update(u.GetId(), typ, members) || typeChanged {
-		e.weps.dirtySetUsers(u.GetId())
-	}
-	return nil
 }
 
-// onIPSetDelta applies a delta to a known set.
-func (e *Engine) onIPSetDelta(u *felix.IPSetDeltaUpdate) error {
-	s := e.ipsets.sets[u.GetId()]
+// onIPSetDelta applies a delta to a known set. The delta names no type, so
+// its members are checked against the set's here; one that does not fit
+// refuses the whole delta.
+func (e *Engine) onIPSetDelta(u *model.IPSetDeltaUpdate) error {
+	s := e.ipsets.sets[u.ID]
 	if s == nil || !s.present() {
-		return fmt.Errorf("ip set delta for unknown set %q", u.GetId())
+		return fmt.Errorf("ip set delta for unknown set %q", u.ID)
 	}
-	ft := felix.IPSetUpdate_IPSetType(s.typ)
-	added, err := felixconv.IPSetMembers(ft, u.GetAddedMembers())
-	if err != nil {
-		return fmt.Errorf("ip set %s added: %w", u.GetId(), err)
-	}
-	removed, err := felixconv.IPSetMembers(ft, u.GetRemovedMembers())
-	if err != nil {
-		return fmt.Errorf("ip set %s removed: %w", u.GetId(), err)
+	for _, l := range []struct {
+		what    string
+		members []model.IPSetMember
+	}{{"added", u.Added}, {"removed", u.Removed}} {
+		for i, m := range l.members {
+			if err := s.typ.Check(m); err != nil {
+				return fmt.Errorf("ip set %s %s: member %d: %w", u.ID, l.what, i, err)
+			}
+		}
 	}
 	s.stale = false
-	e.ipsets.delta(u.GetId(), added, removed)
+	e.ipsets.delta(u.ID, u.Added, u.Removed)
 	return nil
 }
 
-func (e *Engine) onIPSetRemove(r *felix.IPSetRemove) error {
-	if e.ipsets.remove(r.GetId()) {
-		e.weps.dirtySetUsers(r.GetId())
+func (e *Engine) onIPSetRemove(r *model.IPSetRemove) {
+	if e.ipsets.remove(r.ID) {
+		e.weps.dirtySetUsers(r.ID)
 	}
-	return nil
 }
 
 // applyIPSetUpserts programs new and changed sets: a full replace when the

@@ -11,7 +11,7 @@ import (
 	"github.com/dpd-dev/dpd/proto/felix"
 )
 
-// Issue 7's cold start: 100 sets of 1,000 members.
+// The cold-start load (P3): 100 sets of 1,000 members.
 const (
 	memSets       = 100
 	memSetMembers = 1000
@@ -65,7 +65,7 @@ func ipsetBytesPerMember(tb testing.TB, memberless bool) float64 {
 }
 
 // TestIPSetMemoryPerMember bounds what the engine holds per IP set member
-// (issue 7: the engine kept ~100 bytes per member in a map).
+// (a map of members cost ~100 bytes each, past the P6 memory budget).
 func TestIPSetMemoryPerMember(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds 100,000 members")

@@ -11,9 +11,9 @@ import (
 )
 
 // setMember is a model.IPSetMember in 24 bytes without pointers, so a
-// set's members are one flat sorted slice the GC need not scan (issue 7:
-// a map of model.IPSetMember cost ~110 bytes a member). Address zones
-// are not kept: felixconv refuses them.
+// set's members are one flat sorted slice the GC need not scan (a map of
+// model.IPSetMember cost ~110 bytes a member, too much at 100k members). Address zones
+// are not kept: the edge refuses them.
 type setMember struct {
 	hi, lo uint64 // the address, big-endian; an IPv4 address is lo's low 32 bits
 	meta   uint64 // family<<40 | (prefix bits+1)<<24 | proto<<16 | port

@@ -204,17 +204,13 @@ func TestObjectManager(t *testing.T) {
 func TestResolveTiers(t *testing.T) {
 	e := New(fastOptions(memkernel.New()))
 	pol := func(name string, in, out []*felix.Rule) {
-		if err := e.onPolicyUpdate(&felix.ActivePolicyUpdate{Id: &felix.PolicyID{Name: name},
-			Policy: &felix.Policy{InboundRules: in, OutboundRules: out}}); err != nil {
-			t.Fatal(err)
-		}
+		e.dispatch(tr(t, td(&felix.ActivePolicyUpdate{Id: &felix.PolicyID{Name: name},
+			Policy: &felix.Policy{InboundRules: in, OutboundRules: out}})), time.Time{})
 	}
 	pol("in-only", []*felix.Rule{allowFrom("s:1")}, nil)
 	pol("out-only", nil, []*felix.Rule{denyPort(53)})
-	if err := e.onProfileUpdate(&felix.ActiveProfileUpdate{Id: &felix.ProfileID{Name: "prof"},
-		Profile: &felix.Profile{InboundRules: []*felix.Rule{denyPort(1)}, OutboundRules: []*felix.Rule{denyPort(2)}}}); err != nil {
-		t.Fatal(err)
-	}
+	e.dispatch(tr(t, td(&felix.ActiveProfileUpdate{Id: &felix.ProfileID{Name: "prof"},
+		Profile: &felix.Profile{InboundRules: []*felix.Rule{denyPort(1)}, OutboundRules: []*felix.Rule{denyPort(2)}}})), time.Time{})
 	e.ipsets.update("s:1", model.IPSetIP, nil)
 	ep := &felix.WorkloadEndpoint{Name: "cali1", ProfileIds: []string{"prof"}, Tiers: []*felix.TierInfo{
 		{Name: "t1", IngressPolicies: []*felix.PolicyID{{Name: "in-only"}}, DefaultAction: "Pass"},
@@ -243,7 +239,7 @@ func TestResolveTiers(t *testing.T) {
 	}
 
 	// Removing things names each missing reference.
-	e.policies.remove(felixconv.PolicyKey{Name: "out-only"})
+	e.policies.remove(model.PolicyKey{Name: "out-only"})
 	e.profiles.remove("prof")
 	e.ipsets.remove("s:1")
 	_, _, missing = e.resolve(ent)

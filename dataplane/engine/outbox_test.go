@@ -172,7 +172,7 @@ func TestSlowControllerBounded(t *testing.T) {
 		msgs = append(msgs, wep(fmt.Sprint(i), fmt.Sprintf("10.65.0.%d", i+1), nil))
 	}
 	for _, m := range append(msgs, inSync()) {
-		if err := s.Submit(h.ctx, m); err != nil {
+		if err := submitFelix(h.ctx, s, m); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -254,7 +254,7 @@ func TestSlowControllerCutOff(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	h := newHarness(t, func(o *Options) { o.MaxPendingStatuses, o.Registry = limit, reg })
 	s := h.e.NewSession("slow").(*session)
-	if err := s.Submit(h.ctx, inSync()); err != nil {
+	if err := submitFelix(h.ctx, s, inSync()); err != nil {
 		t.Fatal(err)
 	}
 	h.flush()
@@ -266,7 +266,7 @@ func TestSlowControllerCutOff(t *testing.T) {
 		m := wep(fmt.Sprint(i), fmt.Sprintf("10.65.0.%d", i+1), nil)
 		snap, live = []*felix.ToDataplane{m}, fmt.Sprint(i)
 		for _, m := range []*felix.ToDataplane{m, wepRemove(fmt.Sprint(i - 1))} {
-			if err := s.Submit(h.ctx, m); err != nil && !errors.Is(err, ErrSessionClosed) {
+			if err := submitFelix(h.ctx, s, m); err != nil && !errors.Is(err, ErrSessionClosed) {
 				t.Fatal(err)
 			}
 		}

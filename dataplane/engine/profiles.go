@@ -1,34 +1,20 @@
 package engine
 
-import (
-	"errors"
-
-	"github.com/dpd-dev/dpd/proto/felix"
-	"github.com/dpd-dev/dpd/server/felixconv"
-)
+import "github.com/dpd-dev/dpd/dataplane/model"
 
 // onProfileUpdate stores a profile; if its rules changed, exactly the
 // endpoints that list it are dirtied.
-func (e *Engine) onProfileUpdate(u *felix.ActiveProfileUpdate) error {
-	pr, err := felixconv.ActiveProfile(u)
-	if err != nil {
-		return err
-	}
+func (e *Engine) onProfileUpdate(u *model.ActiveProfileUpdate) {
+	pr := &u.Profile
 	if e.profiles.update(pr.Name, pr.Inbound, pr.Outbound) {
 		e.weps.dirtyUsers(e.weps.profUsers.users(pr.Name))
 	}
-	return nil
 }
 
 // onProfileRemove deletes a profile; endpoints still listing it go to
 // "error" naming it.
-func (e *Engine) onProfileRemove(r *felix.ActiveProfileRemove) error {
-	name := r.GetId().GetName()
-	if name == "" {
-		return errors.New("profile remove without name")
+func (e *Engine) onProfileRemove(r *model.ActiveProfileRemove) {
+	if e.profiles.remove(r.Name) {
+		e.weps.dirtyUsers(e.weps.profUsers.users(r.Name))
 	}
-	if e.profiles.remove(name) {
-		e.weps.dirtyUsers(e.weps.profUsers.users(name))
-	}
-	return nil
 }

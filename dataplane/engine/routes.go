@@ -1,12 +1,9 @@
 package engine
 
 import (
-	"fmt"
 	"net/netip"
 
 	"github.com/dpd-dev/dpd/dataplane/model"
-	"github.com/dpd-dev/dpd/proto/felix"
-	"github.com/dpd-dev/dpd/server/felixconv"
 )
 
 // routeKey is a route's destination, masked, as RouteRemove names it.
@@ -18,21 +15,13 @@ func newRouteManager() *objectManager[routeKey, model.Route] {
 		func(k routeKey) string { return k.String() })
 }
 
-func (e *Engine) onRouteUpdate(u *felix.RouteUpdate) error {
-	r, err := felixconv.Route(u)
-	if err != nil {
-		return fmt.Errorf("route %s: %w", u.GetDst(), err)
-	}
+// Routes are keyed by the masked destination, so an update and the remove
+// that names the same prefix meet whichever host bits each carried.
+func (e *Engine) onRouteUpdate(u *model.RouteUpdate) {
+	r := u.Route
 	e.routes.set(r.Dst.Masked(), &r)
-	return nil
 }
 
-func (e *Engine) onRouteRemove(r *felix.RouteRemove) error {
-	// Parse dst exactly as RouteUpdate's, so the keys match.
-	parsed, err := felixconv.Route(&felix.RouteUpdate{Dst: r.GetDst()})
-	if err != nil {
-		return fmt.Errorf("route remove %q: %w", r.GetDst(), err)
-	}
-	e.routes.del(parsed.Dst.Masked())
-	return nil
+func (e *Engine) onRouteRemove(r *model.RouteRemove) {
+	e.routes.del(r.Dst.Masked())
 }

@@ -4,8 +4,6 @@ import (
 	"reflect"
 
 	"github.com/dpd-dev/dpd/dataplane/model"
-	"github.com/dpd-dev/dpd/proto/felix"
-	"github.com/dpd-dev/dpd/server/felixconv"
 )
 
 // serviceManager merges ServiceUpdate (frontends) with the dpd extension
@@ -73,47 +71,23 @@ func (m *serviceManager) sweep() int {
 	return n
 }
 
-func (e *Engine) onServiceUpdate(u *felix.ServiceUpdate) error {
-	s, err := felixconv.Service(u)
-	if err != nil {
-		return err
-	}
-	k := s.Key
-	e.services.frontends[k] = &svcPart[model.Service]{v: s}
+func (e *Engine) onServiceUpdate(u *model.ServiceUpdate) {
+	k := u.Service.Key
+	e.services.frontends[k] = &svcPart[model.Service]{v: u.Service}
 	e.services.recompute(k)
-	return nil
 }
 
-func (e *Engine) onServiceRemove(r *felix.ServiceRemove) error {
-	k, err := felixconv.ServiceKey(r.GetNamespace(), r.GetName())
-	if err != nil {
-		return err
-	}
-	delete(e.services.frontends, k)
-	e.services.recompute(k)
-	return nil
+func (e *Engine) onServiceRemove(r *model.ServiceRemove) {
+	delete(e.services.frontends, r.Key)
+	e.services.recompute(r.Key)
 }
 
-func (e *Engine) onBackendsUpdate(u *felix.ServiceBackendsUpdate) error {
-	bs, err := felixconv.Backends(u)
-	if err != nil {
-		return err
-	}
-	k, err := felixconv.ServiceKey(u.GetNamespace(), u.GetName())
-	if err != nil {
-		return err
-	}
-	e.services.backends[k] = &svcPart[[]model.Backend]{v: bs}
-	e.services.recompute(k)
-	return nil
+func (e *Engine) onBackendsUpdate(u *model.ServiceBackendsUpdate) {
+	e.services.backends[u.Key] = &svcPart[[]model.Backend]{v: u.Backends}
+	e.services.recompute(u.Key)
 }
 
-func (e *Engine) onBackendsRemove(r *felix.ServiceBackendsRemove) error {
-	k, err := felixconv.ServiceKey(r.GetNamespace(), r.GetName())
-	if err != nil {
-		return err
-	}
-	delete(e.services.backends, k)
-	e.services.recompute(k)
-	return nil
+func (e *Engine) onBackendsRemove(r *model.ServiceBackendsRemove) {
+	delete(e.services.backends, r.Key)
+	e.services.recompute(r.Key)
 }

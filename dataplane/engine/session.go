@@ -7,16 +7,15 @@ import (
 	"time"
 
 	"github.com/dpd-dev/dpd/dataplane/model"
-	"github.com/dpd-dev/dpd/proto/felix"
 )
 
-// item is one inbox entry: a message (valid or rejected) from a session,
-// or a Flush barrier.
+// item is one inbox entry: an update or a rejection from a session, or a
+// Flush barrier.
 type item struct {
 	sess   *session
-	msg    *felix.ToDataplane
-	reject error         // non-nil: msg failed validation
-	flush  chan struct{} // non-nil: a Flush barrier
+	upd    model.Update
+	reject *model.Rejection // non-nil: a message that failed translation
+	flush  chan struct{}    // non-nil: a Flush barrier
 	recv   time.Time
 }
 
@@ -103,21 +102,21 @@ func (s *session) Close() {
 	})
 }
 
-func (s *session) Submit(ctx context.Context, msg *felix.ToDataplane) error {
-	if msg == nil {
-		return errors.New("submit: nil message")
+func (s *session) Submit(ctx context.Context, u model.Update) error {
+	if u == nil {
+		return errors.New("submit: nil update")
 	}
-	return s.e.enqueue(ctx, item{sess: s, msg: msg, recv: s.e.now()})
+	return s.e.enqueue(ctx, item{sess: s, upd: u, recv: s.e.now()})
 }
 
-func (s *session) Reject(ctx context.Context, msg *felix.ToDataplane, reason error) error {
-	if reason == nil {
-		reason = errors.New("invalid message")
+func (s *session) Reject(ctx context.Context, r model.Rejection) error {
+	if r.Kind == "" {
+		r.Kind = model.KindUnknown
 	}
-	if msg == nil {
-		msg = &felix.ToDataplane{}
+	if r.Reason == "" {
+		r.Reason = "invalid message"
 	}
-	return s.e.enqueue(ctx, item{sess: s, msg: msg, reject: reason, recv: s.e.now()})
+	return s.e.enqueue(ctx, item{sess: s, reject: &r, recv: s.e.now()})
 }
 
 // enqueue puts it in the inbox, blocking while the inbox is full.
@@ -226,8 +225,8 @@ func (e *Engine) handle(it item) {
 		}
 	}
 	if it.reject != nil {
-		e.onReject(it.msg, it.reject)
+		e.onReject(*it.reject)
 		return
 	}
-	e.dispatch(it.msg, it.recv)
+	e.dispatch(it.upd, it.recv)
 }

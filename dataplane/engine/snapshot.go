@@ -67,7 +67,6 @@ func endpointInfo(ent *wepEntry, m *endpointManager) EndpointInfo {
 	_, dirty := m.dirty[ent.id]
 	info := EndpointInfo{
 		ID:             ent.id,
-		Iface:          ent.raw.GetName(),
 		Status:         ent.status,
 		Reason:         ent.reason,
 		LastProgrammed: ent.lastProgrammed,

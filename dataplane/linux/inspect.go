@@ -25,10 +25,12 @@ var errClosed = errors.New("linux dataplane closed")
 // cannot know its size without reading it, and a scrape must stay cheap.
 const ConntrackCountInterval = 10 * time.Second
 
-// ctCount is the cached conntrack count. Guarded by Kernel.mu.
+// ctCount is the cached count of the maps the programs write: conntrack
+// and, walked alongside it, the fragments. Guarded by Kernel.mu.
 type ctCount struct {
 	at      time.Time
 	entries int
+	frags   int
 }
 
 // EndpointDetails implements engine.KernelInspector.
@@ -169,15 +171,19 @@ func (k *Kernel) conntrackEntriesLocked(now time.Time) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	k.ctCount.at, k.ctCount.entries = now, n
+	frags, err := k.bpf.FragmentEntries()
+	if err != nil {
+		return 0, err
+	}
+	k.ctCount.at, k.ctCount.entries, k.ctCount.frags = now, n, frags
 	return n, nil
 }
 
 // MapUsage implements engine.KernelInspector. Every count but conntrack's
-// comes from what this process wrote and tracks (no map is read); entries
-// an earlier dpd left that garbage collection has not removed yet are not
-// counted. Conntrack, written by the programs, is walked in batches at
-// most once per ConntrackCountInterval.
+// and the fragments' comes from what this process wrote and tracks (no map
+// is read); entries an earlier dpd left that garbage collection has not
+// removed yet are not counted. Conntrack and dpd_frags, written by the
+// programs, are walked in batches at most once per ConntrackCountInterval.
 func (k *Kernel) MapUsage() ([]model.MapUsage, error) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -191,7 +197,9 @@ func (k *Kernel) MapUsage() ([]model.MapUsage, error) {
 	if ct, err := k.conntrackEntriesLocked(time.Now()); err != nil {
 		errs = append(errs, fmt.Errorf("count dpd_ct: %w", err))
 	} else {
-		out = append(out, model.MapUsage{Name: "dpd_ct", Entries: ct, Capacity: capOf(m.Conntrack)})
+		out = append(out,
+			model.MapUsage{Name: "dpd_ct", Entries: ct, Capacity: capOf(m.Conntrack)},
+			model.MapUsage{Name: "dpd_frags", Entries: k.ctCount.frags, Capacity: capOf(m.Frags)})
 	}
 	ifstate, jump := 0, 1 // the epilogue sits at abi.JumpEpilogue
 	for _, st := range k.eps.eps {
@@ -244,6 +252,26 @@ func (k *Kernel) MapUsage() ([]model.MapUsage, error) {
 		errs = append(errs, fmt.Errorf("count dpd_rule_ctrs: %w", err))
 	} else {
 		out = append(out, model.MapUsage{Name: "dpd_rule_ctrs", Entries: n, Capacity: capOf(m.RuleCtrs)})
+	}
+	return out, errors.Join(errs...)
+}
+
+// Drops implements engine.DropInspector: one per-CPU array read per reason.
+func (k *Kernel) Drops() ([]model.DropCount, error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		return nil, errClosed
+	}
+	var out []model.DropCount
+	var errs []error
+	for _, r := range tcbpf.DropReasons() {
+		p, b, err := k.bpf.ReadDrops(r)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, model.DropCount{Reason: r.String(), Packets: p, Bytes: b})
 	}
 	return out, errors.Join(errs...)
 }

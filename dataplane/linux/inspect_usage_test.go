@@ -62,6 +62,7 @@ func walkAll(tb testing.TB, k *Kernel) map[string]int {
 	for name, mp := range map[string]*ebpf.Map{
 		"dpd_ct": m.Conntrack, "dpd_ipsets": m.IPSets, "dpd_ifstate": m.IfState, "dpd_rule_ctrs": m.RuleCtrs,
 		"dpd_jump": m.Jump, "dpd_chain": m.Chain, "dpd_nat_fe": m.NATFrontends, "dpd_nat_be": m.NATBackends, "dpd_routes": m.Routes,
+		"dpd_frags": m.Frags,
 	} {
 		n, err := walkCount(mp)
 		if err != nil {
@@ -163,15 +164,15 @@ func TestMapUsageAgreesWithMaps(t *testing.T) {
 	}
 
 	// A scrape costs no bpf(2) call while the conntrack count is fresh, and
-	// one batch per 8192 flows when it is not.
+	// one batch per 8192 flows, plus one for the fragments, when it is not.
 	if n := sys.during(t, func() { usageOf(t, k) }); n != 0 {
 		t.Errorf("a scrape with a fresh conntrack count made %d bpf calls, want 0", n)
 	}
 	k.mu.Lock()
 	k.ctCount.at = time.Time{}
 	k.mu.Unlock()
-	if n := sys.during(t, func() { usageOf(t, k) }); n != 1 {
-		t.Errorf("a scrape counting conntrack (empty) made %d bpf calls, want 1 batch", n)
+	if n := sys.during(t, func() { usageOf(t, k) }); n != 2 {
+		t.Errorf("a scrape counting conntrack and fragments (empty) made %d bpf calls, want 2 batches", n)
 	}
 
 	must(k.RemoveEndpoint(epB))

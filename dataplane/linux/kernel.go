@@ -126,6 +126,7 @@ func New(opts Options) (*Kernel, error) {
 		_ = cfg.Close()
 		return nil, fmt.Errorf("host config: %w", err)
 	}
+	logIPv6State(opts.Log, cfg)
 	choice, err := chooseAttach(opts)
 	if err != nil {
 		_ = mon.Close()

@@ -9,6 +9,7 @@ import (
 	"github.com/dpd-dev/dpd/dataplane/engine"
 	"github.com/dpd-dev/dpd/internal/testutil"
 	"github.com/dpd-dev/dpd/proto/felix"
+	"github.com/dpd-dev/dpd/server/felixconv"
 )
 
 // The engine on top of the Linux kernel: a controller that reconnects with
@@ -80,7 +81,11 @@ func connect(t *testing.T, e *engine.Engine, msgs []*felix.ToDataplane) engine.S
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for _, m := range append(msgs, &felix.ToDataplane{Payload: &felix.ToDataplane_InSync{InSync: &felix.InSync{}}}) {
-		if err := s.Submit(ctx, m); err != nil {
+		u, err := felixconv.Translate(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Submit(ctx, u); err != nil {
 			t.Fatal(err)
 		}
 	}

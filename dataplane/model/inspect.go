@@ -76,6 +76,14 @@ type TraceResult struct {
 	Conntrack string
 }
 
+// DropCount is how many packets the datapath dropped for one reason that no
+// rule counts (a fragment without its first piece, ...), since the maps
+// were created.
+type DropCount struct {
+	Reason         string // a metric label: "fragment_without_first", ...
+	Packets, Bytes uint64
+}
+
 // MapUsage is one map's fill level.
 type MapUsage struct {
 	Name              string

@@ -2,6 +2,7 @@ package model
 
 import (
 	"cmp"
+	"fmt"
 	"net/netip"
 	"slices"
 )
@@ -14,6 +15,34 @@ const (
 	IPSetIPAndPort IPSetType = 1 // members are "addr,proto:port"
 	IPSetNet       IPSetType = 2 // members are CIDRs
 )
+
+// Check reports why m cannot be a member of a set of type t: an IP set
+// holds single addresses, a net set prefixes, an IP-and-port set
+// addresses with a protocol and port. A delta names no type, so its
+// members are checked against the set's.
+func (t IPSetType) Check(m IPSetMember) error {
+	hasPort := m.Proto != 0
+	switch t {
+	case IPSetIP:
+		if hasPort {
+			return fmt.Errorf("%v,%d:%d has a port; the set holds addresses", m.Prefix.Addr(), m.Proto, m.Port)
+		}
+		if !m.Prefix.IsSingleIP() {
+			return fmt.Errorf("%v is a network, not an address", m.Prefix)
+		}
+	case IPSetNet:
+		if hasPort {
+			return fmt.Errorf("%v,%d:%d has a port; the set holds networks", m.Prefix.Addr(), m.Proto, m.Port)
+		}
+	case IPSetIPAndPort:
+		if !hasPort {
+			return fmt.Errorf("%v has no protocol and port; the set holds addr,proto:port", m.Prefix)
+		}
+	default:
+		return fmt.Errorf("unknown ip set type %d", t)
+	}
+	return nil
+}
 
 // IPSetMember is one parsed member. Addresses are full-length prefixes;
 // Proto and Port are set only for IPSetIPAndPort.

@@ -56,6 +56,14 @@ func TestBTFLayout(t *testing.T) {
 		{"dpd_route_val", abi.RouteValSize, map[string]uint32{"flags": 0, "pool_type": 4, "next_hop": 8}},
 		{"dpd_counter", abi.CounterSize, map[string]uint32{"packets": 0, "bytes": 8}},
 		{"dpd_ipset_name", abi.IPSetNameLen, map[string]uint32{"name": 0}},
+		{"dpd_frag_key", abi.FragKeySize, map[string]uint32{
+			"saddr": abi.FragKeySaddr, "daddr": abi.FragKeyDaddr, "id": abi.FragKeyID, "proto": abi.FragKeyProto,
+			"family": abi.FragKeyFamily, "dir": abi.FragKeyDir, "ifindex": abi.FragKeyIfindex,
+		}},
+		{"dpd_frag_val", abi.FragValSize, map[string]uint32{
+			"seen": abi.FragValSeen, "sport": abi.FragValSport, "dport": abi.FragValDport,
+			"icmp_type": abi.FragValICMPType, "icmp_code": abi.FragValICMPCode, "proto": abi.FragValProto,
+		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -114,6 +122,9 @@ func TestHeaderDefines(t *testing.T) {
 		"DPD_NAT_FE_BITS": abi.NATFEBits, "DPD_NAT_FE_HASH_MUL": abi.NATFEHashMul,
 		"DPD_NAT_FE_HASH_SHIFT": abi.NATFEHashShift,
 		"DPD_IPSET_IDX_WORDS":   abi.IPSetIdxWords, "DPD_IPSET_IDX_SLOTS": abi.IPSetIdxSlots,
+		"DPD_FRAG_TIMEOUT_S": abi.FragTimeoutS, "DPD_DROP_FRAG_NO_FIRST": abi.DropFragNoFirst,
+		"DPD_DROP_FRAG_TINY": abi.DropFragTiny, "DPD_DROP_IPV6_EXT": abi.DropIPv6Ext, "DPD_DROP_MAX": abi.DropMax,
+		"DPD_ST_UNPOLICED": abi.StUnpoliced,
 	}
 	f, err := os.Open("../../bpf/include/dpd_abi.h")
 	if err != nil {

@@ -41,6 +41,9 @@ type Maps struct {
 	NATFrontends *ebpf.Map // HASH struct dpd_nat_fe_key -> struct dpd_nat_fe_val
 	NATBackends  *ebpf.Map // HASH struct dpd_nat_be_key -> struct dpd_nat_be_val
 	Routes       *ebpf.Map // LPM_TRIE struct dpd_route_key -> struct dpd_route_val
+	// Added by the fragments work.
+	Frags    *ebpf.Map // LRU_HASH struct dpd_frag_key -> struct dpd_frag_val
+	DropCtrs *ebpf.Map // PERCPU_ARRAY[abi.DropMax] struct dpd_counter
 }
 
 // Programs are the loaded entry programs and the epilogue.
@@ -202,6 +205,7 @@ func applySizes(spec *ebpf.CollectionSpec, s MapSizes) {
 		abi.MapNATFrontends: s.NATFrontend,
 		abi.MapNATBackends:  s.NATBackend,
 		abi.MapRoutes:       s.Routes,
+		abi.MapFrags:        s.Fragments,
 	} {
 		if m, ok := spec.Maps[name]; ok {
 			m.MaxEntries = uint32(n)
@@ -230,6 +234,7 @@ func (d *Datapath) Maps() Maps {
 		IPSetIDs: o.DpdIpsetIds, Conntrack: o.DpdCt, RuleCtrs: o.DpdRuleCtrs,
 		Chain: o.DpdChain, Trace: o.DpdTrace,
 		NATFrontends: o.DpdNatFe, NATBackends: o.DpdNatBe, Routes: o.DpdRoutes,
+		Frags: o.DpdFrags, DropCtrs: o.DpdDropCtrs,
 	}
 }
 

@@ -9,7 +9,7 @@ import (
 	"github.com/dpd-dev/dpd/internal/testutil"
 )
 
-// Issue 7's cold start: 100 sets of 1,000 members.
+// The cold-start load (P3): 100 sets of 1,000 members.
 const (
 	memSets       = 100
 	memSetMembers = 1000
@@ -56,7 +56,7 @@ func ipsetHeapPerMember(tb testing.TB) (replaced, reopened float64) {
 func memSetName(s int) string { return "s:" + string(rune('a'+s/26)) + string(rune('a'+s%26)) }
 
 // TestIPSetMemoryPerMember bounds the heap the BPF layer keeps per IP set
-// member, with real maps (issue 7: ~300 bytes in three maps).
+// member, with real maps (three maps of keys cost ~300 bytes a member).
 func TestIPSetMemoryPerMember(t *testing.T) {
 	if testing.Short() {
 		t.Skip("programs 100,000 members")

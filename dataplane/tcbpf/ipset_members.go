@@ -12,7 +12,7 @@ import (
 
 // member is one set member as dpd_ipsets keys it, less the set id: 20
 // bytes without pointers, so a set's members are one flat sorted slice
-// (issue 7: a map of keys cost ~70 bytes a member, and the GC scans it).
+// (a map of keys cost ~70 bytes a member, and the GC scans it).
 type member struct {
 	addr  [16]byte // masked; an IPv4 address fills the first 4 bytes
 	bits  uint8    // prefix length of addr

@@ -350,6 +350,7 @@ func PinnedSizes(pinDir string) (s MapSizes, ok bool, err error) {
 		abi.MapConntrack: &s.Conntrack, abi.MapIPSets: &s.IPSets, abi.MapIfState: &s.IfState,
 		abi.MapRuleCtrs: &s.RuleCounters, abi.MapJump: &s.Jump, abi.MapChain: &s.Chain,
 		abi.MapNATFrontends: &s.NATFrontend, abi.MapNATBackends: &s.NATBackend, abi.MapRoutes: &s.Routes,
+		abi.MapFrags: &s.Fragments,
 	} {
 		m, err := ebpf.LoadPinnedMap(filepath.Join(pinDir, name), &ebpf.LoadPinOptions{ReadOnly: true})
 		if errors.Is(err, os.ErrNotExist) {

@@ -150,7 +150,7 @@ func TestPinnedSizes(t *testing.T) {
 	if _, ok, err := PinnedSizes(pinDir); ok || err != nil {
 		t.Fatalf("sizes reported for an empty pin dir (%v)", err)
 	}
-	sizes := MapSizes{Conntrack: 1024, IPSets: 1024, IfState: 64, RuleCounters: 256, Chain: 64}
+	sizes := MapSizes{Conntrack: 1024, IPSets: 1024, IfState: 64, RuleCounters: 256, Chain: 64, Fragments: 128}
 	d := openTest(t, Options{PinDir: pinDir, Sizes: sizes})
 	want := d.Sizes()
 	mustNil(t, d.Close())

@@ -25,10 +25,16 @@ type MapSizes struct {
 	// default 262144. (A connection's NAT choice lives in dpd_ct, sized by
 	// Conntrack.)
 	Routes int
+	// Fragments is dpd_frags: datagrams in flight in fragments, one entry
+	// per hook that saw the first fragment; BPFMapSizeFragments (dpd's
+	// own key); default 8192. An LRU: when full, the oldest datagram's
+	// later fragments are dropped.
+	Fragments int
 }
 
 // Config keys read by MapSizesFromConfig. Conntrack, IPSets, IfState and
-// the NAT and route keys are Felix's; the others are dpd's own.
+// the NAT and route keys are Felix's; the others (rule counters, jump,
+// chain, fragments) are dpd's own.
 const (
 	ConfigConntrack    = "BPFMapSizeConntrack"
 	ConfigIPSets       = "BPFMapSizeIPSets"
@@ -39,6 +45,7 @@ const (
 	ConfigNATFrontend  = "BPFMapSizeNATFrontend"
 	ConfigNATBackend   = "BPFMapSizeNATBackend"
 	ConfigRoutes       = "BPFMapSizeRoute"
+	ConfigFragments    = "BPFMapSizeFragments"
 )
 
 // ipsetIDsSize bounds the number of distinct IP sets (dpd_ipset_ids).
@@ -57,6 +64,7 @@ func DefaultMapSizes() MapSizes {
 		NATFrontend:  65536,
 		NATBackend:   262144,
 		Routes:       262144,
+		Fragments:    8192,
 	}
 }
 
@@ -74,7 +82,7 @@ func (s *MapSizes) fields() []sizeField {
 		{"ifstate", ConfigIfState, &s.IfState}, {"rule counters", ConfigRuleCounters, &s.RuleCounters},
 		{"jump", ConfigJump, &s.Jump}, {"chain", ConfigChain, &s.Chain},
 		{"nat frontend", ConfigNATFrontend, &s.NATFrontend}, {"nat backend", ConfigNATBackend, &s.NATBackend},
-		{"routes", ConfigRoutes, &s.Routes},
+		{"routes", ConfigRoutes, &s.Routes}, {"fragments", ConfigFragments, &s.Fragments},
 	}
 }
 

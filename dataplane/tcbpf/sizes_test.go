@@ -25,6 +25,9 @@ func TestMapSizesFromConfig(t *testing.T) {
 		{"not a number", map[string]string{ConfigIPSets: "lots"}, MapSizes{}, true},
 		{"negative", map[string]string{ConfigChain: "-1"}, MapSizes{}, true},
 		{"empty keeps default", map[string]string{ConfigRuleCounters: ""}, def, false},
+		{"fragments", map[string]string{ConfigFragments: "64"},
+			func() MapSizes { s := def; s.Fragments = 64; return s }(), false},
+		{"fragments zero", map[string]string{ConfigFragments: "0"}, MapSizes{}, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -36,6 +39,9 @@ func TestMapSizesFromConfig(t *testing.T) {
 				t.Fatalf("got %+v, want %+v", got, tc.want)
 			}
 		})
+	}
+	if def.Fragments != 8192 {
+		t.Fatalf("default fragments %d, want the documented 8192", def.Fragments)
 	}
 	if got := def.Slots(); got != 1000 {
 		t.Fatalf("default slots %d, want 1000", got)

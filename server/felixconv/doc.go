@@ -1,10 +1,9 @@
-// Package felixconv is the one place where Felix protocol messages are
-// checked and turned into dataplane/model values. The server calls Validate
-// on every ToDataplane before the engine sees it; the engine calls the
-// parse functions (Rule, Route, Service, IPSetMembers, ...) on the same
-// message. Validate is built from those parse functions, so a message the
-// server accepted always parses in the engine, and both report the same
-// reason when it does not.
+// Package felixconv is the one translation of Felix protocol messages into
+// dataplane/model values. The server calls Translate on every ToDataplane
+// it receives: each field is parsed exactly once, the engine gets the
+// model.Update, and a message that cannot be applied is refused here with
+// an *Error that says why (and names the workload endpoint concerned, so
+// its status can report it). The engine knows nothing of the wire.
 //
 // Nothing here panics on any input: every sub-message may be nil.
 package felixconv

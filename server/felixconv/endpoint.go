@@ -3,7 +3,6 @@ package felixconv
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"strings"
 
@@ -29,32 +28,15 @@ func Endpoint(id *felix.WorkloadEndpointID) (model.WorkloadID, error) {
 	return wid, nil
 }
 
-// PolicyKey identifies an active policy as upstream's PolicyID does: by
-// kind, namespace and name (the tier is no longer part of the identity).
-type PolicyKey struct {
-	Kind, Namespace, Name string
-}
-
-func (k PolicyKey) String() string {
-	s := k.Name
-	if k.Namespace != "" {
-		s = k.Namespace + "/" + s
-	}
-	if k.Kind != "" {
-		s = k.Kind + ":" + s
-	}
-	return s
-}
-
 // PolicyKeyOf converts a PolicyID; the name is required.
-func PolicyKeyOf(id *felix.PolicyID) (PolicyKey, error) {
+func PolicyKeyOf(id *felix.PolicyID) (model.PolicyKey, error) {
 	if id == nil {
-		return PolicyKey{}, errors.New("policy id: missing")
+		return model.PolicyKey{}, errors.New("policy id: missing")
 	}
 	if err := required("policy name", id.Name); err != nil {
-		return PolicyKey{}, err
+		return model.PolicyKey{}, err
 	}
-	return PolicyKey{Kind: id.Kind, Namespace: id.Namespace, Name: id.Name}, nil
+	return model.PolicyKey{Kind: id.Kind, Namespace: id.Namespace, Name: id.Name}, nil
 }
 
 // TierDefaultAction parses TierInfo.default_action: "" and "Deny" are
@@ -69,21 +51,12 @@ func TierDefaultAction(s string) (model.Action, error) {
 	return 0, fmt.Errorf("unknown tier default action %q", s)
 }
 
-// TierRef is one tier of an endpoint: the policies that apply, by key, in
-// order per direction. The engine resolves keys to active policies.
-type TierRef struct {
-	Name          string
-	DefaultAction model.Action
-	Ingress       []PolicyKey
-	Egress        []PolicyKey
-}
-
 // Tiers parses an endpoint's tier list.
-func Tiers(ts []*felix.TierInfo) ([]TierRef, error) {
+func Tiers(ts []*felix.TierInfo) ([]model.TierRef, error) {
 	if len(ts) == 0 {
 		return nil, nil
 	}
-	out := make([]TierRef, 0, len(ts))
+	out := make([]model.TierRef, 0, len(ts))
 	for i, t := range ts {
 		if t == nil {
 			return nil, fmt.Errorf("tier %d: nil", i)
@@ -95,7 +68,7 @@ func Tiers(ts []*felix.TierInfo) ([]TierRef, error) {
 		if err != nil {
 			return nil, fmt.Errorf("tier %s: %w", t.Name, err)
 		}
-		ref := TierRef{Name: t.Name, DefaultAction: da}
+		ref := model.TierRef{Name: t.Name, DefaultAction: da}
 		if ref.Ingress, err = policyKeys(t.IngressPolicies); err != nil {
 			return nil, fmt.Errorf("tier %s: ingress_policies%w", t.Name, err)
 		}
@@ -107,11 +80,11 @@ func Tiers(ts []*felix.TierInfo) ([]TierRef, error) {
 	return out, nil
 }
 
-func policyKeys(ids []*felix.PolicyID) ([]PolicyKey, error) {
+func policyKeys(ids []*felix.PolicyID) ([]model.PolicyKey, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	out := make([]PolicyKey, 0, len(ids))
+	out := make([]model.PolicyKey, 0, len(ids))
 	for i, id := range ids {
 		k, err := PolicyKeyOf(id)
 		if err != nil {
@@ -122,65 +95,57 @@ func policyKeys(ids []*felix.PolicyID) ([]PolicyKey, error) {
 	return out, nil
 }
 
-// WorkloadEndpoint is a parsed WorkloadEndpointUpdate: the endpoint's
-// identity, interface and addresses, and the tiers and profiles whose
-// policy the engine resolves into model.Endpoint.
-type WorkloadEndpoint struct {
-	ID       model.WorkloadID
-	Iface    string
-	MAC      net.HardwareAddr // nil when Felix sent none
-	IPv4Nets []netip.Prefix
-	IPv6Nets []netip.Prefix
-	Tiers    []TierRef
-	Profiles []string
-}
-
 // WorkloadEndpointUpdate parses u. The interface name is required; the
 // MAC is parsed when present; ipv4_nets must be IPv4 and ipv6_nets IPv6.
-func WorkloadEndpointUpdate(u *felix.WorkloadEndpointUpdate) (WorkloadEndpoint, error) {
+func WorkloadEndpointUpdate(u *felix.WorkloadEndpointUpdate) (model.WorkloadEndpoint, error) {
 	if u == nil {
-		return WorkloadEndpoint{}, errors.New("nil update")
+		return model.WorkloadEndpoint{}, errors.New("nil update")
 	}
 	id, err := Endpoint(u.Id)
 	if err != nil {
-		return WorkloadEndpoint{}, err
+		return model.WorkloadEndpoint{}, err
 	}
-	ep := u.Endpoint
+	return workloadEndpoint(id, u.Endpoint)
+}
+
+// workloadEndpoint parses the body of the update for endpoint id.
+func workloadEndpoint(id model.WorkloadID, ep *felix.WorkloadEndpoint) (model.WorkloadEndpoint, error) {
 	if ep == nil {
-		return WorkloadEndpoint{}, errors.New("endpoint: missing")
+		return model.WorkloadEndpoint{}, errors.New("endpoint: missing")
 	}
-	out := WorkloadEndpoint{ID: id, Iface: ep.Name}
-	if err := required("name (interface)", ep.Name); err != nil {
-		return WorkloadEndpoint{}, err
+	out := model.WorkloadEndpoint{ID: id, Iface: ep.Name}
+	if err := ifaceName("name (interface)", ep.Name); err != nil {
+		return model.WorkloadEndpoint{}, err
 	}
+	var err error
 	if ep.Mac != "" {
 		if out.MAC, err = parseMAC(ep.Mac); err != nil {
-			return WorkloadEndpoint{}, fmt.Errorf("mac: %w", err)
+			return model.WorkloadEndpoint{}, fmt.Errorf("mac: %w", err)
 		}
 	}
 	if out.IPv4Nets, err = familyPrefixes("ipv4_nets", ep.Ipv4Nets, 4); err != nil {
-		return WorkloadEndpoint{}, err
+		return model.WorkloadEndpoint{}, err
 	}
 	if out.IPv6Nets, err = familyPrefixes("ipv6_nets", ep.Ipv6Nets, 6); err != nil {
-		return WorkloadEndpoint{}, err
+		return model.WorkloadEndpoint{}, err
 	}
 	if err := natInfos("ipv4_nat", ep.Ipv4Nat); err != nil {
-		return WorkloadEndpoint{}, err
+		return model.WorkloadEndpoint{}, err
 	}
 	if err := natInfos("ipv6_nat", ep.Ipv6Nat); err != nil {
-		return WorkloadEndpoint{}, err
+		return model.WorkloadEndpoint{}, err
 	}
 	if _, err := prefixList("allow_spoofed_source_prefixes", ep.AllowSpoofedSourcePrefixes); err != nil {
-		return WorkloadEndpoint{}, err
+		return model.WorkloadEndpoint{}, err
 	}
 	if err := nonEmpty("profile_ids", ep.ProfileIds); err != nil {
-		return WorkloadEndpoint{}, err
+		return model.WorkloadEndpoint{}, err
 	}
 	if len(ep.ProfileIds) > 0 {
 		out.Profiles = append([]string(nil), ep.ProfileIds...)
 	}
 	if out.Tiers, err = Tiers(ep.Tiers); err != nil {
-		return WorkloadEndpoint{}, err
+		return model.WorkloadEndpoint{}, err
 	}
 	return out, nil
 }
@@ -213,32 +178,48 @@ func natInfos(field string, ns []*felix.NatInfo) error {
 	return nil
 }
 
-// validateHostEndpoint checks a HostEndpointUpdate. dpd does not program
-// host endpoints yet, but a bad one is still reported, not swallowed.
-func validateHostEndpoint(u *felix.HostEndpointUpdate) error {
-	if err := required("host endpoint id", u.GetId().GetEndpointId()); err != nil {
-		return err
+// HostEndpoint parses a HostEndpointUpdate. dpd does not program host
+// endpoints yet, but a bad one is still reported, not swallowed. The
+// interface name may be "" (match by expected addresses) or "*" (all).
+func HostEndpoint(u *felix.HostEndpointUpdate) (model.HostEndpoint, error) {
+	out := model.HostEndpoint{ID: u.GetId().GetEndpointId()}
+	if err := required("host endpoint id", out.ID); err != nil {
+		return model.HostEndpoint{}, err
 	}
 	ep := u.GetEndpoint()
 	if ep == nil {
-		return errors.New("endpoint: missing")
+		return model.HostEndpoint{}, errors.New("endpoint: missing")
 	}
-	if _, err := addrList("expected_ipv4_addrs", ep.ExpectedIpv4Addrs); err != nil {
-		return err
+	out.Iface = ep.Name
+	if ep.Name != "" && ep.Name != "*" {
+		if err := ifaceName("name (interface)", ep.Name); err != nil {
+			return model.HostEndpoint{}, err
+		}
 	}
-	if _, err := addrList("expected_ipv6_addrs", ep.ExpectedIpv6Addrs); err != nil {
-		return err
+	var err error
+	if out.ExpectedIPv4, err = addrList("expected_ipv4_addrs", ep.ExpectedIpv4Addrs); err != nil {
+		return model.HostEndpoint{}, err
+	}
+	if out.ExpectedIPv6, err = addrList("expected_ipv6_addrs", ep.ExpectedIpv6Addrs); err != nil {
+		return model.HostEndpoint{}, err
 	}
 	if err := nonEmpty("profile_ids", ep.ProfileIds); err != nil {
-		return err
+		return model.HostEndpoint{}, err
+	}
+	if len(ep.ProfileIds) > 0 {
+		out.Profiles = append([]string(nil), ep.ProfileIds...)
 	}
 	for _, ts := range []struct {
 		field string
 		tiers []*felix.TierInfo
-	}{{"tiers", ep.Tiers}, {"untracked_tiers", ep.UntrackedTiers}, {"pre_dnat_tiers", ep.PreDnatTiers}, {"forward_tiers", ep.ForwardTiers}} {
-		if _, err := Tiers(ts.tiers); err != nil {
-			return fmt.Errorf("%s: %w", ts.field, err)
+		dst   *[]model.TierRef
+	}{
+		{"tiers", ep.Tiers, &out.Tiers}, {"untracked_tiers", ep.UntrackedTiers, &out.UntrackedTiers},
+		{"pre_dnat_tiers", ep.PreDnatTiers, &out.PreDNATTiers}, {"forward_tiers", ep.ForwardTiers, &out.ForwardTiers},
+	} {
+		if *ts.dst, err = Tiers(ts.tiers); err != nil {
+			return model.HostEndpoint{}, fmt.Errorf("%s: %w", ts.field, err)
 		}
 	}
-	return nil
+	return out, nil
 }

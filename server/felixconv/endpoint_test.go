@@ -88,18 +88,18 @@ func TestWorkloadEndpointUpdate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := WorkloadEndpoint{
+	want := model.WorkloadEndpoint{
 		ID:       model.WorkloadID{Orchestrator: "k8s", Workload: "default/pod-a", Endpoint: "eth0"},
 		Iface:    "cali1234",
 		MAC:      net.HardwareAddr{0xee, 0xee, 0xee, 0xee, 0xee, 0xee},
 		IPv4Nets: []netip.Prefix{netip.MustParsePrefix("10.65.0.2/32")},
 		IPv6Nets: []netip.Prefix{netip.MustParsePrefix("fd00:65::2/128")},
 		Profiles: []string{"kns.default"},
-		Tiers: []TierRef{
+		Tiers: []model.TierRef{
 			{Name: "default", DefaultAction: model.ActionDeny,
-				Ingress: []PolicyKey{{Kind: "NetworkPolicy", Namespace: "default", Name: "allow-web"}},
-				Egress:  []PolicyKey{{Kind: "GlobalNetworkPolicy", Name: "allow-dns"}}},
-			{Name: "security", DefaultAction: model.ActionPass, Ingress: []PolicyKey{{Name: "quarantine"}}},
+				Ingress: []model.PolicyKey{{Kind: "NetworkPolicy", Namespace: "default", Name: "allow-web"}},
+				Egress:  []model.PolicyKey{{Kind: "GlobalNetworkPolicy", Name: "allow-dns"}}},
+			{Name: "security", DefaultAction: model.ActionPass, Ingress: []model.PolicyKey{{Name: "quarantine"}}},
 		},
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -162,8 +162,8 @@ func TestActivePolicyAndProfile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := Policy{
-		Key: PolicyKey{Kind: "NetworkPolicy", Namespace: "ns", Name: "p"}, Tier: "default", PreDNAT: true,
+	want := model.Policy{
+		Key: model.PolicyKey{Kind: "NetworkPolicy", Namespace: "ns", Name: "p"}, Tier: "default", PreDNAT: true,
 		Inbound:  []model.Rule{{ID: "in", Action: model.ActionAllow}},
 		Outbound: []model.Rule{{ID: "out", Action: model.ActionDeny}},
 	}

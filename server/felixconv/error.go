@@ -1,8 +1,6 @@
 package felixconv
 
 import (
-	"fmt"
-
 	"github.com/dpd-dev/dpd/dataplane/model"
 	"github.com/dpd-dev/dpd/proto/felix"
 )
@@ -18,16 +16,16 @@ type Error struct {
 	Reason   string
 }
 
-func (e *Error) Error() string {
-	if e.Endpoint != nil {
-		return fmt.Sprintf("felix message %d (%s %s): %s", e.Seq, e.Kind, e.Endpoint, e.Reason)
-	}
-	return fmt.Sprintf("felix message %d (%s): %s", e.Seq, e.Kind, e.Reason)
+func (e *Error) Error() string { return "felix " + e.Rejection().String() }
+
+// Rejection is what the engine is told of the message: the same facts.
+func (e *Error) Rejection() model.Rejection {
+	return model.Rejection{Seq: e.Seq, Kind: e.Kind, Endpoint: e.Endpoint, Reason: e.Reason}
 }
 
 // KindUnknown is PayloadKind's answer for a message without a payload this
 // build knows (none set, or a newer upstream case decoded as unknown).
-const KindUnknown = "unknown"
+const KindUnknown = model.KindUnknown
 
 // PayloadKind names msg's payload by its proto field name, e.g.
 // "ipset_update" or "service_backends_update".

@@ -3,6 +3,8 @@ package felixconv
 import (
 	"errors"
 	"fmt"
+	"net/netip"
+	"reflect"
 	"testing"
 
 	"google.golang.org/protobuf/proto"
@@ -11,61 +13,65 @@ import (
 	"github.com/dpd-dev/dpd/proto/felix"
 )
 
-// parseAccepted parses msg's payload with the exported functions the
-// engine uses. For a message Validate accepted it must not fail.
-func parseAccepted(msg *felix.ToDataplane) error {
-	switch p := msg.Payload.(type) {
-	case *felix.ToDataplane_WorkloadEndpointUpdate:
-		_, err := WorkloadEndpointUpdate(p.WorkloadEndpointUpdate)
-		return err
-	case *felix.ToDataplane_WorkloadEndpointRemove:
-		_, err := Endpoint(p.WorkloadEndpointRemove.GetId())
-		return err
-	case *felix.ToDataplane_IpsetUpdate:
-		u := p.IpsetUpdate
-		if _, err := IPSetMembers(u.GetType(), u.GetMembers()); err != nil {
+// checkUpdate asserts what the engine and kernels rely on in an update
+// Translate produced for msg.
+func checkUpdate(msg *felix.ToDataplane, u model.Update) error {
+	if u == nil {
+		return errors.New("nil update without an error")
+	}
+	if u.Sequence() != msg.GetSequenceNumber() {
+		return fmt.Errorf("sequence %d, message has %d", u.Sequence(), msg.GetSequenceNumber())
+	}
+	if k := PayloadKind(msg); u.Kind() != k {
+		return fmt.Errorf("kind %q, payload is %q", u.Kind(), k)
+	}
+	switch u := u.(type) {
+	case *model.WorkloadEndpointUpdate:
+		if err := ifaceName("iface", u.Endpoint.Iface); err != nil {
 			return err
 		}
-		// A member a full update accepted must also be accepted by a
-		// later delta, which carries no type.
-		for _, m := range u.GetMembers() {
-			if _, _, err := IPSetMemberAny(m); err != nil {
-				return fmt.Errorf("delta would refuse %q: %w", m, err)
+		return checkPrefixes(append(u.Endpoint.IPv4Nets, u.Endpoint.IPv6Nets...))
+	case *model.IPSetUpdate:
+		for _, m := range u.Members {
+			if err := u.Type.Check(m); err != nil {
+				return fmt.Errorf("member %+v: %w", m, err)
 			}
 		}
-	case *felix.ToDataplane_IpsetDeltaUpdate:
-		for _, m := range append(p.IpsetDeltaUpdate.GetAddedMembers(), p.IpsetDeltaUpdate.GetRemovedMembers()...) {
-			if _, _, err := IPSetMemberAny(m); err != nil {
-				return err
-			}
+		return checkMembers(u.Members)
+	case *model.IPSetDeltaUpdate:
+		return checkMembers(append(u.Added, u.Removed...))
+	case *model.ActivePolicyUpdate:
+		return checkRules(append(u.Policy.Inbound, u.Policy.Outbound...))
+	case *model.ActiveProfileUpdate:
+		return checkRules(append(u.Profile.Inbound, u.Profile.Outbound...))
+	case *model.RouteUpdate:
+		return checkPrefixes([]netip.Prefix{u.Route.Dst})
+	case *model.RouteRemove:
+		return checkPrefixes([]netip.Prefix{u.Dst})
+	case *model.ServiceBackendsUpdate:
+		if u.Key.Namespace == "" || u.Key.Name == "" {
+			return fmt.Errorf("backends key %+v", u.Key)
 		}
-	case *felix.ToDataplane_ActivePolicyUpdate:
-		pol, err := ActivePolicy(p.ActivePolicyUpdate)
-		if err != nil {
+	}
+	return nil
+}
+
+// checkMembers asserts members are valid, masked prefixes: the kernel keys
+// its tries by them.
+func checkMembers(ms []model.IPSetMember) error {
+	for _, m := range ms {
+		if err := checkPrefixes([]netip.Prefix{m.Prefix}); err != nil {
 			return err
 		}
-		return checkRules(append(pol.Inbound, pol.Outbound...))
-	case *felix.ToDataplane_ActivePolicyRemove:
-		_, err := PolicyKeyOf(p.ActivePolicyRemove.GetId())
-		return err
-	case *felix.ToDataplane_ActiveProfileUpdate:
-		prof, err := ActiveProfile(p.ActiveProfileUpdate)
-		if err != nil {
-			return err
+	}
+	return nil
+}
+
+func checkPrefixes(ps []netip.Prefix) error {
+	for _, p := range ps {
+		if !p.IsValid() || p != p.Masked() {
+			return fmt.Errorf("prefix %v not valid and masked", p)
 		}
-		return checkRules(append(prof.Inbound, prof.Outbound...))
-	case *felix.ToDataplane_RouteUpdate:
-		_, err := Route(p.RouteUpdate)
-		return err
-	case *felix.ToDataplane_ServiceUpdate:
-		_, err := Service(p.ServiceUpdate)
-		return err
-	case *felix.ToDataplane_ServiceRemove:
-		_, err := ServiceKey(p.ServiceRemove.GetNamespace(), p.ServiceRemove.GetName())
-		return err
-	case *felix.ToDataplane_ServiceBackendsUpdate:
-		_, err := Backends(p.ServiceBackendsUpdate)
-		return err
 	}
 	return nil
 }
@@ -116,7 +122,10 @@ func seedMessages() []*felix.ToDataplane {
 	}
 }
 
-func FuzzValidate(f *testing.F) {
+// FuzzTranslate: any bytes that decode either translate into an update
+// that keeps the model's invariants, or fail with an *Error that names the
+// message. Translating twice gives the same update.
+func FuzzTranslate(f *testing.F) {
 	for _, m := range seedMessages() {
 		b, err := proto.Marshal(m)
 		if err != nil {
@@ -129,16 +138,23 @@ func FuzzValidate(f *testing.F) {
 		if err := proto.Unmarshal(data, &msg); err != nil {
 			return
 		}
-		_ = PayloadKind(&msg)
-		if err := Validate(&msg); err != nil {
+		u, err := Translate(&msg)
+		if err != nil {
 			var e *Error
 			if !errors.As(err, &e) {
-				t.Fatalf("Validate returned %T", err)
+				t.Fatalf("Translate returned %T", err)
+			}
+			if e.Seq != msg.SequenceNumber || e.Kind != PayloadKind(&msg) || e.Reason == "" {
+				t.Fatalf("error %+v does not name message %d (%s)", e, msg.SequenceNumber, PayloadKind(&msg))
 			}
 			return
 		}
-		if err := parseAccepted(&msg); err != nil {
-			t.Fatalf("Validate accepted %v but parsing failed: %v", &msg, err)
+		if err := checkUpdate(&msg, u); err != nil {
+			t.Fatalf("Translate(%v): %v", &msg, err)
+		}
+		again, _ := Translate(&msg)
+		if !reflect.DeepEqual(u, again) {
+			t.Fatalf("Translate(%v) is not deterministic:\n%+v\n%+v", &msg, u, again)
 		}
 	})
 }

@@ -33,6 +33,10 @@ func IPSetMembers(typ felix.IPSetUpdate_IPSetType, members []string) ([]model.IP
 	if err != nil {
 		return nil, err
 	}
+	return membersOf(mt, members)
+}
+
+func membersOf(mt model.IPSetType, members []string) ([]model.IPSetMember, error) {
 	if len(members) == 0 {
 		return nil, nil
 	}
@@ -41,6 +45,53 @@ func IPSetMembers(typ felix.IPSetUpdate_IPSetType, members []string) ([]model.IP
 		m, err := parseMember(mt, s)
 		if err != nil {
 			return nil, fmt.Errorf("member %d: %w", i, err)
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+func ipsetUpdate(u *felix.IPSetUpdate) (model.Update, error) {
+	if err := required("ip set id", u.GetId()); err != nil {
+		return nil, err
+	}
+	mt, err := IPSetType(u.GetType())
+	if err != nil {
+		return nil, err
+	}
+	members, err := membersOf(mt, u.GetMembers())
+	if err != nil {
+		return nil, err
+	}
+	return &model.IPSetUpdate{ID: u.GetId(), Type: mt, Members: members}, nil
+}
+
+// ipsetDelta parses a delta's members by their syntax (a delta names no
+// set type); the engine checks them against the set's type.
+func ipsetDelta(u *felix.IPSetDeltaUpdate) (model.Update, error) {
+	if err := required("ip set id", u.GetId()); err != nil {
+		return nil, err
+	}
+	added, err := anyMembers("added_members", u.GetAddedMembers())
+	if err != nil {
+		return nil, err
+	}
+	removed, err := anyMembers("removed_members", u.GetRemovedMembers())
+	if err != nil {
+		return nil, err
+	}
+	return &model.IPSetDeltaUpdate{ID: u.GetId(), Added: added, Removed: removed}, nil
+}
+
+func anyMembers(field string, ms []string) ([]model.IPSetMember, error) {
+	if len(ms) == 0 {
+		return nil, nil
+	}
+	out := make([]model.IPSetMember, 0, len(ms))
+	for i, s := range ms {
+		m, _, err := IPSetMemberAny(s)
+		if err != nil {
+			return nil, fmt.Errorf("%s[%d]: %w", field, i, err)
 		}
 		out = append(out, m)
 	}

@@ -26,7 +26,7 @@ func (p *Processor) Join(id model.WorkloadID) *Subscription {
 	}
 	sub := newSubscription(p, id, p.opts.QueueLimit)
 	ep.sub = sub
-	ep.syncedPolicies = map[felixconv.PolicyKey]bool{}
+	ep.syncedPolicies = map[model.PolicyKey]bool{}
 	ep.syncedProfiles = map[string]bool{}
 	ep.syncedSets = map[string]bool{}
 	p.met.clientJoined()
@@ -204,9 +204,9 @@ func (p *Processor) sendSetLocked(ep *endpoint, id string) {
 
 // policies lists the policies the endpoint's tiers name, each once, in
 // tier order.
-func (ep *endpoint) policies() []felixconv.PolicyKey {
-	var out []felixconv.PolicyKey
-	seen := map[felixconv.PolicyKey]bool{}
+func (ep *endpoint) policies() []model.PolicyKey {
+	var out []model.PolicyKey
+	seen := map[model.PolicyKey]bool{}
 	for _, t := range ep.upd.GetEndpoint().GetTiers() {
 		for _, ids := range [][]*felix.PolicyID{t.GetIngressPolicies(), t.GetEgressPolicies()} {
 			for _, id := range ids {
@@ -224,7 +224,7 @@ func (ep *endpoint) policies() []felixconv.PolicyKey {
 
 func (ep *endpoint) profiles() []string { return ep.upd.GetEndpoint().GetProfileIds() }
 
-func (ep *endpoint) referencesPolicy(k felixconv.PolicyKey) bool {
+func (ep *endpoint) referencesPolicy(k model.PolicyKey) bool {
 	if ep.upd == nil {
 		return false
 	}
@@ -272,6 +272,6 @@ func keyString(k any) string {
 	return k.(string)
 }
 
-func policyID(k felixconv.PolicyKey) *felix.PolicyID {
+func policyID(k model.PolicyKey) *felix.PolicyID {
 	return &felix.PolicyID{Name: k.Name, Namespace: k.Namespace, Kind: k.Kind}
 }

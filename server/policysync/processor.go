@@ -35,7 +35,7 @@ type Processor struct {
 	inSync     bool // some controller session sent InSync; guarded by mu
 	epochOpen  bool // a new session has not sent InSync yet; guarded by mu
 	eps        map[model.WorkloadID]*endpoint
-	policies   map[felixconv.PolicyKey]*rulesEntry[*felix.ActivePolicyUpdate]
+	policies   map[model.PolicyKey]*rulesEntry[*felix.ActivePolicyUpdate]
 	profiles   map[string]*rulesEntry[*felix.ActiveProfileUpdate]
 	ipsets     map[string]*ipsetEntry
 	accounts   map[string]*kept[*felix.ServiceAccountUpdate]
@@ -49,7 +49,7 @@ type endpoint struct {
 	stale bool
 	sub   *Subscription // the connected client, if any
 	// What the client has been sent.
-	syncedPolicies map[felixconv.PolicyKey]bool
+	syncedPolicies map[model.PolicyKey]bool
 	syncedProfiles map[string]bool
 	syncedSets     map[string]bool
 }
@@ -85,7 +85,7 @@ func NewProcessor(opts Options) *Processor {
 	return &Processor{
 		opts: opts, log: opts.Log, met: opts.Metrics,
 		eps:        map[model.WorkloadID]*endpoint{},
-		policies:   map[felixconv.PolicyKey]*rulesEntry[*felix.ActivePolicyUpdate]{},
+		policies:   map[model.PolicyKey]*rulesEntry[*felix.ActivePolicyUpdate]{},
 		profiles:   map[string]*rulesEntry[*felix.ActiveProfileUpdate]{},
 		ipsets:     map[string]*ipsetEntry{},
 		accounts:   map[string]*kept[*felix.ServiceAccountUpdate]{},

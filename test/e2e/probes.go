@@ -49,9 +49,19 @@ func UDP(src *Workload, dst string, port int) Probe {
 	}
 }
 
-func helperProbe(src *Workload, kind, dst string, port int) (bool, string) {
-	cmd := exec.Command("ip", "netns", "exec", src.NS, helperBinary, kind,
-		"-addr", fmt.Sprintf("%s:%d", dst, port), "-timeout", ProbeTimeout.String())
+// UDPSize is UDP with a datagram of size bytes: beyond the MTU it leaves,
+// and its echo returns, in fragments.
+func UDPSize(src *Workload, dst string, port, size int) Probe {
+	return Probe{
+		Name: fmt.Sprintf("udp %s -> %s:%d (%d bytes)", src.Pod, dst, port, size),
+		Run:  func() (bool, string) { return helperProbe(src, "udp", dst, port, "-size", fmt.Sprint(size)) },
+	}
+}
+
+func helperProbe(src *Workload, kind, dst string, port int, extra ...string) (bool, string) {
+	args := append([]string{"netns", "exec", src.NS, helperBinary, kind,
+		"-addr", fmt.Sprintf("%s:%d", dst, port), "-timeout", ProbeTimeout.String()}, extra...)
+	cmd := exec.Command("ip", args...)
 	out, err := cmd.CombinedOutput()
 	return err == nil, lastLine(string(out))
 }

@@ -261,3 +261,44 @@ const (
 	IPSetIdxWords        = 8  // u64 words of the value
 	IPSetIdxSlots        = 64 * IPSetIdxWords
 )
+
+// ---- Added by the fragments work; mirrors the additions at the end of
+// dpd_abi.h. ----
+
+// dpd_frags: LRU_HASH struct dpd_frag_key -> struct dpd_frag_val. A hook
+// that sees the first fragment of a datagram records its ports and ICMP
+// type/code; the datagram's later fragments at that hook take them into
+// NAT, conntrack and policy. A later fragment without a recorded first
+// piece younger than FragTimeoutS is dropped and counted (DropFragNoFirst).
+const (
+	MapFrags        = "dpd_frags"
+	FragKeySaddr    = 0
+	FragKeyDaddr    = 16
+	FragKeyID       = 32 // network order
+	FragKeyProto    = 36
+	FragKeyFamily   = 37
+	FragKeyDir      = 38
+	FragKeyIfindex  = 40
+	FragKeySize     = 44
+	FragValSeen     = 0
+	FragValSport    = 8
+	FragValDport    = 10
+	FragValICMPType = 12
+	FragValICMPCode = 13
+	FragValProto    = 14
+	FragValSize     = 16
+	FragTimeoutS    = 30
+)
+
+// dpd_drop_ctrs: PERCPU_ARRAY[DropMax] of struct dpd_counter, by reason.
+const (
+	MapDropCtrs     = "dpd_drop_ctrs"
+	DropFragNoFirst = 0 // non-first fragment whose first piece was not seen
+	DropFragTiny    = 1 // TCP fragment at offset 8 (RFC 1858)
+	DropIPv6Ext     = 2 // IPv6: more extension headers than the parser walks
+	DropMax         = 8
+)
+
+// StUnpoliced (dpd_state.flags, trace only): the packet was parsed, but its
+// family (IPv6) is not policed yet, so it was dropped.
+const StUnpoliced = 1 << 24

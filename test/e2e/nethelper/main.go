@@ -25,6 +25,7 @@ func main() { os.Exit(run(os.Args[1:])) }
 //	                                 get "ok\n", UDP datagrams are echoed)
 //	tcp -addr IP:PORT -timeout D     exit 0 if a connection gets "ok\n"
 //	udp -addr IP:PORT -timeout D     exit 0 if a datagram comes back intact
+//	    [-size N]                    (N bytes of payload: large ones fragment)
 func run(args []string) int {
 	if len(args) == 0 {
 		fmt.Fprintln(os.Stderr, "nethelper: missing command")
@@ -35,6 +36,7 @@ func run(args []string) int {
 	udpPorts := fs.String("udp", "", "comma-separated UDP ports to echo")
 	addr := fs.String("addr", "", "destination IP:PORT")
 	timeout := fs.Duration("timeout", time.Second, "probe timeout")
+	size := fs.Int("size", 0, "udp: payload bytes (0: a short message)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
@@ -45,7 +47,7 @@ func run(args []string) int {
 	case "tcp":
 		err = tcpProbe(*addr, *timeout)
 	case "udp":
-		err = udpProbe(*addr, *timeout)
+		err = udpProbe(*addr, *timeout, *size)
 	default:
 		err = fmt.Errorf("unknown command %q", args[0])
 	}
@@ -114,7 +116,7 @@ func acceptLoop(ln net.Listener) {
 }
 
 func echoLoop(pc net.PacketConn) {
-	buf := make([]byte, 2048)
+	buf := make([]byte, 65536) // whole reassembled datagrams
 	for {
 		n, from, err := pc.ReadFrom(buf)
 		if err != nil {
@@ -145,8 +147,9 @@ func tcpProbe(addr string, timeout time.Duration) error {
 }
 
 // udpProbe sends one datagram and waits for the identical echo, which proves
-// the reply direction passed too.
-func udpProbe(addr string, timeout time.Duration) error {
+// the reply direction passed too. A size pads the message to that many
+// bytes, so it leaves in fragments and its echo comes back in fragments.
+func udpProbe(addr string, timeout time.Duration, size int) error {
 	c, err := net.DialTimeout("udp4", addr, timeout)
 	if err != nil {
 		return fmt.Errorf("dial %s: %w", addr, err)
@@ -154,10 +157,13 @@ func udpProbe(addr string, timeout time.Duration) error {
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(timeout))
 	msg := fmt.Sprintf("dpd-e2e-%d-%d", os.Getpid(), time.Now().UnixNano())
+	if size > len(msg) {
+		msg += strings.Repeat(".", size-len(msg))
+	}
 	if _, err := c.Write([]byte(msg)); err != nil {
 		return fmt.Errorf("send: %w", err)
 	}
-	buf := make([]byte, 256)
+	buf := make([]byte, len(msg)+256)
 	n, err := c.Read(buf)
 	if err != nil {
 		return fmt.Errorf("read echo: %w", err)

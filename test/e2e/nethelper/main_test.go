@@ -43,8 +43,9 @@ func TestHelperProbes(t *testing.T) {
 	}{
 		{"tcp greeting", func() error { return tcpProbe(ln.Addr().String(), timeout) }, false},
 		{"tcp refused", func() error { return tcpProbe(closedAddr, timeout) }, true},
-		{"udp echo", func() error { return udpProbe(pc.LocalAddr().String(), timeout) }, false},
-		{"udp no echo", func() error { return udpProbe(silent.LocalAddr().String(), timeout) }, true},
+		{"udp echo", func() error { return udpProbe(pc.LocalAddr().String(), timeout, 0) }, false},
+		{"udp echo 4000 bytes", func() error { return udpProbe(pc.LocalAddr().String(), timeout, 4000) }, false},
+		{"udp no echo", func() error { return udpProbe(silent.LocalAddr().String(), timeout, 0) }, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

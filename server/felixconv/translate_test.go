@@ -25,10 +25,10 @@ func withEmptyPayload(fd protoreflect.FieldDescriptor) *felix.ToDataplane {
 	return msg
 }
 
-// TestValidateEveryPayloadCase walks every oneof case of the proto, so a
-// case added to felixbackend.proto without a rule in validate.go fails, and
+// TestTranslateEveryPayloadCase walks every oneof case of the proto, so a
+// case added to felixbackend.proto without a rule in translate*.go fails, and
 // proves that empty and nil payload bodies are reported, not panicked on.
-func TestValidateEveryPayloadCase(t *testing.T) {
+func TestTranslateEveryPayloadCase(t *testing.T) {
 	fields := payloadOneof().Fields()
 	for i := 0; i < fields.Len(); i++ {
 		fd := fields.Get(i)
@@ -37,7 +37,11 @@ func TestValidateEveryPayloadCase(t *testing.T) {
 			if k := PayloadKind(msg); k != string(fd.Name()) {
 				t.Errorf("PayloadKind = %q", k)
 			}
-			checkHandled(t, Validate(msg))
+			u, err := Translate(msg)
+			checkHandled(t, err)
+			if err == nil && u.Kind() != string(fd.Name()) {
+				t.Errorf("update kind %q", u.Kind())
+			}
 
 			// The same wrapper with a nil body (only Go code can build it).
 			wrapper := reflect.New(reflect.TypeOf(msg.Payload).Elem()).Interface()
@@ -54,16 +58,28 @@ func checkHandled(t *testing.T, err error) {
 		t.Fatalf("Validate returned %T, want *Error", err)
 	}
 	if e != nil && e.Reason == errUnhandled.Error() {
-		t.Fatalf("payload case has no validation rule")
+		t.Fatalf("payload case has no translation rule")
 	}
 }
 
-func TestValidateOddMessages(t *testing.T) {
+func asError(t *testing.T, err error) *Error {
+	t.Helper()
+	var e *Error
+	if !errors.As(err, &e) {
+		t.Fatalf("got %v (%T), want *Error", err, err)
+	}
+	return e
+}
+
+func TestTranslateOddMessages(t *testing.T) {
 	if err := Validate(nil); err == nil {
 		t.Error("nil message accepted")
 	}
-	if err := Validate(&felix.ToDataplane{SequenceNumber: 3}); err != nil {
+	u, err := Translate(&felix.ToDataplane{SequenceNumber: 3})
+	if err != nil {
 		t.Errorf("message without payload: %v", err)
+	} else if _, ok := u.(*model.Unknown); !ok || u.Sequence() != 3 || u.Kind() != KindUnknown {
+		t.Errorf("message without payload: %T %+v", u, u)
 	}
 	typedNil := &felix.ToDataplane{Payload: (*felix.ToDataplane_RouteUpdate)(nil)}
 	if err := Validate(typedNil); err == nil || !strings.Contains(err.Error(), "payload wrapper is nil") {
@@ -77,7 +93,9 @@ func TestValidateOddMessages(t *testing.T) {
 	}
 }
 
-func TestValidate(t *testing.T) {
+// TestTranslateErrors: each payload's checks, with the reasons the
+// controller's operator reads, and the endpoint named when its id is valid.
+func TestTranslateErrors(t *testing.T) {
 	wep := func(f func(u *felix.WorkloadEndpointUpdate)) *felix.ToDataplane {
 		u := validWEP()
 		f(u)
@@ -158,17 +176,17 @@ func TestValidate(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			err := Validate(tc.msg)
+			u, err := Translate(tc.msg)
 			if tc.reason == "" {
 				if err != nil {
 					t.Fatalf("unexpected error: %v", err)
 				}
+				if u.Kind() != tc.kind || u.Sequence() != tc.msg.SequenceNumber {
+					t.Fatalf("update %T kind %q seq %d, want %q and %d", u, u.Kind(), u.Sequence(), tc.kind, tc.msg.SequenceNumber)
+				}
 				return
 			}
-			var e *Error
-			if !errors.As(err, &e) {
-				t.Fatalf("got %v (%T), want *Error", err, err)
-			}
+			e := asError(t, err)
 			if e.Kind != tc.kind || e.Seq != tc.msg.SequenceNumber || !strings.Contains(e.Reason, tc.reason) {
 				t.Errorf("got %+v, want kind %q seq %d reason containing %q", e, tc.kind, tc.msg.SequenceNumber, tc.reason)
 			}
