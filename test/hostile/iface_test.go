@@ -69,23 +69,16 @@ func TestEndpointsClaimingOneInterface(t *testing.T) {
 	d.checkLogLines(t, ifaceLogs)
 }
 
-// ifaceNamesValidated: the controller's interface names are checked at
-// the wire edge (felixconv's ifaceName, on branch edgein, not yet on
-// main). Set it once that is merged.
-const ifaceNamesValidated = false
-
 // TestBadInterfaceNames: endpoints whose interface name Linux would refuse
-// (longer than 15 bytes, '/', NUL, whitespace, "." or "..") get status
+// (longer than 15 bytes, '/', ':', NUL, whitespace, "." or "..") get status
 // error with a reason saying what is wrong with the name; the endpoint
 // applied before stays up and dpd keeps answering.
 func TestBadInterfaceNames(t *testing.T) {
-	if !ifaceNamesValidated {
-		t.Skip("interface-name validation (<= 15 bytes, no '/', NUL or whitespace, not '.' or '..'; felixconv ifaceName on branch edgein) is not on main yet")
-	}
 	bad := map[string]string{ // name: what the reason must say
 		"cali0123456789ab": "longer than 15 bytes",
 		"../../etc":        "/",
 		"cali/x":           "/",
+		"cali:0":           ":",
 		"cali\x00x":        `\x00`,
 		"cali x":           `' '`,
 		"cali\tx":          `\t`,
