@@ -54,6 +54,14 @@ func (f *felixStatuses) observe(msg *felix.ToDataplane) {
 	}
 }
 
+// release forgets every endpoint: the session is over, and statuses
+// encoded from now on (none should be) carry no echo.
+func (f *felixStatuses) release() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.echo = map[model.WorkloadID]echoed{}
+}
+
 func (f *felixStatuses) endpoint(id model.WorkloadID) *felix.WorkloadEndpoint {
 	f.mu.Lock()
 	defer f.mu.Unlock()

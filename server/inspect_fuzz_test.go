@@ -12,9 +12,10 @@ import (
 	dpdv1 "github.com/dpd-dev/dpd/proto/dpd/v1"
 )
 
-// FuzzInspectRequests: whatever a client puts in a Trace or ListIPSets
-// request, the answer is a result or a clear client error, never a panic
-// or an internal error, and a trace runs only on a well-formed frame.
+// FuzzInspectRequests: whatever a client puts in the Inspect requests that
+// carry input (Trace, ListIPSets, GetEndpoint, GetCounters), the answer is
+// a result or a clear client error, never a panic or an internal error,
+// and a trace runs only on a well-formed frame.
 func FuzzInspectRequests(f *testing.F) {
 	eng := fakeEngine{eps: map[string]engine.EndpointInfo{"k8s/ns/web/eth0": {
 		ID: model.WorkloadID{Orchestrator: "k8s", Workload: "ns/web", Endpoint: "eth0"}, Iface: "caliweb", IPv4Nets: []string{"10.65.0.2/32"}}}}
@@ -27,7 +28,7 @@ func FuzzInspectRequests(f *testing.F) {
 	f.Fuzz(func(t *testing.T, ep, dir, proto, src, dst string, sport, dport, icmp uint32, setID, token string) {
 		k.frame = nil
 		_, err := s.Trace(context.Background(), &dpdv1.TraceRequest{Endpoint: ep, Direction: dir, Protocol: proto,
-			SrcIp: src, DstIp: dst, SrcPort: sport, DstPort: dport, IcmpType: &icmp})
+			SrcIp: src, DstIp: dst, SrcPort: sport, DstPort: dport, IcmpType: &icmp, IcmpCode: dport >> 16})
 		if !ok[status.Code(err)] {
 			t.Fatalf("Trace: %v", err)
 		}
@@ -36,6 +37,12 @@ func FuzzInspectRequests(f *testing.F) {
 		}
 		if _, err := s.ListIPSets(context.Background(), &dpdv1.ListIPSetsRequest{Id: setID, PageToken: token, MaxMembers: sport}); !ok[status.Code(err)] {
 			t.Fatalf("ListIPSets: %v", err)
+		}
+		if _, err := s.GetEndpoint(context.Background(), &dpdv1.GetEndpointRequest{Id: ep}); !ok[status.Code(err)] {
+			t.Fatalf("GetEndpoint: %v", err)
+		}
+		if _, err := s.GetCounters(context.Background(), &dpdv1.GetCountersRequest{Endpoint: ep, Nonzero: dport&1 == 1}); !ok[status.Code(err)] {
+			t.Fatalf("GetCounters: %v", err)
 		}
 	})
 }

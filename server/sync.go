@@ -183,11 +183,15 @@ type syncStream struct {
 	closed bool // guarded by mu
 }
 
+// closeSession also drops the endpoints kept for status echoes: the
+// handler lives on while forward sits in a Send to a controller that does
+// not read, and each such stream must not keep a session's worth of them.
 func (st *syncStream) closeSession() {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.closed = true
 	st.sess.Close()
+	st.statuses.release()
 }
 
 // receive decodes each message at the wire edge (either Felix

@@ -150,9 +150,28 @@ func sortedIDs(m map[model.WorkloadID]struct{}) []model.WorkloadID {
 	return sortIDs(ids)
 }
 
+// sortIDs sorts ids by their String form, built once per id: a happy
+// report pending for a controller that is behind can list thousands, and
+// it is merged and sorted again on every apply.
 func sortIDs(ids []model.WorkloadID) []model.WorkloadID {
-	sort.Slice(ids, func(i, j int) bool { return ids[i].String() < ids[j].String() })
+	keys := make([]string, len(ids))
+	for i, id := range ids {
+		keys[i] = id.String()
+	}
+	sort.Sort(idsByKey{ids, keys})
 	return ids
+}
+
+type idsByKey struct {
+	ids  []model.WorkloadID
+	keys []string
+}
+
+func (s idsByKey) Len() int           { return len(s.ids) }
+func (s idsByKey) Less(i, j int) bool { return s.keys[i] < s.keys[j] }
+func (s idsByKey) Swap(i, j int) {
+	s.ids[i], s.ids[j] = s.ids[j], s.ids[i]
+	s.keys[i], s.keys[j] = s.keys[j], s.keys[i]
 }
 
 // heartbeat sends ProcessStatusUpdate when due: HeartbeatFirst after the

@@ -88,11 +88,16 @@ func (s *session) isClosed() bool {
 }
 
 // Close ends the session; Out is closed when Close returns. Statuses not
-// yet read are dropped: the next session gets a full report.
+// yet read are dropped: the next session gets a full report. Their memory
+// is released at once, as the server may hold the session for as long as
+// a controller that stopped reading keeps its connection open.
 func (s *session) Close() {
 	s.closeOnce.Do(func() {
 		close(s.done)
 		<-s.pumpDone
+		s.mu.Lock()
+		s.queue = outbox{}
+		s.mu.Unlock()
 		s.e.nudge()
 	})
 }

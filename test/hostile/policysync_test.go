@@ -199,7 +199,10 @@ const (
 // bound while the file sits there.
 func TestBigUnparsableCredentials(t *testing.T) {
 	d, psDir := psDaemon(t)
-	f, err := os.Create(filepath.Join(psDir, "creds", "big.json"))
+	// Written beside creds/ and renamed in, so that dpd sees the file once,
+	// whole: a file it saw grow would rightly be read again.
+	tmp := filepath.Join(psDir, "big.json")
+	f, err := os.Create(tmp)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,6 +216,7 @@ func TestBigUnparsableCredentials(t *testing.T) {
 		}
 	}
 	must(t, f.Close())
+	must(t, os.Rename(tmp, filepath.Join(psDir, "creds", "big.json")))
 	testutil.WaitFor(t, 30*time.Second, "the big file refused", func() bool {
 		return d.metric("dpd_policysync_workloads_refused", `reason="invalid"`) == 1
 	})
