@@ -42,8 +42,20 @@ func (monitorLinks) LinkName(ifindex int) (string, error) {
 	return l.Attrs().Name, nil
 }
 
+// linkDumpTries bounds the retries of a link dump that the kernel
+// interrupted because links changed meanwhile (common while pods churn);
+// a listing still interrupted after them is an error, never taken as
+// complete: GC decides removals from it.
+const linkDumpTries = 5
+
 func (monitorLinks) Links() ([]linkRef, error) {
-	ls, err := netlink.LinkList()
+	var ls []netlink.Link
+	var err error
+	for range linkDumpTries {
+		if ls, err = netlink.LinkList(); !errors.Is(err, netlink.ErrDumpInterrupted) {
+			break
+		}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("list links: %w", err)
 	}
