@@ -178,7 +178,7 @@ func (e *Engine) startEpoch(s *session) {
 	e.hostMeta.markStale()
 	e.vteps.markStale()
 	e.acks.markStale()
-	e.log.Info("controller session started", "session", s.id, "peer", s.peer)
+	e.log.Debug("snapshot epoch started: what the session does not re-send before InSync is removed", "session", s.id, "peer", s.peer)
 }
 
 // onInSync ends the current epoch's snapshot: what was not re-sent goes.
