@@ -179,7 +179,7 @@ func (k *Kernel) resolveFlowLocked(ev *model.FlowEvent, c *flowCache) {
 		rules := prog.Rules()
 		table = make(map[uint64]model.RuleInfo, len(rules))
 		for i := range rules {
-			table[rules[i].CounterID] = ruleInfo(&rules[i])
+			table[rules[i].CounterID] = rules[i]
 		}
 		c.rules[prog] = table
 	}

@@ -7,13 +7,13 @@ package linux
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/dpd-dev/dpd/dataplane/engine"
 	"github.com/dpd-dev/dpd/dataplane/model"
 	"github.com/dpd-dev/dpd/dataplane/tcbpf"
 	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
-	"github.com/dpd-dev/dpd/dataplane/tcbpf/polprog"
 )
 
 var _ engine.KernelInspector = (*Kernel)(nil)
@@ -54,12 +54,7 @@ func (k *Kernel) Rules(iface string, dir model.Direction) ([]model.RuleInfo, boo
 	if prog == nil {
 		return nil, false
 	}
-	rules := prog.Rules()
-	out := make([]model.RuleInfo, len(rules))
-	for i := range rules {
-		out[i] = ruleInfo(&rules[i])
-	}
-	return out, true
+	return slices.Clone(prog.Rules()), true // the program's table stays its own
 }
 
 func (k *Kernel) installedLocked(iface string, dir model.Direction) loadedProgram {
@@ -68,13 +63,6 @@ func (k *Kernel) installedLocked(iface string, dir model.Direction) loadedProgra
 		return nil
 	}
 	return st.inst[dir].prog
-}
-
-func ruleInfo(r *polprog.RuleInfo) model.RuleInfo {
-	return model.RuleInfo{
-		CounterID: r.CounterID, Tier: r.Tier, Policy: r.Policy, Kind: r.Kind, Index: r.Index,
-		RuleID: r.RuleID, Action: r.Action, Synthetic: r.Synthetic,
-	}
 }
 
 // Trace implements engine.KernelInspector: the interface's attached entry
@@ -101,7 +89,7 @@ func (k *Kernel) Trace(iface string, dir model.Direction, frame []byte) (model.T
 		if prog := k.installedLocked(iface, dir); prog != nil {
 			for _, r := range prog.Rules() {
 				if r.CounterID == out.RuleID {
-					out.Rule, out.RuleFound = ruleInfo(&r), true
+					out.Rule, out.RuleFound = r, true
 					break
 				}
 			}

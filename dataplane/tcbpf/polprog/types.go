@@ -24,23 +24,15 @@ type Resolver interface {
 
 // Synthetic kinds of RuleInfo entries that are not user rules.
 const (
-	SyntheticTierDefault = "tier-default"
-	SyntheticNoMatch     = "no-match"
+	SyntheticTierDefault = model.SyntheticTierDefault
+	SyntheticNoMatch     = model.SyntheticNoMatch
 )
 
 // RuleInfo describes one counter id of a compiled program, in evaluation
 // order: the rules of each tier, the tier's default action, the profile
-// rules, then the final no-match drop.
-type RuleInfo struct {
-	CounterID uint64
-	Tier      string // "" for profiles and no-match
-	Policy    string // policy or profile name; "" for synthetic entries
-	Kind      string // "policy", "profile"; "" for synthetic entries
-	Index     int    // rule index in its policy; -1 for synthetic entries
-	RuleID    string
-	Action    model.Action
-	Synthetic string // SyntheticTierDefault, SyntheticNoMatch or ""
-}
+// rules, then the final no-match drop. It is the model's type, so the
+// kernel hands a program's table to Inspect as it is.
+type RuleInfo = model.RuleInfo
 
 // Options tune compilation. The zero value is the production default.
 type Options struct {
