@@ -75,19 +75,7 @@ func (h *hostMeta) v4(u *felixlegacy.HostMetadataUpdate, out *felix.ToDataplane)
 // v4Remove applies HostMetadataRemove (18) in an older session: the IPv4
 // address went; the host goes when nothing else is left of it.
 func (h *hostMeta) v4Remove(rm *felix.HostMetadataRemove, out *felix.ToDataplane) {
-	name := rm.GetHostname()
-	r := h.hosts[name]
-	if r == nil {
-		removal(out, name)
-		return
-	}
-	r.Ipv4Addr = ""
-	if empty(r) {
-		delete(h.hosts, name)
-		removal(out, name)
-		return
-	}
-	update(out, r)
+	h.forget(rm.GetHostname(), func(r *felix.HostMetadataUpdate) { r.Ipv4Addr = "" }, out)
 }
 
 func (h *hostMeta) v6(u *felixlegacy.HostMetadataV6Update, out *felix.ToDataplane) {
@@ -97,13 +85,18 @@ func (h *hostMeta) v6(u *felixlegacy.HostMetadataV6Update, out *felix.ToDataplan
 }
 
 func (h *hostMeta) v6Remove(rm *felixlegacy.HostMetadataV6Remove, out *felix.ToDataplane) {
-	name := rm.GetHostname()
+	h.forget(rm.GetHostname(), func(r *felix.HostMetadataUpdate) { r.Ipv6Addr = "" }, out)
+}
+
+// forget clears one family's address of a host (unset); the host goes when
+// nothing else is left of it, and an unknown host is removed as asked.
+func (h *hostMeta) forget(name string, unset func(*felix.HostMetadataUpdate), out *felix.ToDataplane) {
 	r := h.hosts[name]
 	if r == nil {
 		removal(out, name)
 		return
 	}
-	r.Ipv6Addr = ""
+	unset(r)
 	if empty(r) {
 		delete(h.hosts, name)
 		removal(out, name)
