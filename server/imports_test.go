@@ -13,7 +13,7 @@ import (
 func TestServerKnowsNoKernel(t *testing.T) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
-		t.Skip("no go tool on PATH to list dependencies")
+		t.Fatalf("the go command is needed to list the server's dependencies: %v", err)
 	}
 	const mod = "github.com/dpd-dev/dpd/"
 	out, err := exec.Command(goBin, "list", "-deps", "-f", "{{.ImportPath}}", mod+"server/...").CombinedOutput()
