@@ -14,6 +14,7 @@ import (
 func mustApply(t *testing.T, k *Kernel, eps ...*model.Endpoint) {
 	t.Helper()
 	for _, ep := range eps {
+		waitLinkKnown(t, k, ep.Iface)
 		if err := k.ApplyEndpoint(ep); err != nil {
 			t.Fatalf("apply %s: %v", ep.Iface, err)
 		}
@@ -21,6 +22,26 @@ func mustApply(t *testing.T, k *Kernel, eps ...*model.Endpoint) {
 	if err := k.EndApply(); err != nil {
 		t.Fatalf("end apply: %v", err)
 	}
+}
+
+// waitLinkKnown waits, for an interface that exists, until k's view of
+// the links (the monitor's cache while WatchLinks runs) has it up: an
+// endpoint applied before is programmed only when the monitor reports its
+// interface, which the engine does on the link update and these tests,
+// which call the kernel directly, would not.
+func waitLinkKnown(t *testing.T, k *Kernel, iface string) {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join("/sys/class/net", iface)); err != nil {
+		return // absent on purpose
+	}
+	testutil.WaitFor(t, 5*time.Second, iface+" known to the link monitor", func() bool { return k.Link(iface) == model.LinkUp })
+}
+
+// applyKnown applies ep once k knows its interface (see waitLinkKnown).
+func applyKnown(t *testing.T, k *Kernel, ep *model.Endpoint) error {
+	t.Helper()
+	waitLinkKnown(t, k, ep.Iface)
+	return k.ApplyEndpoint(ep)
 }
 
 // TestRestartAdoptsWithoutWrites: a dpd that stops and starts again on the

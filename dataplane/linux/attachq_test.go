@@ -256,7 +256,7 @@ func TestAttachWorkerRealKernel(t *testing.T) {
 
 	before, costs := k.Ops(), k.datapath().ObservedCosts()
 	ep := allowAllEndpoint(w, 2)
-	mustNil(t, k.ApplyEndpoint(ep))
+	mustNil(t, applyKnown(t, k, ep))
 	if d := k.Ops().Sub(before); d.Attaches != 0 || k.datapath().ObservedCosts().TCXAttach.Count != costs.TCXAttach.Count {
 		t.Errorf("the endpoint of a failed-closed interface attached: %+v", d)
 	}
@@ -277,7 +277,7 @@ func TestAttachWorkerRealKernel(t *testing.T) {
 	}
 	// Back again: map writes only.
 	before = k.Ops()
-	mustNil(t, k.ApplyEndpoint(ep))
+	mustNil(t, applyKnown(t, k, ep))
 	if d := k.Ops().Sub(before); d.Attaches != 0 {
 		t.Errorf("re-adding the endpoint attached: %+v", d)
 	}

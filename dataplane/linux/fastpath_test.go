@@ -20,7 +20,7 @@ func TestPolicyChangeWritesOnlyJumps(t *testing.T) {
 	testutil.WaitFor(t, 5*time.Second, "a pings b", func() bool { return pingsQuick(a, b.IP) })
 
 	before := k.Ops()
-	if err := k.ApplyEndpoint(endpointFor(b, 1, denyAll(), allowAll())); err != nil {
+	if err := applyKnown(t, k, endpointFor(b, 1, denyAll(), allowAll())); err != nil {
 		t.Fatal(err)
 	}
 	d := k.Ops().Sub(before)
@@ -36,7 +36,7 @@ func TestPolicyChangeWritesOnlyJumps(t *testing.T) {
 
 	// Drift the fast path does not see: the route to b goes.
 	testutil.Run(t, "ip", "route", "del", b.IP+"/32")
-	if err := k.ApplyEndpoint(endpointFor(b, 1, allowAll(), allowAll())); err != nil {
+	if err := applyKnown(t, k, endpointFor(b, 1, allowAll(), allowAll())); err != nil {
 		t.Fatal(err)
 	}
 	if out := testutil.Run(t, "ip", "route", "show", b.IP); out != "" {
@@ -44,7 +44,7 @@ func TestPolicyChangeWritesOnlyJumps(t *testing.T) {
 	}
 	k.Resync()
 	before = k.Ops()
-	if err := k.ApplyEndpoint(endpointFor(b, 1, allowAll(), allowAll())); err != nil {
+	if err := applyKnown(t, k, endpointFor(b, 1, allowAll(), allowAll())); err != nil {
 		t.Fatal(err)
 	}
 	d = k.Ops().Sub(before)
@@ -69,7 +69,7 @@ func TestLinkFlapReverifies(t *testing.T) {
 	if out := testutil.Run(t, "ip", "route", "show", b.IP); out != "" {
 		t.Fatalf("route to b survived the link going down (%q): the test proves nothing", out)
 	}
-	if err := k.ApplyEndpoint(allowAllEndpoint(b, 1)); err != nil {
+	if err := applyKnown(t, k, allowAllEndpoint(b, 1)); err != nil {
 		t.Fatal(err)
 	}
 	if d := k.Ops().Sub(before); d.Netlink.RouteWrites() != 1 {
@@ -85,7 +85,7 @@ func TestNewInterfaceWritesWithoutReading(t *testing.T) {
 	watch(t, k)
 	a := newWorkload(t, "10.67.2.1")
 	testutil.WaitFor(t, 5*time.Second, "monitor sees a", func() bool { return k.Link(a.HostIface) == model.LinkUp })
-	if err := k.ApplyEndpoint(allowAllEndpoint(a, 0)); err != nil {
+	if err := applyKnown(t, k, allowAllEndpoint(a, 0)); err != nil {
 		t.Fatal(err)
 	}
 	if err := k.EndApply(); err != nil { // the first apply after InSync ends
@@ -94,7 +94,7 @@ func TestNewInterfaceWritesWithoutReading(t *testing.T) {
 	b := newWorkload(t, "10.67.2.2")
 	testutil.WaitFor(t, 5*time.Second, "monitor sees b", func() bool { return k.Link(b.HostIface) == model.LinkUp })
 	before := k.Ops()
-	if err := k.ApplyEndpoint(allowAllEndpoint(b, 1)); err != nil {
+	if err := applyKnown(t, k, allowAllEndpoint(b, 1)); err != nil {
 		t.Fatal(err)
 	}
 	d := k.Ops().Sub(before)
@@ -136,7 +136,7 @@ func namespaceRoundTrip(t *testing.T, legacy bool) {
 	// The kernel normally hands b its old ifindex back, the case under test;
 	// should it not, the assertions below hold all the same.
 	ifindex := ifindexOf(t, b.HostIface)
-	if err := k.ApplyEndpoint(epB); err != nil {
+	if err := applyKnown(t, k, epB); err != nil {
 		t.Fatal(err)
 	}
 	if mode, ok := k.datapath().AttachedCurrent(ifindex, b.HostIface); !ok {
@@ -159,7 +159,7 @@ func TestRemovalAfterRecreateKeepsFailClosed(t *testing.T) {
 	w := newWorkload(t, "10.67.5.1")
 	testutil.WaitFor(t, 5*time.Second, "monitor sees w", func() bool { return k.Link(w.HostIface) == model.LinkUp })
 	ep := allowAllEndpoint(w, 0)
-	if err := k.ApplyEndpoint(ep); err != nil {
+	if err := applyKnown(t, k, ep); err != nil {
 		t.Fatal(err)
 	}
 	old := ifindexOf(t, w.HostIface)
@@ -198,7 +198,7 @@ func programmedPair(t *testing.T, k *Kernel, ipA, ipB string, epB func(b *testut
 		return okA && okB && k.Link(a.HostIface) == model.LinkUp && k.Link(b.HostIface) == model.LinkUp
 	})
 	for _, ep := range []*model.Endpoint{allowAllEndpoint(a, 0), epB(b)} {
-		if err := k.ApplyEndpoint(ep); err != nil {
+		if err := applyKnown(t, k, ep); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -212,7 +212,7 @@ func TestPeriodicCollection(t *testing.T) {
 		return !ok
 	})
 	if ok, ready := ifState(t, k, ifindexOf(t, a.HostIface)); !ok || !ready {
-		t.Error("the live endpoint's ifstate entry was touched")
+		t.Errorf("the live endpoint's ifstate entry was touched: ok %v ready %v", ok, ready)
 	}
 }
 

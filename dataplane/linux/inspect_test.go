@@ -55,7 +55,7 @@ func TestInspectKernel(t *testing.T) {
 		return okA && okB
 	})
 	for _, ep := range []*model.Endpoint{endpointFor(a, 1, allowAll(), allowAll()), endpointFor(b, 2, denyAll(), allowAll())} {
-		if err := k.ApplyEndpoint(ep); err != nil {
+		if err := applyKnown(t, k, ep); err != nil {
 			t.Fatalf("apply %s: %v", ep.Iface, err)
 		}
 	}

@@ -122,8 +122,8 @@ func TestMapUsageAgreesWithMaps(t *testing.T) {
 	must(k.UpdateIPSet("s1", members(5, 3), members(3, 1)))
 	epA := endpointFor(a, 1, bigPolicy(), allowAll())
 	epB := endpointFor(b, 2, denyAll(), allowAll())
-	must(k.ApplyEndpoint(epA))
-	must(k.ApplyEndpoint(epB))
+	must(applyKnown(t, k, epA))
+	must(applyKnown(t, k, epB))
 	svc := &model.Service{
 		Key:        model.ServiceKey{Namespace: "ns", Name: "usage"},
 		ClusterIPs: []netip.Addr{netip.MustParseAddr("10.96.77.9")},
