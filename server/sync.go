@@ -201,7 +201,7 @@ func (st *syncStream) closeSession() {
 // up. A message that does not decode and names no endpoint ends the
 // stream with InvalidArgument, so the controller resyncs.
 func (st *syncStream) receive() {
-	sink := wireSink{submit: st.handle, reject: st.reject}
+	sink := wireSink{submit: st.handle, reject: st.reject, generation: st.in.generation}
 	for {
 		// Not the generated Recv: the wire edge decodes (see rawFrame).
 		var raw rawFrame

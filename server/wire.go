@@ -30,6 +30,9 @@ func newWireIn(met *felixwire.Metrics, transport string, log *slog.Logger) *wire
 type wireSink struct {
 	submit func(*felix.ToDataplane) error
 	reject func(*felix.ToDataplane, error) error
+	// generation, if set, hears which generation the controller speaks
+	// whenever a message shows it, before that message is submitted.
+	generation func(felixwire.Generation)
 }
 
 // errResync wraps a decode error after which the session must start over.
@@ -57,6 +60,9 @@ func (w *wireIn) take(b []byte, sink wireSink) error {
 	if r.Gen == felixwire.Legacy && !w.told {
 		w.told = true
 		w.log.Info("controller speaks the Felix v3.28-v3.31 encoding; converting at the wire edge", "transport", w.transport)
+	}
+	if r.Decided && sink.generation != nil {
+		sink.generation(r.Gen)
 	}
 	if r.Unknown != 0 {
 		w.log.Debug("ignoring a message with a payload unknown to this build", "payload_field", r.Unknown, "seq", r.Msg.GetSequenceNumber())

@@ -72,6 +72,7 @@ func parseInto(lo *linux.Options, mem *memorySize, gc *gcPercent, st *startFlags
 	fs.BoolVar(&cfg.FelixPipeExtensions, "felix-pipe-extensions", false, "in --felix-pipe mode also send DataplaneInSync and dpd's extensions (HappyEndpointsReport), which Felix's reader does not handle")
 	fs.StringVar(&cfg.PolicySyncDir, "policysync-dir", "", "serve Calico's policy-sync API per workload under this directory (Felix's PolicySyncPathPrefix)")
 	fs.IntVar(&cfg.PolicySyncMaxWorkloads, "policysync-max-workloads", policysync.DefaultMaxWorkloads, "most workloads --policysync-dir serves at once (each costs descriptors); further credentials files are refused, logged and counted until others go")
+	fs.TextVar(&cfg.PolicySyncEncoding, "policysync-encoding", policysync.EncodingAuto, "the Felix generation --policysync-dir serves: "+policysync.Encodings+"; auto follows the controller, since a node's Dikastes comes from its Felix's release")
 	fs.BoolVar(&cfg.RuleMetrics, "rule-metrics", false, "export per-rule packet and byte counters (dpd_rule_*) of the busiest rules")
 	fs.IntVar(&cfg.RuleMetricsLimit, "rule-metrics-limit", server.DefaultRuleMetricsLimit, "how many rules --rule-metrics exports, busiest first")
 	flowEvents := fs.Bool("flow-events", true, "record each new flow's decision with its rule (dpdctl observe, dpd.v1.Inspect/Observe); off leaves the programs' events switched off")
