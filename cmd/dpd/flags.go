@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dpd-dev/dpd/dataplane/engine"
 	"github.com/dpd-dev/dpd/dataplane/linux"
 	"github.com/dpd-dev/dpd/dataplane/tcbpf"
 	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
@@ -64,6 +65,7 @@ func parseInto(lo *linux.Options, mem *memorySize, gc *gcPercent, st *startFlags
 	fs.StringVar(&cfg.Dataplane, "dataplane", cfg.Dataplane, "kernel dataplane: linux or memory (dry run)")
 	fs.TextVar(&level, "log-level", level, "log level: debug, info, warn or error")
 	fs.IntVar(&cfg.MaxRecvMsgSize, "max-msg-size", cfg.MaxRecvMsgSize, "largest gRPC message accepted, in bytes")
+	fs.IntVar(&cfg.MaxPendingStatuses, "max-pending-statuses", engine.DefaultMaxPendingStatuses, "statuses a controller may leave unread (beyond one per endpoint) before dpd ends its session so that it resyncs")
 	fs.StringVar(&lo.PinDir, "bpf-pin-dir", abi.PinDir, "bpffs directory for dpd's pinned maps and links (kept across restarts)")
 	fs.StringVar(&lo.AttachMode, "attach-mode", tcbpf.AttachAuto, "how entry programs attach: auto (measure the kernel at start: TCX unless its first attach costs a grace period), tcx, or tc (clsact + cls_bpf)")
 	fs.BoolVar(&lo.ForceLegacyTC, "force-legacy-tc", false, "same as --attach-mode=tc (kept for existing configurations)")
@@ -110,6 +112,8 @@ func parseInto(lo *linux.Options, mem *memorySize, gc *gcPercent, st *startFlags
 		return cfg, level, fmt.Errorf("--dataplane must be linux or memory, not %q", cfg.Dataplane)
 	case cfg.MaxRecvMsgSize <= 0:
 		return cfg, level, fmt.Errorf("--max-msg-size must be positive")
+	case cfg.MaxPendingStatuses <= 0:
+		return cfg, level, fmt.Errorf("--max-pending-statuses must be positive")
 	case cfg.PolicySyncMaxWorkloads <= 0:
 		return cfg, level, fmt.Errorf("--policysync-max-workloads must be positive")
 	case cfg.RuleMetricsLimit <= 0:
