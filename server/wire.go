@@ -48,7 +48,24 @@ func (e *errResync) Unwrap() error { return e.err }
 // caller ends the session. Messages with a payload this build does not
 // know carry nothing to apply and are skipped.
 func (w *wireIn) take(b []byte, sink wireSink) error {
+	return w.deliver(w.decode(b), sink)
+}
+
+// decoded is one message decoded, not yet delivered.
+type decoded struct {
+	r   felixwire.Result
+	err error
+}
+
+// decode decodes b; the result does not reference b.
+func (w *wireIn) decode(b []byte) decoded {
 	r, err := w.dec.Decode(b)
+	return decoded{r: r, err: err}
+}
+
+// deliver hands a decoded message to sink (see take).
+func (w *wireIn) deliver(d decoded, sink wireSink) error {
+	r, err := d.r, d.err
 	var de *felixwire.Error
 	if errors.As(err, &de) {
 		return w.failed(de, sink)
