@@ -66,11 +66,12 @@ func (w *wireIn) decode(b []byte) decoded {
 // deliver hands a decoded message to sink (see take).
 func (w *wireIn) deliver(d decoded, sink wireSink) error {
 	r, err := d.r, d.err
-	var de *felixwire.Error
-	if errors.As(err, &de) {
-		return w.failed(de, sink)
-	}
 	if err != nil {
+		// Only here: errors.As's target escapes, a heap object per call.
+		var de *felixwire.Error
+		if errors.As(err, &de) {
+			return w.failed(de, sink)
+		}
 		return err
 	}
 	w.met.Decoded(w.transport, r)
