@@ -102,6 +102,10 @@ static __always_inline int dpd_parse_l3(struct __sk_buff *skb, __be16 h_proto, s
 	rc = dpd_parse_ipv6(skb, p);
 	if (rc == DPD_PARSE_EXT_LIMIT && !trace)
 		dpd_drop_count(DPD_DROP_IPV6_EXT, skb->len);
+	/* The verifier knows nothing of what a global function wrote; told
+	 * the family again, it follows only the IPv6 side of every family
+	 * test below instead of both. */
+	p->family = 6;
 	return rc;
 }
 
