@@ -224,7 +224,7 @@ func (c *Configurer) SyncVXLANPeers(ifindex int, peers []VXLANPeer) error {
 		c.stats.neighSet.Add(1)
 	}
 
-	neigh, err := c.neighboursOn(ifindex)
+	neigh, err := c.neighboursOn(netlink.FAMILY_V4, ifindex)
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
@@ -267,7 +267,7 @@ func (c *Configurer) VXLANPeers(ifindex int) ([]VXLANPeer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list fdb: %w", noLink(err))
 	}
-	neigh, err := c.neighboursOn(ifindex)
+	neigh, err := c.neighboursOn(netlink.FAMILY_V4, ifindex)
 	if err != nil {
 		return nil, err
 	}
