@@ -178,4 +178,7 @@ type netFacilities struct {
 	routes   routeNet
 	tunnel   tunnelNet
 	masq     masqNet
+	// ipv6: the node has IPv6 (nl.Configurer.IPv6); IPv6 routes and
+	// pools are programmed only then.
+	ipv6 bool
 }
