@@ -131,7 +131,7 @@ type routeMaps interface {
 type routeNet interface {
 	ReplaceRemoteRoute(r nl.RemoteRoute) error
 	DeleteRemoteRoute(r nl.RemoteRoute) error
-	RemoteRoutes(vxlanIfindex int) ([]netlink.Route, error)
+	RemoteRoutes(vxlanIfindexes ...int) ([]netlink.Route, error)
 	DeleteRoute(r *netlink.Route) error
 }
 

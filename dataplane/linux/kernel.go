@@ -183,7 +183,7 @@ func newKernel(opts Options, net netFacilities) *Kernel {
 	k.netFac = net
 	k.tunnels = newTunnelProgrammer(net.tunnel, defaultHostname(opts.Hostname))
 	k.routes = newRouteProgrammer(nil, net.routes, k.tunnels, k.logOnceLocked)
-	k.routes.ipv6 = net.ipv6
+	k.routes.ipv6, k.tunnels.ipv6 = net.ipv6, net.ipv6
 	k.tunnels.routes = k.routes
 	k.masq = &masqProgrammer{net: net.masq}
 	k.gc = &collector{log: k.log, ops: &k.ops, interval: opts.GCInterval, knownSets: map[string]bool{}}

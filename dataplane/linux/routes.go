@@ -66,9 +66,9 @@ type routeState struct {
 //
 // IPv6 routes (on a node with IPv6) become kernel routes the same way,
 // via the node's IPv6 address (dst_node_ip when it is IPv6, else the
-// node's HostMetadata IPv6 address); the BPF route map holds IPv4 only.
-// VXLAN over IPv6 (Calico's vxlan-v6.calico) is not programmed yet: such
-// routes are recorded and logged once.
+// node's HostMetadata IPv6 address), or through the IPv6 VXLAN device
+// (Calico's vxlan-v6.calico) from the VTEPs' IPv6 fields. The BPF route
+// map holds IPv4 only.
 func (p *routeProgrammer) apply(r *model.Route) error {
 	dst := r.Dst.Masked()
 	st := p.routes[dst]
@@ -187,9 +187,22 @@ func (p *routeProgrammer) desiredRemote(r *model.Route) *nl.RemoteRoute {
 
 // desiredRemote6 is desiredRemote for an IPv6 destination: remote
 // workloads of no-encap pools (and of VXLAN pools on the same subnet) via
-// the node's IPv6 address.
+// the node's IPv6 address; of VXLAN pools via the node's IPv6 VTEP
+// address on the IPv6 VXLAN device (onlink); a remote IPv6 VTEP's own
+// address onto that device.
 func (p *routeProgrammer) desiredRemote6(r *model.Route) *nl.RemoteRoute {
-	if !p.ipv6 || r.Types&abi.RTRemoteWorkload == 0 {
+	if !p.ipv6 {
+		return nil
+	}
+	vxlan := r.PoolType == poolVXLAN || r.TunnelVXLAN
+	switch {
+	case r.Types&abi.RTRemoteWorkload != 0:
+	case r.Types&abi.RTRemoteTunnel != 0 && vxlan:
+		if p.tun.ifindex6 == 0 {
+			return nil
+		}
+		return &nl.RemoteRoute{Dst: r.Dst.Masked(), Ifindex: p.tun.ifindex6}
+	default:
 		return nil
 	}
 	switch {
@@ -206,7 +219,11 @@ func (p *routeProgrammer) desiredRemote6(r *model.Route) *nl.RemoteRoute {
 		}
 		return &nl.RemoteRoute{Dst: r.Dst.Masked(), Gateway: gw}
 	case r.PoolType == poolVXLAN || r.TunnelVXLAN:
-		p.warn("vxlan-v6", "VXLAN for IPv6 pools is not implemented; their remote routes are not programmed")
+		v := p.tun.vteps[r.DstNodeName]
+		if p.tun.ifindex6 == 0 || !vtepV6.complete(v) {
+			return nil
+		}
+		return &nl.RemoteRoute{Dst: r.Dst.Masked(), Gateway: v.IPv6Addr, Ifindex: p.tun.ifindex6}
 	}
 	return nil
 }
@@ -264,11 +281,14 @@ func (p *routeProgrammer) pools() (masq, all []netip.Prefix) {
 	return masq, all
 }
 
-// forgetDeviceRoutes forgets the kernel routes through the VXLAN device,
-// which went with it.
-func (p *routeProgrammer) forgetDeviceRoutes() {
+// forgetDeviceRoutes forgets the kernel routes through the VXLAN device
+// ifindex, which went with it.
+func (p *routeProgrammer) forgetDeviceRoutes(ifindex int) {
+	if ifindex == 0 {
+		return
+	}
 	for _, st := range p.routes {
-		if st.installed != nil && st.installed.Ifindex != 0 {
+		if st.installed != nil && st.installed.Ifindex == ifindex {
 			st.installed = nil
 		}
 	}
@@ -289,7 +309,7 @@ func (p *routeProgrammer) gc() error {
 			}
 		}
 	}
-	kr, err := p.net.RemoteRoutes(p.tun.ifindex)
+	kr, err := p.net.RemoteRoutes(p.tun.ifindex, p.tun.ifindex6)
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}

@@ -3,6 +3,7 @@ package nl
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -80,9 +81,10 @@ func (c *Configurer) ReplaceRemoteRoute(r RemoteRoute) error {
 	return nil
 }
 
-// isRemote tells dpd's remote routes from its workload routes.
-func isRemote(r *netlink.Route, vxlanIfindex int) bool {
-	return r.Gw != nil || (vxlanIfindex > 0 && r.LinkIndex == vxlanIfindex)
+// isRemote tells dpd's remote routes from its workload routes: they have
+// a gateway or are on a VXLAN device.
+func isRemote(r *netlink.Route, vxlanIfindexes []int) bool {
+	return r.Gw != nil || (r.LinkIndex > 0 && slices.Contains(vxlanIfindexes, r.LinkIndex))
 }
 
 // DeleteRemoteRoute removes the remote route r (as installed); a workload
@@ -98,8 +100,9 @@ func (c *Configurer) DeleteRemoteRoute(r RemoteRoute) error {
 }
 
 // RemoteRoutes lists dpd's remote routes of both families in the main
-// table, for garbage collection after a restart.
-func (c *Configurer) RemoteRoutes(vxlanIfindex int) ([]netlink.Route, error) {
+// table (those with a gateway or on one of the VXLAN devices), for garbage
+// collection after a restart.
+func (c *Configurer) RemoteRoutes(vxlanIfindexes ...int) ([]netlink.Route, error) {
 	all, err := c.listRoutes(netlink.FAMILY_ALL,
 		&netlink.Route{Protocol: c.proto, Table: unix.RT_TABLE_MAIN},
 		netlink.RT_FILTER_PROTOCOL|netlink.RT_FILTER_TABLE)
@@ -108,7 +111,7 @@ func (c *Configurer) RemoteRoutes(vxlanIfindex int) ([]netlink.Route, error) {
 	}
 	out := all[:0]
 	for i := range all {
-		if isRemote(&all[i], vxlanIfindex) {
+		if isRemote(&all[i], vxlanIfindexes) {
 			out = append(out, all[i])
 		}
 	}
