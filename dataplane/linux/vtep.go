@@ -92,8 +92,8 @@ type tunnelProgrammer struct {
 	vxcfg    vxlanConfig
 	vteps    map[string]*model.VTEP
 	hosts    map[string]*model.HostMetadata
-	ifindex  int // the VXLAN device once the local VTEP made it; 0 before
-	ifindex6 int // the IPv6 VXLAN device, likewise
+	ifindex  int  // the VXLAN device once the local VTEP made it; 0 before
+	ifindex6 int  // the IPv6 VXLAN device, likewise
 	ipv6     bool // the node has IPv6: the IPv6 device may exist
 }
 
@@ -120,8 +120,8 @@ func newTunnelProgrammer(net tunnelNet, hostname string) *tunnelProgrammer {
 		hostname:    hostname,
 		vxcfg: vxlanConfig{name: nl.DefaultVXLANDevice, name6: nl.DefaultVXLANDeviceV6, vni: nl.DefaultVXLANVNI,
 			port: nl.DefaultVXLANPort, mtu: nl.DefaultVXLANMTU, mtu6: nl.DefaultVXLANMTUV6},
-		vteps:       map[string]*model.VTEP{},
-		hosts:       map[string]*model.HostMetadata{},
+		vteps: map[string]*model.VTEP{},
+		hosts: map[string]*model.HostMetadata{},
 	}
 }
 
