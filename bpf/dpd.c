@@ -10,14 +10,17 @@
  *   dpd_epilogue  dpd_jump[DPD_JUMP_EPILOGUE]: verdict -> conntrack, counters,
  *                 a flow event (dpd_events.h)
  *
- * Flow: ARP passes, other non-IPv4 drops; an interface without a ready
- * dpd_ifstate entry drops (fail closed); a non-first fragment takes the
- * ports of its first fragment, or drops when this hook has not seen it
- * (dpd_frag.h); leaving a workload, a packet to a
- * service frontend is DNAT'd to its connection's backend first (dpd_nat.h),
- * so everything below sees the backend; a live conntrack entry of this hook,
- * the reply of a flow the opposite hook approved, or an ICMP error about a
- * flow this interface passed (PMTU discovery) passes; anything else is
+ * Flow: ARP passes, other non-IP drops; IPv4 and IPv6 take one path over
+ * dpd_pkt, whose addresses are 16 bytes in both (what differs is in
+ * dpd_ipv6.h). An interface without a ready dpd_ifstate entry drops (fail
+ * closed); a non-first fragment takes the ports of its first fragment, or
+ * drops when this hook has not seen it (dpd_frag.h); ICMPv6 neighbour
+ * discovery and MLD pass without policy (dpd_ipv6_nd); leaving a workload,
+ * a packet to a service frontend is DNAT'd to its connection's backend
+ * first (dpd_nat.h), so everything below sees the backend; a live
+ * conntrack entry of this hook, the reply of a flow the opposite hook
+ * approved, or an ICMP/ICMPv6 error about a flow this interface passed
+ * (PMTU discovery) passes; anything else is
  * described in dpd_state and tail-called into the endpoint's policy, which
  * writes its verdict and tail-calls the epilogue. No policy installed: drop.
  * A reply hitting the client's entry of a DNAT'd flow gets the frontend back
@@ -46,6 +49,22 @@ static __always_inline void dpd_trace_write(const struct dpd_state *st)
 	bpf_map_update_elem(&dpd_trace, &zero, st, BPF_ANY);
 }
 
+/* dpd_trace_flags writes a trace that never reached the policy: all zero
+ * but flags. Built in the dpd_state scratch, not on the stack (which the
+ * two families' parsing and NAT fill). */
+static __always_inline void dpd_trace_flags(__u32 flags)
+{
+	struct dpd_state *st;
+	__u32 zero = 0;
+
+	st = bpf_map_lookup_elem(&dpd_state, &zero);
+	if (!st)
+		return;
+	__builtin_memset(st, 0, sizeof(*st));
+	st->flags = flags;
+	dpd_trace_write(st);
+}
+
 static __always_inline int dpd_entry(struct __sk_buff *skb, __u32 dir)
 {
 	struct dpd_ct_key key;
@@ -58,6 +77,7 @@ static __always_inline int dpd_entry(struct __sk_buff *skb, __u32 dir)
 	void *data, *data_end;
 	__u32 zero = 0, ifindex, slot;
 	__u64 now, trace;
+	__be16 h_proto;
 
 	if (dpd_linear(skb, ETH_HLEN))
 		return TC_ACT_SHOT;
@@ -66,21 +86,16 @@ static __always_inline int dpd_entry(struct __sk_buff *skb, __u32 dir)
 	eth = data;
 	if ((void *)(eth + 1) > data_end)
 		return TC_ACT_SHOT;
-	if (eth->h_proto == bpf_htons(ETH_P_ARP))
+	h_proto = eth->h_proto;
+	if (h_proto == bpf_htons(ETH_P_ARP))
 		return TC_ACT_OK;
-	if (eth->h_proto != bpf_htons(ETH_P_IP) && eth->h_proto != bpf_htons(ETH_P_IPV6))
+	if (h_proto != bpf_htons(ETH_P_IP) && h_proto != bpf_htons(ETH_P_IPV6))
 		return TC_ACT_SHOT;
 
 	trace = skb->mark == DPD_TRACE_MARK;
-	if (trace) {
-		/* An all-zero trace says the packet never reached the policy. */
-		struct dpd_state empty = {};
-
-		dpd_trace_write(&empty);
-	}
-	/* IPv6 is parsed but not policed yet, so it must not pass. */
-	if (eth->h_proto == bpf_htons(ETH_P_IPV6))
-		return dpd_ipv6_unpoliced(skb, dir, trace);
+	/* An all-zero trace says the packet never reached the policy. */
+	if (trace)
+		dpd_trace_flags(0);
 
 	ifindex = skb->ifindex;
 	ifs = bpf_map_lookup_elem(&dpd_ifstate, &ifindex);
@@ -88,25 +103,26 @@ static __always_inline int dpd_entry(struct __sk_buff *skb, __u32 dir)
 		return TC_ACT_SHOT;
 	slot = ifs->slot;
 
-	if (dpd_parse_ipv4(skb, &p))
+	if (dpd_parse_l3(skb, h_proto, &p, trace))
 		return TC_ACT_SHOT;
 
 	now = bpf_ktime_get_coarse_ns();
 	if (dpd_frag_track(&p, dir, ifindex, now, trace, skb->len))
 		return TC_ACT_SHOT;
+	if (dpd_ipv6_nd(&p)) {
+		if (!trace)
+			return TC_ACT_OK;
+		p.flags |= DPD_ST_ICMP6_ND;
+	}
 	if (dir == DPD_DIR_FROM_WEP) {
 		if (dpd_nat_from_wep(skb, &p, ifindex, now, trace, &nat)) {
-			if (trace) {
-				struct dpd_state dropped = {};
-
-				dropped.flags = p.flags;
-				dpd_trace_write(&dropped);
-			}
+			if (trace)
+				dpd_trace_flags(p.flags);
 			return TC_ACT_SHOT;
 		}
-	} else if (p.saddr == bpf_htonl(DPD_HAIRPIN_ADDR) && skb->ingress_ifindex == ifindex) {
+	} else if (dpd_is_hairpin_addr(&p, p.saddr6) && skb->ingress_ifindex == ifindex) {
 		/* A hairpinned request: it left this very workload. */
-		p.saddr = p.daddr;
+		__builtin_memcpy(p.saddr6, p.daddr6, 16);
 		p.flags |= DPD_ST_HAIRPIN;
 	}
 
@@ -143,12 +159,12 @@ static __always_inline int dpd_entry(struct __sk_buff *skb, __u32 dir)
 	if (!st)
 		return TC_ACT_SHOT;
 	__builtin_memset(st, 0, sizeof(*st));
-	__builtin_memcpy(st->saddr, &p.saddr, 4);
-	__builtin_memcpy(st->daddr, &p.daddr, 4);
+	__builtin_memcpy(st->saddr, p.saddr6, 16);
+	__builtin_memcpy(st->daddr, p.daddr6, 16);
 	st->sport = p.sport;
 	st->dport = p.dport;
 	st->proto = p.proto;
-	st->family = 4;
+	st->family = p.family;
 	st->icmp_type = p.icmp_type;
 	st->icmp_code = p.icmp_code;
 	st->ifindex = ifindex;
@@ -157,11 +173,11 @@ static __always_inline int dpd_entry(struct __sk_buff *skb, __u32 dir)
 	st->flags = p.flags;
 	st->trace = trace;
 	if (p.flags & DPD_ST_NAT) {
-		__builtin_memcpy(st->nat_addr, &nat.fe_addr, 4);
+		__builtin_memcpy(st->nat_addr, nat.fe_addr, 16);
 		st->nat_port = nat.fe_port;
 		st->nat_svc = nat.svc;
 	}
-	st->dst_route = dpd_route_flags(p.daddr);
+	st->dst_route = dpd_route_flags(&p);
 
 	bpf_tail_call(skb, &dpd_jump, DPD_JUMP_POL_BASE + 2 * slot + dir);
 

@@ -27,7 +27,8 @@ type DpdDpdCtKey struct {
 	Dport   uint16
 	Proto   uint8
 	Dir     uint8
-	Pad     uint16
+	Family  uint8
+	Pad     uint8
 	Ifindex uint32
 }
 
@@ -145,11 +146,11 @@ type DpdDpdNatFeBits struct {
 }
 
 type DpdDpdNatFeKey struct {
-	_     structs.HostLayout
-	Addr  [16]uint8
-	Port  uint16
-	Proto uint8
-	Pad   uint8
+	_      structs.HostLayout
+	Addr   [16]uint8
+	Port   uint16
+	Proto  uint8
+	Family uint8
 }
 
 type DpdDpdNatFeVal struct {

@@ -26,6 +26,7 @@ static __always_inline __u64 dpd_ct_timeout_ns(__u8 proto, __u32 flags)
 	case IPPROTO_UDP:
 		return DPD_CT_TIMEOUT_UDP_S * DPD_NS_PER_S;
 	case IPPROTO_ICMP:
+	case DPD_IPPROTO_ICMPV6:
 		return DPD_CT_TIMEOUT_ICMP_S * DPD_NS_PER_S;
 	default:
 		return DPD_CT_TIMEOUT_OTHER_S * DPD_NS_PER_S;
@@ -39,19 +40,27 @@ static __always_inline int dpd_ct_live(const struct dpd_ct_val *v, __u8 proto, _
 	return (__s64)(now - v->last_seen) < (__s64)dpd_ct_timeout_ns(proto, v->flags);
 }
 
+/* dpd_ct_family is the dpd_ct_key.family of an address family (4 or 6). */
+static __always_inline __u8 dpd_ct_family(__u8 family)
+{
+	return family == 6 ? DPD_CT_FAMILY_V6 : DPD_CT_FAMILY_V4;
+}
+
 /* dpd_ct_key_set fills k with the tuple saddr:sport -> daddr:dport as
- * approved by hook dir of ifindex (addresses in network order, ports in
- * host order), zeroing the rest: keys are hashed whole. */
-static __always_inline void dpd_ct_key_set(struct dpd_ct_key *k, __u32 saddr, __u32 daddr,
-					   __u16 sport, __u16 dport, __u8 proto,
+ * approved by hook dir of ifindex (addresses 16 bytes, IPv4 in the first 4,
+ * network order; ports in host order), zeroing the rest: keys are hashed
+ * whole. */
+static __always_inline void dpd_ct_key_set(struct dpd_ct_key *k, const __u8 *saddr, const __u8 *daddr,
+					   __u16 sport, __u16 dport, __u8 proto, __u8 family,
 					   __u32 dir, __u32 ifindex)
 {
 	__builtin_memset(k, 0, sizeof(*k));
-	__builtin_memcpy(k->saddr, &saddr, 4);
-	__builtin_memcpy(k->daddr, &daddr, 4);
+	__builtin_memcpy(k->saddr, saddr, 16);
+	__builtin_memcpy(k->daddr, daddr, 16);
 	k->sport = sport;
 	k->dport = dport;
 	k->proto = proto;
+	k->family = dpd_ct_family(family);
 	k->dir = dir;
 	k->ifindex = ifindex;
 }
@@ -60,19 +69,21 @@ static __always_inline void dpd_ct_key_set(struct dpd_ct_key *k, __u32 saddr, __
 static __always_inline void dpd_ct_key_fwd(struct dpd_ct_key *k, const struct dpd_pkt *p,
 					   __u32 dir, __u32 ifindex)
 {
-	dpd_ct_key_set(k, p->saddr, p->daddr, p->sport, p->dport, p->proto, dir, ifindex);
+	dpd_ct_key_set(k, p->saddr6, p->daddr6, p->sport, p->dport, p->proto, p->family, dir, ifindex);
 }
 
 /* dpd_ct_key_rev: the key the opposite hook of this interface created if
- * this packet is a reply. ICMP echo keeps its ports: sport is the identifier
- * in both directions. */
+ * this packet is a reply. ICMP and ICMPv6 echo keep their ports: sport is
+ * the identifier in both directions. */
 static __always_inline void dpd_ct_key_rev(struct dpd_ct_key *k, const struct dpd_pkt *p,
 					   __u32 dir, __u32 ifindex)
 {
-	if (p->proto == IPPROTO_ICMP)
-		dpd_ct_key_set(k, p->daddr, p->saddr, p->sport, p->dport, p->proto, dir ^ 1, ifindex);
+	if (p->proto == IPPROTO_ICMP || p->proto == DPD_IPPROTO_ICMPV6)
+		dpd_ct_key_set(k, p->daddr6, p->saddr6, p->sport, p->dport, p->proto, p->family,
+			       dir ^ 1, ifindex);
 	else
-		dpd_ct_key_set(k, p->daddr, p->saddr, p->dport, p->sport, p->proto, dir ^ 1, ifindex);
+		dpd_ct_key_set(k, p->daddr6, p->saddr6, p->dport, p->sport, p->proto, p->family,
+			       dir ^ 1, ifindex);
 }
 
 /* dpd_ct_related: is this ICMP error about a flow this interface passed?
@@ -85,14 +96,14 @@ static __always_inline int dpd_ct_related(const struct dpd_pkt *p, __u32 dir, __
 	struct dpd_ct_key k;
 	struct dpd_ct_val *v;
 
-	dpd_ct_key_set(&k, p->inner_saddr, p->inner_daddr, p->inner_sport, p->inner_dport,
-		       p->inner_proto, dir ^ 1, ifindex);
+	dpd_ct_key_set(&k, p->inner_saddr6, p->inner_daddr6, p->inner_sport, p->inner_dport,
+		       p->inner_proto, p->family, dir ^ 1, ifindex);
 	v = bpf_map_lookup_elem(&dpd_ct, &k);
 	if (v && dpd_ct_live(v, k.proto, now))
 		return 1;
 
-	dpd_ct_key_set(&k, p->inner_daddr, p->inner_saddr, p->inner_dport, p->inner_sport,
-		       p->inner_proto, dir, ifindex);
+	dpd_ct_key_set(&k, p->inner_daddr6, p->inner_saddr6, p->inner_dport, p->inner_sport,
+		       p->inner_proto, p->family, dir, ifindex);
 	v = bpf_map_lookup_elem(&dpd_ct, &k);
 	return v && dpd_ct_live(v, k.proto, now);
 }
@@ -129,6 +140,7 @@ static __always_inline void dpd_ct_create(const struct dpd_state *st)
 	k.sport = st->sport;
 	k.dport = st->dport;
 	k.proto = st->proto;
+	k.family = dpd_ct_family(st->family);
 	k.dir = st->dir;
 	k.ifindex = st->ifindex;
 	v.created = now;

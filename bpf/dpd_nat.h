@@ -34,6 +34,7 @@
 #include "dpd_maps.h"
 #include "dpd_parse.h"
 #include "dpd_ct.h"
+#include "dpd_ipv6.h"
 
 #define DPD_IP_CSUM_OFF  (ETH_HLEN + offsetof(struct iphdr, check))
 #define DPD_IP_SADDR_OFF (ETH_HLEN + offsetof(struct iphdr, saddr))
@@ -111,15 +112,37 @@ static __always_inline int dpd_nat_rewrite(struct __sk_buff *skb, __u8 proto, in
 	return 0;
 }
 
+/* dpd_nat_rw is dpd_nat_rewrite for p's family; addresses are 16 bytes
+ * (IPv4 in the first 4). */
+static __always_inline int dpd_nat_rw(struct __sk_buff *skb, const struct dpd_pkt *p, int src,
+				      const __u8 *old_addr, const __u8 *new_addr,
+				      __be16 old_port, __be16 new_port, int frag)
+{
+	__be32 o, n;
+
+	if (p->family == 6)
+		return dpd_nat6_rewrite(skb, p, src, old_addr, new_addr, old_port, new_port, frag);
+	__builtin_memcpy(&o, old_addr, 4);
+	__builtin_memcpy(&n, new_addr, 4);
+	return dpd_nat_rewrite(skb, p->proto, src, o, n, old_port, new_port, frag);
+}
+
 /* dpd_nat_addr_only rewrites just an address (hairpin reply destination);
  * ports are untouched, so ICMP is fine too (its checksum has no pseudo
- * header). */
-static __always_inline int dpd_nat_addr_only(struct __sk_buff *skb, __u8 proto, int src,
-					     __be32 old_addr, __be32 new_addr, int frag)
+ * header; ICMPv6's has, and dpd_nat6_rewrite fixes it). */
+static __always_inline int dpd_nat_addr_only(struct __sk_buff *skb, const struct dpd_pkt *p, int src,
+					     const __u8 *old_addr, const __u8 *new_addr, int frag)
 {
-	if (proto == IPPROTO_TCP || proto == IPPROTO_UDP)
-		return dpd_nat_rewrite(skb, proto, src, old_addr, new_addr, 0, 0, frag);
-	return dpd_nat_l3_rewrite(skb, src, old_addr, new_addr);
+	__be32 o, n;
+
+	if (p->proto == IPPROTO_TCP || p->proto == IPPROTO_UDP ||
+	    (p->family == 6 && p->proto == DPD_IPPROTO_ICMPV6))
+		return dpd_nat_rw(skb, p, src, old_addr, new_addr, 0, 0, frag);
+	if (p->family == 6)
+		return dpd_nat6_rewrite(skb, p, src, old_addr, new_addr, 0, 0, 1);
+	__builtin_memcpy(&o, old_addr, 4);
+	__builtin_memcpy(&n, new_addr, 4);
+	return dpd_nat_l3_rewrite(skb, src, o, n);
 }
 
 /* dpd_hairpin_redirect sends the packet back out of the interface it came
@@ -137,16 +160,22 @@ static __always_inline int dpd_hairpin_redirect(struct __sk_buff *skb, __u32 ifi
 	return bpf_redirect(ifindex, 0);
 }
 
-/* dpd_maybe_frontend: false when addr is certainly no frontend. */
-static __always_inline int dpd_maybe_frontend(__be32 addr)
+/* dpd_maybe_frontend: false when addr (16 bytes) is certainly no
+ * frontend. An IPv6 address is folded to 32 bits first (the XOR of its
+ * words), which leaves an IPv4 address as it is. */
+static __always_inline int dpd_maybe_frontend(const struct dpd_pkt *p, const __u8 *addr)
 {
 	struct dpd_nat_fe_bits *b;
-	__u32 zero = 0, h;
+	__u32 zero = 0, h, w[4];
 
+	__builtin_memcpy(w, addr, 16);
+	h = w[0];
+	if (p->family == 6)
+		h ^= w[1] ^ w[2] ^ w[3];
 	b = bpf_map_lookup_elem(&dpd_nat_fe_bits, &zero);
 	if (!b)
 		return 1;
-	h = ((__u32)addr * (__u32)DPD_NAT_FE_HASH_MUL) >> DPD_NAT_FE_HASH_SHIFT;
+	h = (h * (__u32)DPD_NAT_FE_HASH_MUL) >> DPD_NAT_FE_HASH_SHIFT;
 	return (b->bits[(h >> 6) & 63] >> (h & 63)) & 1;
 }
 
@@ -171,22 +200,23 @@ static __always_inline int dpd_nat_from_wep(struct __sk_buff *skb, struct dpd_pk
 	struct dpd_ct_key k;
 	struct dpd_ct_val *fl;
 	int frag = !!(p->flags & DPD_ST_FRAGMENT);
-	__be32 baddr;
+	__u8 baddr[16], hp[16];
 	__u16 bport;
 
-	if (p->daddr == bpf_htonl(DPD_HAIRPIN_ADDR)) {
-		if (dpd_nat_addr_only(skb, p->proto, 0, p->daddr, p->saddr, frag))
+	if (dpd_is_hairpin_addr(p, p->daddr6)) {
+		if (dpd_nat_addr_only(skb, p, 0, p->daddr6, p->saddr6, frag))
 			return -1;
-		p->daddr = p->saddr;
+		__builtin_memcpy(p->daddr6, p->saddr6, 16);
 		return 0;
 	}
 	/* A non-first fragment carries its first fragment's ports
 	 * (dpd_frag.h), so it finds the connection's backend too. */
-	if ((p->proto != IPPROTO_TCP && p->proto != IPPROTO_UDP) || !dpd_maybe_frontend(p->daddr))
+	if ((p->proto != IPPROTO_TCP && p->proto != IPPROTO_UDP) || !dpd_maybe_frontend(p, p->daddr6))
 		return 0;
-	__builtin_memcpy(fk.addr, &p->daddr, 4);
+	__builtin_memcpy(fk.addr, p->daddr6, 16);
 	fk.port = p->dport;
 	fk.proto = p->proto;
+	fk.family = dpd_ct_family(p->family);
 	fe = bpf_map_lookup_elem(&dpd_nat_fe, &fk);
 	if (!fe)
 		return 0;
@@ -194,7 +224,7 @@ static __always_inline int dpd_nat_from_wep(struct __sk_buff *skb, struct dpd_pk
 	dpd_nat_flow_key(&k, p, ifindex);
 	fl = bpf_map_lookup_elem(&dpd_ct, &k);
 	if (fl && fl->nat_svc == fe->svc_id && dpd_ct_live(fl, p->proto, now)) {
-		__builtin_memcpy(&baddr, fl->nat_addr, 4);
+		__builtin_memcpy(baddr, fl->nat_addr, 16);
 		bport = fl->nat_port;
 		/* The client's ACK without SYN proves the handshake completed. */
 		if (!trace)
@@ -219,7 +249,7 @@ static __always_inline int dpd_nat_from_wep(struct __sk_buff *skb, struct dpd_pk
 			p->flags |= DPD_ST_NO_BACKEND;
 			return -1;
 		}
-		__builtin_memcpy(&baddr, be->addr, 4);
+		__builtin_memcpy(baddr, be->addr, 16);
 		bport = be->port;
 		if (!trace) {
 			struct dpd_ct_val v = {};
@@ -228,23 +258,25 @@ static __always_inline int dpd_nat_from_wep(struct __sk_buff *skb, struct dpd_pk
 			v.last_seen = now;
 			if (p->proto == IPPROTO_TCP && (p->flags & (DPD_ST_TCP_FIN | DPD_ST_TCP_RST)))
 				v.flags = DPD_CT_F_CLOSING;
-			__builtin_memcpy(v.nat_addr, &baddr, 4);
+			__builtin_memcpy(v.nat_addr, baddr, 16);
 			v.nat_port = bport;
 			v.nat_svc = bk.svc_id;
 			bpf_map_update_elem(&dpd_ct, &k, &v, BPF_ANY);
 		}
 	}
 
-	nat->fe_addr = p->daddr;
+	__builtin_memcpy(nat->fe_addr, p->daddr6, 16);
 	nat->fe_port = p->dport;
 	nat->svc = fe->svc_id;
-	nat->hairpin = baddr == p->saddr;
-	if (dpd_nat_rewrite(skb, p->proto, 0, p->daddr, baddr, bpf_htons(p->dport), bpf_htons(bport), frag))
+	nat->hairpin = dpd_addr_eq(baddr, p->saddr6);
+	if (dpd_nat_rw(skb, p, 0, p->daddr6, baddr, bpf_htons(p->dport), bpf_htons(bport), frag))
 		return -1;
-	if (nat->hairpin &&
-	    dpd_nat_rewrite(skb, p->proto, 1, p->saddr, bpf_htonl(DPD_HAIRPIN_ADDR), 0, 0, frag))
-		return -1;
-	p->daddr = baddr;
+	if (nat->hairpin) {
+		dpd_hairpin_addr(p->family, hp);
+		if (dpd_nat_rw(skb, p, 1, p->saddr6, hp, 0, 0, frag))
+			return -1;
+	}
+	__builtin_memcpy(p->daddr6, baddr, 16);
 	p->dport = bport;
 	p->flags |= DPD_ST_NAT;
 	if (nat->hairpin)
@@ -256,23 +288,20 @@ static __always_inline int dpd_nat_from_wep(struct __sk_buff *skb, struct dpd_pk
 static __always_inline int dpd_nat_reverse(struct __sk_buff *skb, const struct dpd_pkt *p,
 					   const struct dpd_ct_val *ct)
 {
-	__be32 fe;
-
-	__builtin_memcpy(&fe, ct->nat_addr, 4);
-	return dpd_nat_rewrite(skb, p->proto, 1, p->saddr, fe, bpf_htons(p->sport), bpf_htons(ct->nat_port),
-			       !!(p->flags & DPD_ST_FRAGMENT));
+	return dpd_nat_rw(skb, p, 1, p->saddr6, ct->nat_addr, bpf_htons(p->sport), bpf_htons(ct->nat_port),
+			  !!(p->flags & DPD_ST_FRAGMENT));
 }
 
-/* dpd_route_flags classifies an IPv4 address by its longest dpd_routes
+/* dpd_route_flags classifies a destination by its longest dpd_routes
  * match (DPD_RT_*; 0 when no route covers it). */
-static __always_inline __u32 dpd_route_flags(__be32 addr)
+static __always_inline __u32 dpd_route_flags(const struct dpd_pkt *p)
 {
 	struct dpd_route_key k = {};
 	struct dpd_route_val *v;
 
-	k.prefixlen = DPD_ROUTE_KEY_FIXED_BITS + 32;
-	k.family = 4;
-	__builtin_memcpy(k.addr, &addr, 4);
+	k.prefixlen = DPD_ROUTE_KEY_FIXED_BITS + (p->family == 6 ? 128 : 32);
+	k.family = p->family;
+	__builtin_memcpy(k.addr, p->daddr6, 16);
 	v = bpf_map_lookup_elem(&dpd_routes, &k);
 	return v ? v->flags : 0;
 }

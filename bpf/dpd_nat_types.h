@@ -12,7 +12,7 @@
 
 /* The translation applied to this packet at dpd_from_wep. */
 struct dpd_nat {
-	__u32 fe_addr;  /* network order */
+	__u8  fe_addr[16]; /* network order, IPv4 in the first 4 */
 	__u16 fe_port;  /* host order */
 	__u16 hairpin;
 	__u32 svc;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * dpd_parse.h: IPv4 + L4 parsing into the facts the policy needs (struct
+ * dpd_parse.h: IPv4 and IPv6 + L4 parsing into the facts the policy needs (struct
  * dpd_pkt, in dpd_parse_types.h). Headers are read with direct packet
  * access; when they are not in the linear part of the skb they are pulled
  * in first.
@@ -161,6 +161,33 @@ static __always_inline int dpd_ipv6_ext(__u8 nh)
 	       nh == DPD_IPV6_FRAGMENT || nh == DPD_IPV6_AUTH;
 }
 
+/* dpd_parse_icmp6_inner reads the IPv6 packet an ICMPv6 error quotes at
+ * off, as dpd_parse_icmp_inner does for IPv4. Only a quote whose upper
+ * layer follows the fixed header is read: the quote is what the workload
+ * (or a router on its path) sent, and dpd's flows carry no extension
+ * headers worth walking twice. */
+static __always_inline void dpd_parse_icmp6_inner(struct __sk_buff *skb, __u32 off, struct dpd_pkt *p)
+{
+	__u8 hdr[8]; /* the fixed header up to the addresses */
+	__be16 ports[2];
+
+	if (bpf_skb_load_bytes(skb, off, hdr, sizeof(hdr)))
+		return;
+	if ((hdr[0] >> 4) != 6)
+		return;
+	if (hdr[6] != IPPROTO_TCP && hdr[6] != IPPROTO_UDP)
+		return;
+	if (bpf_skb_load_bytes(skb, off + sizeof(struct dpd_ipv6hdr), ports, sizeof(ports)))
+		return;
+	/* inner_saddr6 and inner_daddr6 are adjacent, as in the header. */
+	if (bpf_skb_load_bytes(skb, off + 8, p->inner_saddr6, 32))
+		return;
+	p->inner_sport = bpf_ntohs(ports[0]);
+	p->inner_dport = bpf_ntohs(ports[1]);
+	p->inner_proto = hdr[6];
+	p->has_inner = 1;
+}
+
 /* dpd_parse_ipv6 fills p from the IPv6 packet after the Ethernet header:
  * addresses, the upper-layer protocol past the extension headers (a
  * bounded walk: hop-by-hop, routing, destination options, AH, fragment),
@@ -169,22 +196,31 @@ static __always_inline int dpd_ipv6_ext(__u8 nh)
  * run time, so the walk needs no packet-pointer proofs and the verifier
  * sees a fixed number of iterations. A non-first fragment stops the walk
  * at its fragment header: what follows is payload. Returns 0, -1 or
- * DPD_PARSE_EXT_LIMIT. ICMPv6 errors are not yet related to flows. */
-static __always_inline int dpd_parse_ipv6(struct __sk_buff *skb, struct dpd_pkt *p)
+ * DPD_PARSE_EXT_LIMIT. An ICMPv6 error (types 1-4) also gets the packet it
+ * quotes, for dpd_ct_related.
+ *
+ * A global function, so the verifier checks it once, on its own: inlined,
+ * every path through the walk (one per chain length) went on through NAT
+ * and conntrack as a separate state, past the verifier's budget. The call
+ * costs IPv6 a few ns; IPv4 never makes it. */
+__noinline int dpd_parse_ipv6(struct __sk_buff *skb, struct dpd_pkt *p)
 {
-	struct dpd_ipv6hdr ip6;
-	__u32 off = ETH_HLEN + sizeof(ip6);
+	__u32 off = ETH_HLEN + sizeof(struct dpd_ipv6hdr);
+	__u8 hdr[8]; /* the fixed header up to the addresses */
 	__u8 nh;
 	int i;
 
-	if (bpf_skb_load_bytes(skb, ETH_HLEN, &ip6, sizeof(ip6)))
+	if (!p)
 		return -1;
-	if ((ip6.vtc >> 4) != 6)
+	if (bpf_skb_load_bytes(skb, ETH_HLEN, hdr, sizeof(hdr)))
+		return -1;
+	if ((hdr[0] >> 4) != 6)
+		return -1;
+	/* saddr6 and daddr6 are adjacent in dpd_pkt, as in the header. */
+	if (bpf_skb_load_bytes(skb, ETH_HLEN + 8, p->saddr6, 32))
 		return -1;
 	p->family = 6;
-	__builtin_memcpy(p->saddr6, ip6.saddr, 16);
-	__builtin_memcpy(p->daddr6, ip6.daddr, 16);
-	nh = ip6.nexthdr;
+	nh = hdr[6];
 
 #pragma unroll
 	for (i = 0; i < DPD_IPV6_MAX_EXT; i++) {
@@ -229,6 +265,7 @@ static __always_inline int dpd_parse_ipv6(struct __sk_buff *skb, struct dpd_pkt 
 	if (dpd_ipv6_ext(nh))
 		return DPD_PARSE_EXT_LIMIT;
 	p->proto = nh;
+	p->l4_off = off;
 
 	if (nh == IPPROTO_TCP) {
 		struct tcphdr th;
@@ -261,6 +298,8 @@ static __always_inline int dpd_parse_ipv6(struct __sk_buff *skb, struct dpd_pkt 
 		p->icmp_code = ih.code;
 		if (ih.type == DPD_ICMPV6_ECHO_REQUEST || ih.type == DPD_ICMPV6_ECHO_REPLY)
 			p->sport = bpf_ntohs(ih.id);
+		else if (ih.type >= DPD_ICMPV6_DEST_UNREACH && ih.type <= DPD_ICMPV6_PARAMPROB)
+			dpd_parse_icmp6_inner(skb, off + sizeof(ih), p);
 	}
 	return 0;
 }

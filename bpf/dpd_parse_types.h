@@ -48,6 +48,10 @@ struct dpd_icmphdr {
  * a fragment header); eight leaves room for any sane chain. */
 #define DPD_IPV6_MAX_EXT  8
 
+#define DPD_ICMPV6_DEST_UNREACH 1
+#define DPD_ICMPV6_PKT_TOOBIG   2
+#define DPD_ICMPV6_TIME_EXCEED  3
+#define DPD_ICMPV6_PARAMPROB    4
 #define DPD_ICMPV6_ECHO_REQUEST 128
 #define DPD_ICMPV6_ECHO_REPLY   129
 
@@ -90,9 +94,16 @@ struct dpd_pkt {
 	__u8  icmp_code;
 	__u8  pad;
 	__u32 flags; /* DPD_ST_* */
-	/* ICMP errors (has_inner): the TCP/UDP packet the error is about. */
-	__u32 inner_saddr;
-	__u32 inner_daddr;
+	/* ICMP errors (has_inner): the TCP/UDP packet the error is about,
+	 * addresses laid out as saddr/daddr. */
+	union {
+		__u32 inner_saddr;
+		__u8  inner_saddr6[16];
+	};
+	union {
+		__u32 inner_daddr;
+		__u8  inner_daddr6[16];
+	};
 	__u16 inner_sport;
 	__u16 inner_dport;
 	__u8  inner_proto;
@@ -103,6 +114,7 @@ struct dpd_pkt {
 	__u8  frag_proto; /* the key's protocol: IPv4's; IPv6: the fragment header's next header */
 	__u8  family;    /* 4 or 6 */
 	__u8  frag_pad;
+	__u16 l4_off;    /* IPv6: offset of the L4 header past the extension headers (NAT) */
 };
 
 #endif

@@ -111,9 +111,15 @@ struct dpd_ct_key {
 	__u16 dport;     /* 34: host order */
 	__u8  proto;     /* 36 */
 	__u8  dir;       /* 37: DPD_DIR_* of the approving hook */
-	__u16 pad;       /* 38: always 0 */
+	__u8  family;    /* 38: DPD_CT_FAMILY_*: an IPv4 and an IPv6 flow never share a key */
+	__u8  pad;       /* 39: always 0 */
 	__u32 ifindex;   /* 40 */
 };                       /* sizeof == 44 */
+
+/* dpd_ct_key.family. IPv4 is 0, the value the byte had before IPv6 was
+ * tracked, so entries of flows open across an upgrade keep matching. */
+#define DPD_CT_FAMILY_V4 0
+#define DPD_CT_FAMILY_V6 6
 
 struct dpd_ct_val {
 	__u64 created;   /* 0: bpf_ktime_get_coarse_ns (CLOCK_MONOTONIC_COARSE) */
@@ -187,7 +193,7 @@ struct dpd_nat_fe_key {
 	__u8  addr[16]; /* 0: IPv4 in the first 4 bytes */
 	__u16 port;     /* 16: host order */
 	__u8  proto;    /* 18 */
-	__u8  pad;      /* 19: always 0 */
+	__u8  family;   /* 19: DPD_CT_FAMILY_* (IPv4 0): backends have the frontend's family */
 };                      /* sizeof == 20 */
 
 struct dpd_nat_fe_val {
@@ -220,7 +226,7 @@ struct dpd_nat_be_val {
 	__u8  addr[16]; /* 0 */
 	__u16 port;     /* 16: host order */
 	__u16 pad;      /* 18 */
-	__u32 flags;    /* 20: reserved, 0 */
+	__u32 flags;    /* 20: DPD_NAT_BE_F_* */
 };                      /* sizeof == 24 */
 
 /* dpd_routes: LPM_TRIE from RouteUpdate. prefixlen counts the fixed 32 bits
@@ -315,8 +321,31 @@ struct dpd_frag_val {
 #define DPD_DROP_MAX           8
 
 /* dpd_state.flags, trace only: the packet was parsed, but its family is not
- * policed yet (IPv6), so it was dropped. */
+ * policed, so it was dropped. No longer set: IPv6 is policed like IPv4. */
 #define DPD_ST_UNPOLICED (1u << 24)
+
+/* ---- Added by the IPv6 datapath work; mirrored in abi.go. ---- */
+
+/* dpd_state.flags, trace only: an ICMPv6 neighbour discovery or MLD message
+ * (types 130-133, 135, 136) that the entry passes without policy, so IPv6
+ * keeps working under any policy. */
+#define DPD_ST_ICMP6_ND (1u << 20)
+
+/* dpd_nat_be_val.flags: only for userspace reading the map back (the
+ * programs take the family from the frontend key). */
+#define DPD_NAT_BE_F_V6 (1u << 0)
+
+/* The IPv6 twin of DPD_HAIRPIN_ADDR: fd64:7064::fd, in the unique local
+ * range (RFC 4193, global id 64:7064, "dpd"). Not link-local, because the
+ * workload must send its reply through its default route, as it does for
+ * 169.254.0.253: a link-local destination is on-link and would need a
+ * neighbour answering for it on the workload's interface. Never assigned
+ * to anything; only hairpinned requests carry it. Its four 32-bit words,
+ * host order. */
+#define DPD_HAIRPIN_ADDR6_0 0xfd647064
+#define DPD_HAIRPIN_ADDR6_1 0
+#define DPD_HAIRPIN_ADDR6_2 0
+#define DPD_HAIRPIN_ADDR6_3 0xfd
 
 /* ---- Added by the flow-events work; mirrored in abi.go. ---- */
 

@@ -34,6 +34,7 @@ import (
 type svcPortKey struct {
 	proto uint8
 	port  uint16
+	v6    bool // each family is its own service port: a frontend only reaches backends of its family
 }
 
 // natPort is one programmed service port.
@@ -300,35 +301,48 @@ func desiredPorts(s *model.Service) map[svcPortKey]portWant {
 		if sp.Protocol != model.ProtoTCP && sp.Protocol != model.ProtoUDP {
 			continue
 		}
-		pk := svcPortKey{proto: sp.Protocol, port: sp.Port}
-		var w portWant
-		for _, a := range addrs {
-			if a.Is4() {
-				f := tcbpf.NATFrontend{Addr: a, Port: sp.Port, Proto: sp.Protocol}
-				if !slices.Contains(w.fes, f) {
-					w.fes = append(w.fes, f)
-				}
+		for _, v6 := range []bool{false, true} {
+			pk := svcPortKey{proto: sp.Protocol, port: sp.Port, v6: v6}
+			if w := desiredPort(s, sp, addrs, v6, perProto[sp.Protocol] > 1); len(w.fes) > 0 {
+				out[pk] = w
 			}
-		}
-		for _, b := range s.Backends {
-			if !b.Ready || b.Protocol != sp.Protocol || !b.Addr.Unmap().Is4() || b.Port == 0 {
-				continue
-			}
-			if perProto[sp.Protocol] > 1 && b.Port != sp.Port {
-				continue // ambiguous without port names
-			}
-			nb := tcbpf.NATBackend{Addr: b.Addr.Unmap(), Port: b.Port}
-			if !slices.Contains(w.bes, nb) {
-				w.bes = append(w.bes, nb)
-			}
-		}
-		slices.SortFunc(w.fes, func(a, b tcbpf.NATFrontend) int { return a.Addr.Compare(b.Addr) })
-		slices.SortFunc(w.bes, func(a, b tcbpf.NATBackend) int {
-			return cmp.Or(a.Addr.Compare(b.Addr), cmp.Compare(a.Port, b.Port))
-		})
-		if len(w.fes) > 0 {
-			out[pk] = w
 		}
 	}
 	return out
+}
+
+// desiredPort is one service port's frontends and ready backends of one
+// family (IPv4-mapped addresses are IPv4). shared: other ports of the
+// service have the same protocol.
+func desiredPort(s *model.Service, sp model.ServicePort, addrs []netip.Addr, v6, shared bool) portWant {
+	family := func(a netip.Addr) bool {
+		a = a.Unmap()
+		return a.IsValid() && a.Is6() == v6
+	}
+	var w portWant
+	for _, a := range addrs {
+		if family(a) {
+			f := tcbpf.NATFrontend{Addr: a.Unmap(), Port: sp.Port, Proto: sp.Protocol}
+			if !slices.Contains(w.fes, f) {
+				w.fes = append(w.fes, f)
+			}
+		}
+	}
+	for _, b := range s.Backends {
+		if !b.Ready || b.Protocol != sp.Protocol || !family(b.Addr) || b.Port == 0 {
+			continue
+		}
+		if shared && b.Port != sp.Port {
+			continue // ambiguous without port names
+		}
+		nb := tcbpf.NATBackend{Addr: b.Addr.Unmap(), Port: b.Port}
+		if !slices.Contains(w.bes, nb) {
+			w.bes = append(w.bes, nb)
+		}
+	}
+	slices.SortFunc(w.fes, func(a, b tcbpf.NATFrontend) int { return a.Addr.Compare(b.Addr) })
+	slices.SortFunc(w.bes, func(a, b tcbpf.NATBackend) int {
+		return cmp.Or(a.Addr.Compare(b.Addr), cmp.Compare(a.Port, b.Port))
+	})
+	return w
 }

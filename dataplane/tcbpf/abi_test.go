@@ -41,13 +41,13 @@ func TestBTFLayout(t *testing.T) {
 		}},
 		{"dpd_ct_key", abi.CTKeySize, map[string]uint32{
 			"saddr": abi.CTKeySaddr, "daddr": abi.CTKeyDaddr, "sport": abi.CTKeySport, "dport": abi.CTKeyDport,
-			"proto": abi.CTKeyProto, "dir": abi.CTKeyDir, "ifindex": abi.CTKeyIfindex,
+			"proto": abi.CTKeyProto, "dir": abi.CTKeyDir, "family": abi.CTKeyFamily, "ifindex": abi.CTKeyIfindex,
 		}},
 		{"dpd_ct_val", abi.CTValSize, map[string]uint32{
 			"created": abi.CTValCreated, "last_seen": abi.CTValLastSeen, "flags": abi.CTValFlags,
 			"nat_addr": abi.CTValNATAddr, "nat_port": abi.CTValNATPort, "nat_svc": abi.CTValNATSvc,
 		}},
-		{"dpd_nat_fe_key", abi.NATFrontendKeySize, map[string]uint32{"addr": 0, "port": 16, "proto": 18}},
+		{"dpd_nat_fe_key", abi.NATFrontendKeySize, map[string]uint32{"addr": 0, "port": 16, "proto": 18, "family": 19}},
 		{"dpd_nat_fe_val", abi.NATFrontendValSize, map[string]uint32{"svc_id": 0, "count": 4, "flags": 8}},
 		{"dpd_nat_fe_bits", abi.NATFEBits / 8, map[string]uint32{"bits": 0}},
 		{"dpd_nat_be_key", abi.NATBackendKeySize, map[string]uint32{"svc_id": 0, "ordinal": 4}},
@@ -135,6 +135,10 @@ func TestHeaderDefines(t *testing.T) {
 		"DPD_FRAG_TIMEOUT_S": abi.FragTimeoutS, "DPD_DROP_FRAG_NO_FIRST": abi.DropFragNoFirst,
 		"DPD_DROP_FRAG_TINY": abi.DropFragTiny, "DPD_DROP_IPV6_EXT": abi.DropIPv6Ext, "DPD_DROP_MAX": abi.DropMax,
 		"DPD_ST_UNPOLICED": abi.StUnpoliced,
+		"DPD_CT_FAMILY_V4": abi.CTFamilyV4, "DPD_CT_FAMILY_V6": abi.CTFamilyV6, "DPD_ST_ICMP6_ND": abi.StICMP6ND,
+		"DPD_NAT_BE_F_V6": abi.NATBeFV6,
+		"DPD_HAIRPIN_ADDR6_0": int64(abi.HairpinAddr6[0]), "DPD_HAIRPIN_ADDR6_1": int64(abi.HairpinAddr6[1]),
+		"DPD_HAIRPIN_ADDR6_2": int64(abi.HairpinAddr6[2]), "DPD_HAIRPIN_ADDR6_3": int64(abi.HairpinAddr6[3]),
 		"DPD_EV_DECIDED":   abi.EvDecided, "DPD_EV_NO_POLICY": abi.EvNoPolicy, "DPD_EV_CFG_ON": abi.EvCfgOn,
 	}
 	f, err := os.Open("../../bpf/include/dpd_abi.h")

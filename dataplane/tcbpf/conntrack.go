@@ -29,7 +29,7 @@ func CTTimeout(proto uint8, flags uint32) time.Duration {
 		return abi.CTTimeoutTCPOtherS * time.Second
 	case unix.IPPROTO_UDP:
 		return abi.CTTimeoutUDPS * time.Second
-	case unix.IPPROTO_ICMP:
+	case unix.IPPROTO_ICMP, unix.IPPROTO_ICMPV6:
 		return abi.CTTimeoutICMPS * time.Second
 	}
 	return abi.CTTimeoutOtherS * time.Second

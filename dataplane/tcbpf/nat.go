@@ -39,23 +39,37 @@ type NATBackend struct {
 
 func (b NATBackend) String() string { return netip.AddrPortFrom(b.Addr, b.Port).String() }
 
+// addr16 is a's layout in the maps: IPv4 in the first 4 bytes, IPv6 whole.
+// An IPv4-mapped IPv6 address is IPv4.
 func addr16(a netip.Addr) (out [16]uint8, err error) {
-	if !a.Is4() {
-		return out, fmt.Errorf("address %s: only IPv4 is programmed", a)
+	a = a.Unmap()
+	switch {
+	case a.Is4():
+		a4 := a.As4()
+		copy(out[:], a4[:])
+	case a.Is6() && a.Zone() == "":
+		out = a.As16()
+	default:
+		return out, fmt.Errorf("address %q: not an IPv4 or IPv6 address", a)
 	}
-	a4 := a.As4()
-	copy(out[:], a4[:])
 	return out, nil
 }
 
-func addrOf16(b [16]uint8) netip.Addr { return netip.AddrFrom4([4]byte(b[:4])) }
+// addrOf16 reads an address laid out by addr16; the maps keep the family
+// beside it.
+func addrOf16(b [16]uint8, is6 bool) netip.Addr {
+	if is6 {
+		return netip.AddrFrom16(b)
+	}
+	return netip.AddrFrom4([4]byte(b[:4]))
+}
 
 func feKey(f NATFrontend) (natFeKey, error) {
 	a, err := addr16(f.Addr)
 	if err != nil {
 		return natFeKey{}, err
 	}
-	return natFeKey{Addr: a, Port: f.Port, Proto: f.Proto}, nil
+	return natFeKey{Addr: a, Port: f.Port, Proto: f.Proto, Family: abi.CTFamily(f.Addr.Unmap().Is6())}, nil
 }
 
 // natFilter mirrors dpd_nat_fe_bits: how many frontend keys set each bit.
@@ -69,7 +83,7 @@ type natFilter struct {
 	bits   bpf.DpdDpdNatFeBits   // as last written; guarded by mu
 }
 
-func feBit(k *natFeKey) uint32 { return abi.NATFEBit([4]byte(k.Addr[:4])) }
+func feBit(k *natFeKey) uint32 { return abi.NATFEBit16(k.Addr) }
 
 // loadLocked builds the counts from the map and writes the filter.
 func (d *Datapath) loadFilterLocked() error {
@@ -175,13 +189,31 @@ func (d *Datapath) ProgramNATPort(id uint32, fes []NATFrontend, bes []NATBackend
 		}
 		keys[i] = k
 	}
+	// The programs rewrite a frontend's packet to a backend of the same
+	// family: a port mixing them would put an address of one family into
+	// the other's header.
+	var is6 bool
+	for i, f := range fes {
+		if f6 := f.Addr.Unmap().Is6(); i == 0 {
+			is6 = f6
+		} else if f6 != is6 {
+			return fmt.Errorf("nat port %d: frontends %s and %s of different families", id, fes[0], f)
+		}
+	}
 	vals := make([]natBeVal, len(bes))
 	for i, b := range bes {
 		a, err := addr16(b.Addr)
 		if err != nil {
 			return fmt.Errorf("nat backend %s: %w", b, err)
 		}
+		b6 := b.Addr.Unmap().Is6()
+		if len(fes) > 0 && b6 != is6 {
+			return fmt.Errorf("nat backend %s: not of its frontends' family (%s)", b, fes[0])
+		}
 		vals[i] = natBeVal{Addr: a, Port: b.Port}
+		if b6 {
+			vals[i].Flags = abi.NATBeFV6
+		}
 	}
 	if err := d.filterAdd(keys); err != nil {
 		return err
@@ -264,7 +296,7 @@ func (d *Datapath) NATFrontends() ([]NATFrontendEntry, error) {
 	it := d.objs.DpdNatFe.Iterate()
 	for it.Next(&k, &v) {
 		out = append(out, NATFrontendEntry{
-			Frontend: NATFrontend{Addr: addrOf16(k.Addr), Port: k.Port, Proto: k.Proto},
+			Frontend: NATFrontend{Addr: addrOf16(k.Addr, k.Family == abi.CTFamilyV6), Port: k.Port, Proto: k.Proto},
 			ID:       v.SvcId, Count: int(v.Count),
 		})
 	}
@@ -287,7 +319,7 @@ func (d *Datapath) NATBackendsOf(id uint32) ([]NATBackend, error) {
 		if err != nil {
 			return nil, fmt.Errorf("read nat backend %d/%d: %w", id, i, err)
 		}
-		out = append(out, NATBackend{Addr: addrOf16(v.Addr), Port: v.Port})
+		out = append(out, NATBackend{Addr: addrOf16(v.Addr, v.Flags&abi.NATBeFV6 != 0), Port: v.Port})
 	}
 }
 
@@ -342,7 +374,7 @@ func (f NATFlowFilter) match(k *ctKey, v *ctVal) bool {
 	if f.Services[v.NatSvc] {
 		return true
 	}
-	return f.Backends[NATFlowBackend{ID: v.NatSvc, Backend: NATBackend{Addr: addrOf16(v.NatAddr), Port: v.NatPort}}]
+	return f.Backends[NATFlowBackend{ID: v.NatSvc, Backend: NATBackend{Addr: addrOf16(v.NatAddr, k.Family == abi.CTFamilyV6), Port: v.NatPort}}]
 }
 
 // FlushNATFlows deletes the NAT flow entries f selects, so the next packet
@@ -393,10 +425,10 @@ func (d *Datapath) NATFlows() ([]NATFlow, error) {
 		}
 		out = append(out, NATFlow{
 			Ifindex:  int(k.Ifindex),
-			Src:      netip.AddrPortFrom(addrOf16(k.Saddr), k.Sport),
-			Frontend: NATFrontend{Addr: addrOf16(k.Daddr), Port: k.Dport, Proto: k.Proto},
+			Src:      netip.AddrPortFrom(addrOf16(k.Saddr, k.Family == abi.CTFamilyV6), k.Sport),
+			Frontend: NATFrontend{Addr: addrOf16(k.Daddr, k.Family == abi.CTFamilyV6), Port: k.Dport, Proto: k.Proto},
 			ID:       v.NatSvc,
-			Backend:  NATBackend{Addr: addrOf16(v.NatAddr), Port: v.NatPort},
+			Backend:  NATBackend{Addr: addrOf16(v.NatAddr, k.Family == abi.CTFamilyV6), Port: v.NatPort},
 		})
 	})
 	return out, err

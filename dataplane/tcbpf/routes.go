@@ -85,7 +85,7 @@ func (d *Datapath) LookupRoute(addr netip.Addr) (RouteInfo, bool, error) {
 func routeInfoOf(v *routeVal) RouteInfo {
 	info := RouteInfo{Flags: v.Flags, PoolType: v.PoolType}
 	if v.NextHop != [16]uint8{} {
-		info.NextHop = addrOf16(v.NextHop)
+		info.NextHop = addrOf16(v.NextHop, false)
 	}
 	return info
 }
@@ -102,7 +102,7 @@ func (d *Datapath) Routes() (map[netip.Prefix]RouteInfo, error) {
 		if k.Family != 4 || k.Prefixlen < abi.RouteKeyFixedBits {
 			continue
 		}
-		p := netip.PrefixFrom(addrOf16(k.Addr), int(k.Prefixlen-abi.RouteKeyFixedBits))
+		p := netip.PrefixFrom(addrOf16(k.Addr, false), int(k.Prefixlen-abi.RouteKeyFixedBits))
 		out[p] = routeInfoOf(&v)
 	}
 	if err := it.Err(); err != nil {

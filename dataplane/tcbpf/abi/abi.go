@@ -121,6 +121,7 @@ const (
 	CTKeyDport   = 34
 	CTKeyProto   = 36
 	CTKeyDir     = 37
+	CTKeyFamily  = 38
 	CTKeyIfindex = 40
 	CTKeySize    = 44
 
@@ -204,6 +205,17 @@ const (
 func NATFEBit(addr [4]byte) uint32 {
 	v := uint32(addr[0]) | uint32(addr[1])<<8 | uint32(addr[2])<<16 | uint32(addr[3])<<24
 	return (v * NATFEHashMul) >> NATFEHashShift
+}
+
+// NATFEBit16 is the filter bit of a 16-byte key address: an IPv6 address
+// is folded to 4 bytes (the XOR of its words) first, which leaves an IPv4
+// address (zero past its first 4 bytes) as it is.
+func NATFEBit16(addr [16]byte) uint32 {
+	var f [4]byte
+	for i := range addr {
+		f[i%4] ^= addr[i]
+	}
+	return NATFEBit(f)
 }
 
 // Map names of the NAT and route maps.
@@ -301,4 +313,33 @@ const (
 
 // StUnpoliced (dpd_state.flags, trace only): the packet was parsed, but its
 // family (IPv6) is not policed yet, so it was dropped.
-const StUnpoliced = 1 << 24
+const StUnpoliced = 1 << 24 // no longer set: IPv6 is policed
+
+// ---- Added by the IPv6 datapath work; mirrors its section of dpd_abi.h. ----
+
+// dpd_ct_key.family and dpd_nat_fe_key.family. IPv4 is 0, the value the
+// byte had before IPv6 was tracked, so entries survive an upgrade.
+const (
+	CTFamilyV4 = 0
+	CTFamilyV6 = 6
+)
+
+// StICMP6ND (dpd_state.flags, trace only): an ICMPv6 neighbour discovery
+// or MLD message, passed without policy.
+const StICMP6ND = 1 << 20
+
+// NATBeFV6 (dpd_nat_be_val.flags): an IPv6 backend, for readers of the map.
+const NATBeFV6 = 1 << 0
+
+// HairpinAddr6 is the IPv6 twin of HairpinAddr, fd64:7064::fd (unique
+// local; routed by the workload through its default route, as
+// 169.254.0.253 is), as four host-order words.
+var HairpinAddr6 = [4]uint32{0xfd647064, 0, 0, 0xfd}
+
+// CTFamily is the dpd_ct_key.family of an address.
+func CTFamily(is6 bool) uint8 {
+	if is6 {
+		return CTFamilyV6
+	}
+	return CTFamilyV4
+}
