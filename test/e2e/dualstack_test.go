@@ -1,10 +1,14 @@
 package e2e
 
 import (
+	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dpd-dev/dpd/internal/testutil"
+	dpdv1 "github.com/dpd-dev/dpd/proto/dpd/v1"
+	"github.com/dpd-dev/dpd/proto/felix"
 )
 
 // dualStackCases are the matrix cases that are the same in both families:
@@ -44,8 +48,13 @@ func TestDualStackMatrix(t *testing.T) {
 	e.last = snap
 	e.c.WaitInSync(t)
 	e.c.WaitStatus(t, "up", a.ID(), b.ID(), cl.ID())
+	// The pod's IPv6 block, as Felix sends it (outside the scenarios,
+	// which never remove it).
+	e.send(t, RouteMsg(&felix.RouteUpdate{Dst: WorkloadSubnet6 + "/120", Types: felix.RouteType_LOCAL_WORKLOAD,
+		IpPoolType: felix.IPPoolType_NO_ENCAP, LocalWorkload: true}))
 
 	t.Run("netlink", func(t *testing.T) { dualStackNetlink(t, b) })
+	t.Run("inspect", func(t *testing.T) { dualStackInspect(t, e.d, b) })
 	for _, fam := range []struct {
 		name string
 		v6   bool
@@ -91,6 +100,42 @@ func dualStackNetlink(t *testing.T, w *Workload) {
 	if out, err := tool("ip", "-6", "neigh", "show", w.IP6, "dev", w.HostIface); err != nil || !strings.Contains(string(out), "PERMANENT") {
 		t.Errorf("no permanent IPv6 neighbour for %s on %s: %s %v", w.IP6, w.HostIface, out, err)
 	}
+}
+
+// dualStackInspect: Inspect lists the endpoint's IPv6 net and the IPv6
+// route.
+func dualStackInspect(t *testing.T, d *Daemon, w *Workload) {
+	eps, err := d.Endpoints(t)
+	if err != nil {
+		t.Fatalf("Inspect/ListEndpoints: %v", err)
+	}
+	found := false
+	for _, ep := range eps {
+		if ep.GetInterface() == w.HostIface {
+			found = true
+			if got := strings.Join(ep.GetIpv6Nets(), ","); got != w.IP6+"/128" {
+				t.Errorf("Inspect says %s has IPv6 nets %q, want %s/128", w.HostIface, got, w.IP6)
+			}
+			if got := strings.Join(ep.GetIpv4Nets(), ","); got != w.IP4+"/32" {
+				t.Errorf("Inspect says %s has IPv4 nets %q, want %s/32", w.HostIface, got, w.IP4)
+			}
+		}
+	}
+	if !found {
+		t.Errorf("Inspect/ListEndpoints does not list %s", w.HostIface)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	resp, err := d.Client(t).Inspect().ListRoutes(ctx, &dpdv1.ListRoutesRequest{})
+	if err != nil {
+		t.Fatalf("Inspect/ListRoutes: %v", err)
+	}
+	for _, r := range resp.GetRoutes() {
+		if r.GetDst() == WorkloadSubnet6+"/120" {
+			return
+		}
+	}
+	t.Errorf("Inspect/ListRoutes lacks %s/120: %v", WorkloadSubnet6, resp.GetRoutes())
 }
 
 // dualStackIPVersion: a rule limited to one family, or whose CIDR is of
