@@ -1,8 +1,10 @@
 package linux
 
 import (
+	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 
 	"github.com/dpd-dev/dpd/dataplane/linux/nl"
 	"github.com/dpd-dev/dpd/dataplane/model"
@@ -28,4 +30,19 @@ func logIPv6State(log *slog.Logger, cfg *nl.Configurer) {
 	case !on:
 		log.Info("IPv6 is disabled on this node: IPv6 programming is off", "reason", reason)
 	}
+}
+
+// syncIPv6RPFLocked writes the IPv6 source check for the workload
+// interface prefixes (nl.Configurer.SyncIPv6RPF) when they changed; the
+// table outlives a restart, so until the first Configure the one an
+// earlier dpd wrote stays in force.
+func (k *Kernel) syncIPv6RPFLocked(prefixes []string) error {
+	if k.cfg == nil || (k.rpfDone && slices.Equal(prefixes, k.rpfPrefixes)) {
+		return nil
+	}
+	if err := k.cfg.SyncIPv6RPF(prefixes); err != nil {
+		return fmt.Errorf("ipv6 source check: %w", err)
+	}
+	k.rpfPrefixes, k.rpfDone = slices.Clone(prefixes), true
+	return nil
 }

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -72,6 +73,7 @@ func TestDualStackMatrix(t *testing.T) {
 	e.a, e.b, e.cl = a, b, cl
 	t.Run("ip-version", func(t *testing.T) { dualStackIPVersion(t, e, a, b, cl) })
 	t.Run("neighbour-discovery-under-deny-all", func(t *testing.T) { dualStackND(t, e, a, b) })
+	t.Run("ipv6-source-check", func(t *testing.T) { dualStackSourceCheck(t, e, a, b) })
 	t.Run("endpoint-removal", func(t *testing.T) { dualStackRemoval(t, e, a, b, cl) })
 }
 
@@ -176,6 +178,41 @@ func dualStackND(t *testing.T, e *env, a, b *Workload) {
 		out, _ := b.Exec("ip", "-6", "neigh", "show", testutil.GatewayV6, "dev", "eth0")
 		return strings.Contains(out, "lladdr "+testutil.HostVethMAC) && !strings.Contains(out, "FAILED")
 	})
+}
+
+// dualStackSourceCheck: a workload sending from an IPv6 address the node
+// does not route to it is dropped by the IPv6 source check (the ip6
+// dpd-rpf table, IPv6's rp_filter), even towards an endpoint that allows
+// everything; from its own address it passes.
+func dualStackSourceCheck(t *testing.T, e *env, a, b *Workload) {
+	e.apply(t, e.base([]string{profAllowAll}, nil))
+	spoofed := WorkloadSubnet6 + "99"
+	testutil.Run(t, "ip", "-n", a.NS, "-6", "addr", "add", spoofed+"/128", "dev", "eth0", "nodad")
+	t.Cleanup(func() { _, _ = tool("ip", "-n", a.NS, "-6", "addr", "del", spoofed+"/128", "dev", "eth0") })
+	drops := func() int {
+		out, err := tool("nft", "list", "table", "ip6", "dpd-rpf")
+		if err != nil {
+			t.Fatalf("dpd wrote no ip6 dpd-rpf table: %v %s", err, out)
+		}
+		n := 0
+		for _, f := range strings.Split(string(out), "counter packets ")[1:] {
+			var p int
+			if _, err := fmt.Sscan(f, &p); err == nil {
+				n += p
+			}
+		}
+		return n
+	}
+	Expect(t, Allowed(Ping(a.InFamily(true), b.IP6)))
+	before := drops()
+	spoof := Probe{Name: "ping from " + spoofed, Run: func() (bool, string) {
+		out, err := a.Exec("ping", "-n", "-c1", "-W1", "-I", spoofed, b.IP6)
+		return err == nil, lastLine(out)
+	}}
+	Expect(t, Denied(spoof))
+	if after := drops(); after <= before {
+		t.Errorf("the source check dropped nothing (%d -> %d): the spoofed packets died elsewhere", before, after)
+	}
 }
 
 // dualStackRemoval removes C's endpoint: both of its routes go, and its
