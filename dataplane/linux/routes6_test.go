@@ -151,6 +151,18 @@ func TestVXLANIPv6(t *testing.T) {
 	if k.VXLANIfindex() == 0 {
 		t.Fatal("no IPv4 vxlan device beside the IPv6 one")
 	}
+	// Re-applying the local VTEP keeps the device: what the kernel reports
+	// of it (IPv6 local address included) matches what is wanted.
+	k.mu.Lock()
+	idx6 := k.tunnels.ifindex6
+	k.mu.Unlock()
+	must(k.ApplyVTEP(localV))
+	k.mu.Lock()
+	again := k.tunnels.ifindex6
+	k.mu.Unlock()
+	if idx6 == 0 || again != idx6 {
+		t.Fatalf("IPv6 vxlan device ifindex %d, then %d after re-applying the local VTEP: recreated", idx6, again)
+	}
 	show6 := func(dst string) string {
 		return strings.TrimSpace(testutil.Run(t, "ip", "-n", ns, "-6", "route", "show", dst))
 	}
