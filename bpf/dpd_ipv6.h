@@ -28,6 +28,66 @@
 #include "dpd_parse.h"
 #include "dpd_frag.h"
 
+/* dpd_tcp_flags maps the TCP header's flag byte (FIN 0x01, SYN 0x02, RST
+ * 0x04, ACK 0x10) to DPD_ST_TCP_*, without a branch per flag: each would
+ * give the verifier another state to carry through the rest. */
+static __always_inline __u32 dpd_tcp_flags(__u32 b)
+{
+	return ((b >> 1) & 1) |   /* SYN 0x02 -> DPD_ST_TCP_SYN (1 << 0) */
+	       ((b >> 3) & 2) |   /* ACK 0x10 -> DPD_ST_TCP_ACK (1 << 1) */
+	       ((b << 2) & 4) |   /* FIN 0x01 -> DPD_ST_TCP_FIN (1 << 2) */
+	       ((b << 1) & 8);    /* RST 0x04 -> DPD_ST_TCP_RST (1 << 3) */
+}
+
+/* dpd_parse_ipv6_fast parses the common IPv6 packet, TCP, UDP or ICMPv6
+ * (not an error) right after the fixed header and in the linear part, with
+ * direct packet access: the walk's helper calls and function call cost an
+ * established flow a quarter of its time. 1: p is filled; 0: not such a
+ * packet, p untouched, take dpd_parse_ipv6. */
+static __always_inline int dpd_parse_ipv6_fast(struct __sk_buff *skb, struct dpd_pkt *p)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct dpd_ipv6hdr *ip6 = data + ETH_HLEN;
+	void *l4 = data + ETH_HLEN + sizeof(*ip6);
+
+	if ((void *)(ip6 + 1) > data_end || (ip6->vtc >> 4) != 6)
+		return 0;
+	if (ip6->nexthdr == IPPROTO_TCP) {
+		struct tcphdr *th = l4;
+
+		if ((void *)(th + 1) > data_end)
+			return 0;
+		p->sport = bpf_ntohs(th->source);
+		p->dport = bpf_ntohs(th->dest);
+		p->flags |= dpd_tcp_flags(((__u8 *)th)[13]);
+	} else if (ip6->nexthdr == IPPROTO_UDP) {
+		struct udphdr *uh = l4;
+
+		if ((void *)(uh + 1) > data_end)
+			return 0;
+		p->sport = bpf_ntohs(uh->source);
+		p->dport = bpf_ntohs(uh->dest);
+	} else if (ip6->nexthdr == DPD_IPPROTO_ICMPV6) {
+		struct dpd_icmphdr *ih = l4;
+
+		if ((void *)(ih + 1) > data_end || ih->type <= DPD_ICMPV6_PARAMPROB)
+			return 0;
+		p->icmp_type = ih->type;
+		p->icmp_code = ih->code;
+		if (ih->type == DPD_ICMPV6_ECHO_REQUEST || ih->type == DPD_ICMPV6_ECHO_REPLY)
+			p->sport = bpf_ntohs(ih->id);
+	} else {
+		return 0;
+	}
+	p->family = 6;
+	p->proto = ip6->nexthdr;
+	p->l4_off = ETH_HLEN + sizeof(*ip6);
+	__builtin_memcpy(p->saddr6, ip6->saddr, 16);
+	__builtin_memcpy(p->daddr6, ip6->daddr, 16);
+	return 1;
+}
+
 /* dpd_parse_l3 fills p from the IPv4 or IPv6 packet of ethertype h_proto
  * (network order). Non-zero: drop. */
 static __always_inline int dpd_parse_l3(struct __sk_buff *skb, __be16 h_proto, struct dpd_pkt *p,
@@ -37,6 +97,8 @@ static __always_inline int dpd_parse_l3(struct __sk_buff *skb, __be16 h_proto, s
 
 	if (h_proto == bpf_htons(ETH_P_IP))
 		return dpd_parse_ipv4(skb, p);
+	if (dpd_parse_ipv6_fast(skb, p))
+		return 0;
 	rc = dpd_parse_ipv6(skb, p);
 	if (rc == DPD_PARSE_EXT_LIMIT && !trace)
 		dpd_drop_count(DPD_DROP_IPV6_EXT, skb->len);

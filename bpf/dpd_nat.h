@@ -166,12 +166,13 @@ static __always_inline int dpd_hairpin_redirect(struct __sk_buff *skb, __u32 ifi
 static __always_inline int dpd_maybe_frontend(const struct dpd_pkt *p, const __u8 *addr)
 {
 	struct dpd_nat_fe_bits *b;
-	__u32 zero = 0, h, w[4];
+	__u32 zero = 0, h, w[3];
 
-	__builtin_memcpy(w, addr, 16);
-	h = w[0];
-	if (p->family == 6)
-		h ^= w[1] ^ w[2] ^ w[3];
+	__builtin_memcpy(&h, addr, 4);
+	if (p->family == 6) {
+		__builtin_memcpy(w, addr + 4, 12);
+		h ^= w[0] ^ w[1] ^ w[2];
+	}
 	b = bpf_map_lookup_elem(&dpd_nat_fe_bits, &zero);
 	if (!b)
 		return 1;

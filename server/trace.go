@@ -49,7 +49,7 @@ func (s *inspectService) Trace(ctx context.Context, req *dpdv1.TraceRequest) (*d
 }
 
 // traceInput checks the request. A missing address on the endpoint's side
-// defaults to the endpoint's first IPv4 address.
+// defaults to the endpoint's first address of the packet's family.
 func (s *inspectService) traceInput(req *dpdv1.TraceRequest) (engine.EndpointInfo, model.Direction, tracePacket, error) {
 	var pkt tracePacket
 	bad := func(f string, a ...any) error { return status.Errorf(codes.InvalidArgument, f, a...) }
@@ -67,13 +67,11 @@ func (s *inspectService) traceInput(req *dpdv1.TraceRequest) (engine.EndpointInf
 	if pkt.proto, err = parseProto(req.GetProtocol()); err != nil {
 		return ep, 0, pkt, bad("%v", err)
 	}
-	own := ""
-	if len(ep.IPv4Nets) > 0 {
-		if p, err := netip.ParsePrefix(ep.IPv4Nets[0]); err == nil {
-			own = p.Addr().String()
-		}
-	}
 	src, dst := req.GetSrcIp(), req.GetDstIp()
+	// The packet's family is that of the addresses given; the endpoint's
+	// side, when not given, is the endpoint's first address of it.
+	v6 := strings.Contains(src, ":") || strings.Contains(dst, ":")
+	own := ownAddr(ep, v6)
 	if src == "" && dir == model.Egress {
 		src = own
 	}
@@ -86,10 +84,17 @@ func (s *inspectService) traceInput(req *dpdv1.TraceRequest) (engine.EndpointInf
 		to   *netip.Addr
 	}{{"src_ip", src, &pkt.src}, {"dst_ip", dst, &pkt.dst}} {
 		addr, err := netip.ParseAddr(a.s)
-		if err != nil || !addr.Is4() {
-			return ep, 0, pkt, bad("%s %q: want an IPv4 address", a.name, a.s)
+		if err != nil || addr.Zone() != "" || addr.Is4In6() || addr.Is6() != v6 {
+			fam := "IPv4"
+			if v6 {
+				fam = "IPv6"
+			}
+			return ep, 0, pkt, bad("%s %q: want an %s address (both addresses of one family)", a.name, a.s, fam)
 		}
 		*a.to = addr
+	}
+	if v6 && pkt.proto == protoICMP {
+		pkt.proto = protoICMPv6 // "icmp" between IPv6 addresses
 	}
 	if req.GetSrcPort() > 65535 || req.GetDstPort() > 65535 {
 		return ep, 0, pkt, bad("ports must be at most 65535")
@@ -101,8 +106,25 @@ func (s *inspectService) traceInput(req *dpdv1.TraceRequest) (engine.EndpointInf
 	pkt.icmpType, pkt.icmpCode = uint8(req.GetIcmpType()), uint8(req.GetIcmpCode())
 	if req.IcmpType == nil {
 		pkt.icmpType = 8 // a ping unless told otherwise
+		if v6 {
+			pkt.icmpType = 128
+		}
 	}
 	return ep, dir, pkt, nil
+}
+
+// ownAddr is the endpoint's first address of the family, "" when it has
+// none the engine reports (IPv6: none yet; the address must be given).
+func ownAddr(ep engine.EndpointInfo, v6 bool) string {
+	if v6 {
+		return ""
+	}
+	if len(ep.IPv4Nets) > 0 {
+		if p, err := netip.ParsePrefix(ep.IPv4Nets[0]); err == nil {
+			return p.Addr().String()
+		}
+	}
+	return ""
 }
 
 // parseDirection reads "ingress" (to the workload) or "egress" (from it).
@@ -153,6 +175,11 @@ func explainTrace(res model.TraceResult, dir model.Direction) *dpdv1.TraceRespon
 		newFlow := resp.Explanation
 		resp.Verdict, resp.DecidedBy = "allow", "conntrack: "+res.Conntrack
 		resp.Explanation = fmt.Sprintf("allow: %s flow in conntrack; as a new flow: %s", res.Conntrack, newFlow)
+	}
+	if res.Exempt != "" {
+		policy := resp.Explanation
+		resp.Verdict, resp.DecidedBy = "allow", "exempt: "+res.Exempt
+		resp.Explanation = fmt.Sprintf("allow: ICMPv6 %s passes without policy; the policy would say: %s", res.Exempt, policy)
 	}
 	return resp
 }

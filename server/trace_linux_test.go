@@ -138,6 +138,35 @@ func TestTraceLinux(t *testing.T) {
 	if err != nil || out.GetVerdict() != "allow" || out.GetRule().GetRuleId() != "allow-out" {
 		t.Fatalf("trace of a's ping leaving = %v, %v", out, err)
 	}
+	// IPv6 through the same program: tcp/8080 meets the same deny rule;
+	// "icmp" between IPv6 addresses is ICMPv6, which the icmp (1) rule does
+	// not match; a neighbour solicitation passes without policy.
+	v6 := func(proto string, icmpType *uint32) *dpdv1.TraceResponse {
+		t.Helper()
+		r, err := ic.Trace(ctx, &dpdv1.TraceRequest{Endpoint: "trace/b", Direction: "ingress", Protocol: proto,
+			SrcIp: "fd00:77::1", DstIp: "fd00:77::2", SrcPort: 40000, DstPort: 8080, IcmpType: icmpType})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	if r := v6("tcp", nil); r.GetVerdict() != "deny" || r.GetRule().GetRuleId() != "deny-8080" {
+		t.Errorf("IPv6 trace of tcp/8080 = %v, want deny by deny-8080", r)
+	}
+	if r := v6("icmp", nil); r.GetVerdict() != "allow" || r.GetRule().GetRuleId() != "allow-rest" {
+		t.Errorf("IPv6 trace of a ping = %v, want allow by allow-rest (icmp rules are IPv4's)", r)
+	}
+	ns := uint32(135)
+	if r := v6("icmpv6", &ns); r.GetVerdict() != "allow" || r.GetDecidedBy() != "exempt: neighbour discovery" {
+		t.Errorf("IPv6 trace of a neighbour solicitation = %v, want allowed without policy", r)
+	}
+	stdout.Reset()
+	if code := ctl.Main([]string{"--socket", d.Socket, "trace", "--endpoint", "trace/b", "--dir", "ingress",
+		"--proto", "tcp", "--src", "fd00:77::1", "--dst", "fd00:77::2", "--dport", "8080"}, &stdout, &stderr); code != 0 ||
+		!strings.Contains(stdout.String(), "deny-8080") {
+		t.Errorf("dpdctl trace of IPv6 exit %d:\n%s%s", code, stdout.String(), stderr.String())
+	}
+
 	// What Trace allows, the kernel passes.
 	testutil.WaitFor(t, 10*time.Second, "a ping a -> b, which Trace allowed, to pass", func() bool {
 		_, err := a.Exec("ping", "-c1", "-W1", b.IP)

@@ -24,28 +24,49 @@ func TestTracePacketChecksums(t *testing.T) {
 		{proto: protoICMP, src: src, dst: dst, icmpType: 8},
 		{proto: 47, src: src, dst: dst},
 	} {
+		checkTraceFrame4(t, p)
+	}
+	src6, dst6 := netip.MustParseAddr("fd00:65::1"), netip.MustParseAddr("fd00:65::2")
+	for _, p := range []tracePacket{
+		{proto: protoTCP, src: src6, dst: dst6, sport: 40000, dport: 8080},
+		{proto: protoUDP, src: src6, dst: dst6, sport: 53, dport: 5353},
+		{proto: protoICMPv6, src: src6, dst: dst6, icmpType: 128},
+	} {
 		f := p.frame()
-		if binary.BigEndian.Uint16(f[12:]) != 0x0800 || f[14] != 0x45 || f[23] != p.proto {
-			t.Fatalf("proto %d: bad headers % x", p.proto, f[:34])
+		if binary.BigEndian.Uint16(f[12:]) != 0x86dd || f[14]>>4 != 6 || f[20] != p.proto ||
+			int(binary.BigEndian.Uint16(f[18:])) != len(f)-54 {
+			t.Fatalf("proto %d: bad IPv6 headers % x", p.proto, f[:54])
 		}
-		if c := checksum(f[14:34], 0); c != 0 {
-			t.Errorf("proto %d: IPv4 header checksum does not verify (%#x)", p.proto, c)
+		if c := l4Checksum(p, f[54:]); c != 0 && (p.proto != protoUDP || c != 0xffff) {
+			t.Errorf("proto %d: IPv6 L4 checksum does not verify (%#x)", p.proto, c)
 		}
-		l4 := f[34:]
-		switch p.proto {
-		case protoTCP, protoUDP:
-			// Summing the segment with its checksum and the pseudo-header
-			// gives zero when the checksum is right.
-			if c := l4Checksum(p, l4); c != 0 && (p.proto != protoUDP || c != 0xffff) {
-				t.Errorf("proto %d: L4 checksum does not verify (%#x)", p.proto, c)
-			}
-			if binary.BigEndian.Uint16(l4[2:]) != p.dport {
-				t.Errorf("proto %d: dport % x", p.proto, l4[:4])
-			}
-		case protoICMP:
-			if checksum(l4, 0) != 0 || l4[0] != 8 {
-				t.Errorf("icmp: % x", l4)
-			}
+	}
+}
+
+// checkTraceFrame4 checks an IPv4 trace packet's headers and checksums.
+func checkTraceFrame4(t *testing.T, p tracePacket) {
+	t.Helper()
+	f := p.frame()
+	if binary.BigEndian.Uint16(f[12:]) != 0x0800 || f[14] != 0x45 || f[23] != p.proto {
+		t.Fatalf("proto %d: bad headers % x", p.proto, f[:34])
+	}
+	if c := checksum(f[14:34], 0); c != 0 {
+		t.Errorf("proto %d: IPv4 header checksum does not verify (%#x)", p.proto, c)
+	}
+	l4 := f[34:]
+	switch p.proto {
+	case protoTCP, protoUDP:
+		// Summing the segment with its checksum and the pseudo-header
+		// gives zero when the checksum is right.
+		if c := l4Checksum(p, l4); c != 0 && (p.proto != protoUDP || c != 0xffff) {
+			t.Errorf("proto %d: L4 checksum does not verify (%#x)", p.proto, c)
+		}
+		if binary.BigEndian.Uint16(l4[2:]) != p.dport {
+			t.Errorf("proto %d: dport % x", p.proto, l4[:4])
+		}
+	case protoICMP:
+		if checksum(l4, 0) != 0 || l4[0] != 8 {
+			t.Errorf("icmp: % x", l4)
 		}
 	}
 }
@@ -212,10 +233,23 @@ func TestTraceHandler(t *testing.T) {
 		}
 	}
 
+	// IPv6: both addresses given; "icmp" between them is ICMPv6, a ping by
+	// default.
+	if _, err := s.Trace(ctx, &dpdv1.TraceRequest{Endpoint: "k8s/ns/web/eth0", Direction: "ingress", Protocol: "icmp",
+		SrcIp: "fd00::1", DstIp: "fd00::2"}); err != nil {
+		t.Fatal(err)
+	}
+	if binary.BigEndian.Uint16(k.frame[12:]) != 0x86dd || k.frame[14+6] != protoICMPv6 || k.frame[54] != 128 ||
+		netip.AddrFrom16([16]byte(k.frame[38:54])) != netip.MustParseAddr("fd00::2") {
+		t.Fatalf("icmpv6 trace frame % x", k.frame)
+	}
+
 	for _, bad := range []struct {
 		req  *dpdv1.TraceRequest
 		code codes.Code
 	}{
+		{&dpdv1.TraceRequest{Endpoint: "k8s/ns/web/eth0", Direction: "ingress", SrcIp: "fd00::1", DstIp: "10.65.0.2"}, codes.InvalidArgument},
+		{&dpdv1.TraceRequest{Endpoint: "k8s/ns/web/eth0", Direction: "ingress", SrcIp: "::ffff:10.0.0.1"}, codes.InvalidArgument},
 		{&dpdv1.TraceRequest{Direction: "ingress"}, codes.InvalidArgument},
 		{&dpdv1.TraceRequest{Endpoint: "nope", Direction: "ingress"}, codes.NotFound},
 		{&dpdv1.TraceRequest{Endpoint: "k8s/ns/web/eth0", Direction: "sideways", SrcIp: "10.0.0.1"}, codes.InvalidArgument},

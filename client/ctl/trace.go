@@ -107,12 +107,12 @@ func runTrace(g *globals, args []string, w io.Writer) error {
 	req := &dpdv1.TraceRequest{}
 	fs.StringVar(&req.Endpoint, "endpoint", "", "the endpoint (required)")
 	fs.StringVar(&req.Direction, "dir", "", "ingress (to the workload) or egress (from it) (required)")
-	fs.StringVar(&req.Protocol, "proto", "tcp", "tcp, udp, icmp or a protocol number")
-	fs.StringVar(&req.SrcIp, "src", "", "source IPv4 address (egress: defaults to the endpoint's)")
-	fs.StringVar(&req.DstIp, "dst", "", "destination IPv4 address (ingress: defaults to the endpoint's)")
+	fs.StringVar(&req.Protocol, "proto", "tcp", "tcp, udp, icmp, icmpv6 or a protocol number (icmp between IPv6 addresses is icmpv6)")
+	fs.StringVar(&req.SrcIp, "src", "", "source IPv4 or IPv6 address (egress: defaults to the endpoint's IPv4 address)")
+	fs.StringVar(&req.DstIp, "dst", "", "destination IPv4 or IPv6 address (ingress: defaults to the endpoint's IPv4 address)")
 	sport := fs.Uint("sport", 0, "source port")
 	dport := fs.Uint("dport", 0, "destination port")
-	icmpType := fs.Int("icmp-type", -1, "ICMP type (default 8, echo request)")
+	icmpType := fs.Int("icmp-type", -1, "ICMP type (default echo request: 8, IPv6 128)")
 	icmpCode := fs.Uint("icmp-code", 0, "ICMP code")
 	if err := parseSub(fs, args); err != nil {
 		return err

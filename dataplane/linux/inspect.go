@@ -126,6 +126,9 @@ func traceResult(res tcbpf.TraceResult) model.TraceResult {
 	case st.Flags&abi.StCTRelated != 0:
 		out.Conntrack = "related"
 	}
+	if st.Flags&abi.StICMP6ND != 0 {
+		out.Exempt = "neighbour discovery"
+	}
 	return out
 }
 

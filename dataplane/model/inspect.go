@@ -74,6 +74,9 @@ type TraceResult struct {
 	// belongs to a tracked flow (which the program would pass whatever
 	// the policy says), "" otherwise.
 	Conntrack string
+	// Exempt names why the program passes the packet without policy
+	// ("neighbour discovery": ICMPv6 ND or MLD), "" otherwise.
+	Exempt string
 }
 
 // DropCount is how many packets the datapath dropped for one reason that no

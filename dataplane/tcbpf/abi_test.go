@@ -136,10 +136,10 @@ func TestHeaderDefines(t *testing.T) {
 		"DPD_DROP_FRAG_TINY": abi.DropFragTiny, "DPD_DROP_IPV6_EXT": abi.DropIPv6Ext, "DPD_DROP_MAX": abi.DropMax,
 		"DPD_ST_UNPOLICED": abi.StUnpoliced,
 		"DPD_CT_FAMILY_V4": abi.CTFamilyV4, "DPD_CT_FAMILY_V6": abi.CTFamilyV6, "DPD_ST_ICMP6_ND": abi.StICMP6ND,
-		"DPD_NAT_BE_F_V6": abi.NATBeFV6,
+		"DPD_NAT_BE_F_V6":     abi.NATBeFV6,
 		"DPD_HAIRPIN_ADDR6_0": int64(abi.HairpinAddr6[0]), "DPD_HAIRPIN_ADDR6_1": int64(abi.HairpinAddr6[1]),
 		"DPD_HAIRPIN_ADDR6_2": int64(abi.HairpinAddr6[2]), "DPD_HAIRPIN_ADDR6_3": int64(abi.HairpinAddr6[3]),
-		"DPD_EV_DECIDED":   abi.EvDecided, "DPD_EV_NO_POLICY": abi.EvNoPolicy, "DPD_EV_CFG_ON": abi.EvCfgOn,
+		"DPD_EV_DECIDED": abi.EvDecided, "DPD_EV_NO_POLICY": abi.EvNoPolicy, "DPD_EV_CFG_ON": abi.EvCfgOn,
 	}
 	f, err := os.Open("../../bpf/include/dpd_abi.h")
 	if err != nil {

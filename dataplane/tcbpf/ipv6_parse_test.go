@@ -107,6 +107,8 @@ func TestIPv6Parse(t *testing.T) {
 	ah := ext6{typ: 51, body: make([]byte, 12)}
 	tcpL4 := ports(40000, 443, 20)
 	tcpL4[13] = tcpSYN
+	finRst := ports(40001, 443, 20)
+	finRst[13] = tcpFIN | tcpRST | tcpACK | 0x08 // and PSH, which dpd ignores
 	icmpReq := make([]byte, 8)
 	icmpReq[0] = 128
 	binary.BigEndian.PutUint16(icmpReq[4:], 99)
@@ -124,6 +126,10 @@ func TestIPv6Parse(t *testing.T) {
 		malformed, tooMany, noFirst bool
 	}{
 		{"tcp", ipv6Frame(ip6A, ip6B, nil, 6, tcpL4), 6, 40000, 443, 0, abi.StTCPSyn, false, false, false},
+		{"tcp fin, rst, psh, ack", ipv6Frame(ip6A, ip6B, nil, 6, finRst), 6, 40001, 443, 0,
+			abi.StTCPFin | abi.StTCPRst | abi.StTCPAck, false, false, false},
+		{"tcp after an extension header", ipv6Frame(ip6A, ip6B, []ext6{dst}, 6, finRst), 6, 40001, 443, 0,
+			abi.StTCPFin | abi.StTCPRst | abi.StTCPAck, false, false, false},
 		{"udp after hop-by-hop, routing, dst opts, AH", ipv6Frame(ip6A, ip6B, []ext6{hop, rt, dst, ah}, 17, ports(5353, 53, 8)),
 			17, 5353, 53, 0, 0, false, false, false},
 		{"icmpv6 echo request", ipv6Frame(ip6A, ip6B, nil, 58, icmpReq), 58, 99, 0, 128, 0, false, false, false},

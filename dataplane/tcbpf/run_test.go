@@ -44,7 +44,7 @@ func TestEntryVerdicts(t *testing.T) {
 		want     int
 	}{
 		{"arp passes even unprogrammed", nil, abi.DirFromWEP, ifB, arpPkt(), abi.TCActOK},
-		{"ipv6 dropped", nil, abi.DirFromWEP, ifA, ipv6Pkt(), abi.TCActShot},
+		{"malformed ipv6 dropped", nil, abi.DirFromWEP, ifA, ipv6Pkt(), abi.TCActShot},
 		{"unknown ethertype dropped", nil, abi.DirFromWEP, ifA, ether(0x88cc, make([]byte, 46)), abi.TCActShot},
 		{"no ifstate dropped", nil, abi.DirFromWEP, ifB, udpPkt(ipB, ipA, 1, 2), abi.TCActShot},
 		{"ifstate not ready dropped", func() { mustNil(t, d.SetIfState(ifB, 2, abi.IfWorkload)) },

@@ -60,13 +60,7 @@ func blockLabel(i int) string { return fmt.Sprintf("b%d", i) }
 // set lookups only run for packets that pass them.
 func (g *gen) matches(ru *model.Rule, fail string) {
 	s := &g.s
-	switch ru.IPVersion {
-	case 0:
-	case 4, 6:
-		s.emit(ldState(asm.R1, abi.StateFamily, asm.Byte), asm.JNE.Imm(asm.R1, int32(ru.IPVersion), fail))
-	default:
-		s.emit(asm.Ja.Label(fail)) // no packet has another IP version
-	}
+	g.family(ru, fail) // ip_version, and the families its CIDR lists leave
 	if ru.Protocol != nil {
 		s.emit(ldState(asm.R1, abi.StateProto, asm.Byte), asm.JNE.Imm(asm.R1, int32(*ru.Protocol), fail))
 	}

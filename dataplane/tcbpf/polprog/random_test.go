@@ -45,6 +45,14 @@ func refMatch(r *model.Rule, p pkt) bool {
 	if (r.IPVersion == 4 && !v4) || (r.IPVersion == 6 && v4) || (r.IPVersion != 0 && r.IPVersion != 4 && r.IPVersion != 6) {
 		return false
 	}
+	// Calico renders a rule for a family only if that family leaves none
+	// of its CIDR lists empty.
+	ofFamily := func(l []netip.Prefix) bool {
+		return len(l) == 0 || slices.ContainsFunc(l, func(n netip.Prefix) bool { return n.Addr().Is4() == v4 })
+	}
+	if !ofFamily(r.SrcNets) || !ofFamily(r.NotSrcNets) || !ofFamily(r.DstNets) || !ofFamily(r.NotDstNets) {
+		return false
+	}
 	if (r.Protocol != nil && *r.Protocol != p.proto) || (r.NotProtocol != nil && *r.NotProtocol == p.proto) {
 		return false
 	}
