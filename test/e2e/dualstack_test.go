@@ -68,6 +68,11 @@ func TestDualStackMatrix(t *testing.T) {
 				}
 			}
 			t.Run("conntrack-return", e.conntrackReturn)
+			if fam.v6 {
+				for _, tc := range ipv6Cases() {
+					t.Run(tc.name, func(t *testing.T) { tc.run(t, e) })
+				}
+			}
 		})
 	}
 	e.a, e.b, e.cl = a, b, cl
