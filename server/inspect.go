@@ -147,6 +147,7 @@ func endpointProto(ep *engine.EndpointInfo) *dpdv1.Endpoint {
 		Reason:         ep.Reason,
 		LastProgrammed: timestamp(ep.LastProgrammed),
 		Ipv4Nets:       ep.IPv4Nets,
+		Ipv6Nets:       ep.IPv6Nets,
 		ProfileIds:     ep.ProfileIDs,
 		Tiers:          ep.Tiers,
 		Dirty:          ep.Dirty,

@@ -107,10 +107,11 @@ func runEndpoints(g *globals, args []string, w io.Writer) error {
 		return writeJSON(w, resp)
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	printf(tw, "ENDPOINT\tINTERFACE\tSTATUS\tIPV4\tATTACH\tREASON\n")
+	printf(tw, "ENDPOINT\tINTERFACE\tSTATUS\tIPV4\tIPV6\tATTACH\tREASON\n")
 	for _, ep := range resp.GetEndpoints() {
-		printf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", endpointID(ep.GetId()), ep.GetInterface(), ep.GetStatus(),
-			strings.Join(ep.GetIpv4Nets(), ","), dashIfEmpty(ep.GetAttachMode()), ep.GetReason())
+		printf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", endpointID(ep.GetId()), ep.GetInterface(), ep.GetStatus(),
+			strings.Join(ep.GetIpv4Nets(), ","), dashIfEmpty(strings.Join(ep.GetIpv6Nets(), ",")),
+			dashIfEmpty(ep.GetAttachMode()), ep.GetReason())
 	}
 	return tw.Flush()
 }

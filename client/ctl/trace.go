@@ -36,6 +36,7 @@ func runEndpoint(g *globals, args []string, w io.Writer) error {
 		row("reason", "%s", ep.GetReason())
 	}
 	row("ipv4", "%s", joined(ep.GetIpv4Nets()))
+	row("ipv6", "%s", joined(ep.GetIpv6Nets()))
 	row("tiers", "%s", joined(ep.GetTiers()))
 	row("profiles", "%s", joined(ep.GetProfileIds()))
 	row("attach mode", "%s", dashIfEmpty(ep.GetAttachMode()))

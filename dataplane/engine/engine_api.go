@@ -59,6 +59,7 @@ type EndpointInfo struct {
 	Reason         string
 	LastProgrammed time.Time
 	IPv4Nets       []string
+	IPv6Nets       []string
 	ProfileIDs     []string
 	Tiers          []string
 	Dirty          bool

@@ -98,6 +98,7 @@ func endpointInfo(ent *wepEntry, m *endpointManager) EndpointInfo {
 	if ent.spec != nil {
 		info.Iface = ent.spec.Iface
 		info.IPv4Nets = prefixStrings(ent.spec.IPv4Nets)
+		info.IPv6Nets = prefixStrings(ent.spec.IPv6Nets)
 		info.ProfileIDs = append([]string(nil), ent.spec.Profiles...)
 		for _, t := range ent.spec.Tiers {
 			info.Tiers = append(info.Tiers, t.Name)

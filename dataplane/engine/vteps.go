@@ -12,7 +12,8 @@ func newVTEPManager() *objectManager[string, model.VTEP] {
 	return newObjectManager("vtep",
 		func(a, b *model.VTEP) bool {
 			return a.Node == b.Node && bytes.Equal(a.MAC, b.MAC) &&
-				a.IPv4Addr == b.IPv4Addr && a.ParentDeviceIP == b.ParentDeviceIP
+				a.IPv4Addr == b.IPv4Addr && a.ParentDeviceIP == b.ParentDeviceIP &&
+				bytes.Equal(a.MACV6, b.MACV6) && a.IPv6Addr == b.IPv6Addr && a.ParentDeviceIPv6 == b.ParentDeviceIPv6
 		},
 		func(k string) string { return k })
 }

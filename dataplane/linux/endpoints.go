@@ -204,7 +204,7 @@ func (e *endpointProgrammer) apply(ep *model.Endpoint) (*attachPlan, error) {
 		// apply must read what is there.
 		st.configured = true
 	}
-	if err := configure(ep.Iface, ifindex, ep.MAC, ep.IPv4Nets); err != nil {
+	if err := configure(ep.Iface, ifindex, ep.MAC, endpointNets(ep)); err != nil {
 		if errors.Is(err, nl.ErrNoLink) {
 			return nil, nil // vanished meanwhile; the monitor will say so
 		}
@@ -297,9 +297,9 @@ func (e *endpointProgrammer) remove(ep *model.Endpoint) error {
 	if !ok {
 		return nil
 	}
-	nets := ep.IPv4Nets
+	nets := endpointNets(ep)
 	if st.ep != nil {
-		nets = st.ep.IPv4Nets
+		nets = endpointNets(st.ep)
 	}
 	ifindex, exists := e.links.Ifindex(ep.Iface)
 	if exists && ifindex == st.ifindex {

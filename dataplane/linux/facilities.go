@@ -131,7 +131,7 @@ type routeMaps interface {
 type routeNet interface {
 	ReplaceRemoteRoute(r nl.RemoteRoute) error
 	DeleteRemoteRoute(r nl.RemoteRoute) error
-	RemoteRoutes(vxlanIfindex int) ([]netlink.Route, error)
+	RemoteRoutes(vxlanIfindexes ...int) ([]netlink.Route, error)
 	DeleteRoute(r *netlink.Route) error
 }
 
@@ -178,4 +178,7 @@ type netFacilities struct {
 	routes   routeNet
 	tunnel   tunnelNet
 	masq     masqNet
+	// ipv6: the node has IPv6 (nl.Configurer.IPv6); IPv6 routes and
+	// pools are programmed only then.
+	ipv6 bool
 }

@@ -21,7 +21,7 @@ func realBPF(d *tcbpf.Datapath) bpfFacilities {
 
 // realNet binds the netlink facilities to the monitor and configurer.
 func realNet(mon *nl.Monitor, cfg *nl.Configurer) netFacilities {
-	return netFacilities{links: monitorLinks{mon}, endpoint: cfg, routes: cfg, tunnel: cfg, masq: cfg}
+	return netFacilities{links: monitorLinks{mon}, endpoint: cfg, routes: cfg, tunnel: cfg, masq: cfg, ipv6: cfg.IPv6()}
 }
 
 // entryMaps is the datapath as an entryFacility.

@@ -63,7 +63,9 @@ func (f *fakeKernel) DeleteRemoteRoute(r nl.RemoteRoute) error {
 	return nil
 }
 
-func (f *fakeKernel) RemoteRoutes(int) ([]netlink.Route, error) { return nil, f.read("RemoteRoutes") }
+func (f *fakeKernel) RemoteRoutes(...int) ([]netlink.Route, error) {
+	return nil, f.read("RemoteRoutes")
+}
 
 // fakeVXLANIfindex is the VXLAN device's ifindex once EnsureVXLAN made it.
 const fakeVXLANIfindex = 50

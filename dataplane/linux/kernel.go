@@ -57,6 +57,10 @@ type Kernel struct {
 	mu    sync.Mutex
 	bpf   *tcbpf.Datapath // guarded by mu; reopened only before the first endpoint
 	sizes tcbpf.MapSizes  // guarded by mu
+	// rpfPrefixes: the prefixes the IPv6 source check was last written
+	// for (rpfDone: at all). Guarded by mu.
+	rpfPrefixes []string
+	rpfDone     bool
 
 	// The programmers, each owning its concern's state. eps, pols and the
 	// collector's facilities are rebuilt when the datapath is reopened.
@@ -183,6 +187,7 @@ func newKernel(opts Options, net netFacilities) *Kernel {
 	k.netFac = net
 	k.tunnels = newTunnelProgrammer(net.tunnel, defaultHostname(opts.Hostname))
 	k.routes = newRouteProgrammer(nil, net.routes, k.tunnels, k.logOnceLocked)
+	k.routes.ipv6, k.tunnels.ipv6 = net.ipv6, net.ipv6
 	k.tunnels.routes = k.routes
 	k.masq = &masqProgrammer{net: net.masq}
 	k.gc = &collector{log: k.log, ops: &k.ops, interval: opts.GCInterval, knownSets: map[string]bool{}}
@@ -278,13 +283,17 @@ func (k *Kernel) datapath() *tcbpf.Datapath {
 // with their contents and adopted again); later changes need a restart
 // and are logged.
 func (k *Kernel) Configure(cfg map[string]string) error {
-	k.mon.SetPrefixes(nl.ParsePrefixes(cfg["InterfacePrefix"]))
+	prefixes := nl.ParsePrefixes(cfg["InterfacePrefix"])
+	k.mon.SetPrefixes(prefixes)
 	sizes, err := tcbpf.MapSizesFromConfig(cfg)
 	if err != nil {
 		return fmt.Errorf("map sizes: %w", err)
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	if err := k.syncIPv6RPFLocked(prefixes); err != nil {
+		return err
+	}
 	if err := k.tunnels.configure(cfg); err != nil {
 		return err
 	}

@@ -33,6 +33,9 @@ type routeProgrammer struct {
 	// poolsDirty: the pools changed since the nat_outgoing table was
 	// last written.
 	poolsDirty bool
+	// ipv6: the node has IPv6, so IPv6 routes become kernel routes; on
+	// an IPv4-only node they are only recorded.
+	ipv6 bool
 }
 
 func newRouteProgrammer(maps routeMaps, net routeNet, tun *tunnelProgrammer, warn func(key, msg string)) *routeProgrammer {
@@ -60,6 +63,12 @@ type routeState struct {
 // IPIP pools are not implemented: their routes only reach the BPF map.
 // Pools (routes with a pool type) also feed the nat_outgoing table, which
 // EndApply programs once per apply pass.
+//
+// IPv6 routes (on a node with IPv6) become kernel routes the same way,
+// via the node's IPv6 address (dst_node_ip when it is IPv6, else the
+// node's HostMetadata IPv6 address), or through the IPv6 VXLAN device
+// (Calico's vxlan-v6.calico) from the VTEPs' IPv6 fields. The BPF route
+// map holds IPv4 only.
 func (p *routeProgrammer) apply(r *model.Route) error {
 	dst := r.Dst.Masked()
 	st := p.routes[dst]
@@ -72,7 +81,10 @@ func (p *routeProgrammer) apply(r *model.Route) error {
 	}
 	st.r = r
 	if !dst.Addr().Is4() {
-		return nil // IPv6 is not programmed yet
+		if !p.ipv6 {
+			return nil // IPv4-only node: nothing IPv6 is programmed
+		}
+		return p.syncKernelRoute(st, true)
 	}
 	var errs []error
 	if err := p.maps.SetRoute(dst, routeInfo(r)); err != nil {
@@ -88,12 +100,10 @@ func (p *routeProgrammer) apply(r *model.Route) error {
 func (p *routeProgrammer) remove(r *model.Route) error {
 	dst := r.Dst.Masked()
 	st := p.routes[dst]
-	if !dst.Addr().Is4() {
-		delete(p.routes, dst)
-		return nil
-	}
-	if err := p.maps.DeleteRoute(dst); err != nil {
-		return err
+	if dst.Addr().Is4() {
+		if err := p.maps.DeleteRoute(dst); err != nil {
+			return err
+		}
 	}
 	if st != nil && st.installed != nil {
 		if err := p.net.DeleteRemoteRoute(*st.installed); err != nil {
@@ -133,8 +143,11 @@ func routeInfo(r *model.Route) tcbpf.RouteInfo {
 // desiredRemote is the kernel route r needs now, nil for none (a
 // local or non-workload destination, or what it needs is not known yet).
 func (p *routeProgrammer) desiredRemote(r *model.Route) *nl.RemoteRoute {
-	if r.LocalWorkload || (p.tun.hostname != "" && r.DstNodeName == p.tun.hostname) || !r.Dst.Addr().Is4() {
+	if r.LocalWorkload || (p.tun.hostname != "" && r.DstNodeName == p.tun.hostname) {
 		return nil
+	}
+	if !r.Dst.Addr().Is4() {
+		return p.desiredRemote6(r)
 	}
 	dst := r.Dst.Masked()
 	vxlan := r.PoolType == poolVXLAN || r.TunnelVXLAN
@@ -168,6 +181,49 @@ func (p *routeProgrammer) desiredRemote(r *model.Route) *nl.RemoteRoute {
 		return &nl.RemoteRoute{Dst: dst, Gateway: v.IPv4Addr, Ifindex: p.tun.ifindex}
 	case r.PoolType == poolIPIP:
 		p.warn("ipip", "IPIP pools are not implemented; their routes are not programmed")
+	}
+	return nil
+}
+
+// desiredRemote6 is desiredRemote for an IPv6 destination: remote
+// workloads of no-encap pools (and of VXLAN pools on the same subnet) via
+// the node's IPv6 address; of VXLAN pools via the node's IPv6 VTEP
+// address on the IPv6 VXLAN device (onlink); a remote IPv6 VTEP's own
+// address onto that device.
+func (p *routeProgrammer) desiredRemote6(r *model.Route) *nl.RemoteRoute {
+	if !p.ipv6 {
+		return nil
+	}
+	vxlan := r.PoolType == poolVXLAN || r.TunnelVXLAN
+	switch {
+	case r.Types&abi.RTRemoteWorkload != 0:
+	case r.Types&abi.RTRemoteTunnel != 0 && vxlan:
+		if p.tun.ifindex6 == 0 {
+			return nil
+		}
+		return &nl.RemoteRoute{Dst: r.Dst.Masked(), Ifindex: p.tun.ifindex6}
+	default:
+		return nil
+	}
+	switch {
+	case r.PoolType == poolNoEncap || (r.SameSubnet && (r.PoolType == poolVXLAN || r.PoolType == poolIPIP)):
+		gw := r.DstNodeIP
+		if !gw.Is6() || gw.Is4In6() {
+			gw = netip.Addr{}
+			if h := p.tun.hosts[r.DstNodeName]; h != nil {
+				gw = h.IPv6Addr
+			}
+		}
+		if !gw.Is6() || gw.Is4In6() {
+			return nil
+		}
+		return &nl.RemoteRoute{Dst: r.Dst.Masked(), Gateway: gw}
+	case r.PoolType == poolVXLAN || r.TunnelVXLAN:
+		v := p.tun.vteps[r.DstNodeName]
+		if p.tun.ifindex6 == 0 || !vtepV6.complete(v) {
+			return nil
+		}
+		return &nl.RemoteRoute{Dst: r.Dst.Masked(), Gateway: v.IPv6Addr, Ifindex: p.tun.ifindex6}
 	}
 	return nil
 }
@@ -208,10 +264,11 @@ func (p *routeProgrammer) resync(match func(*model.Route) bool) error {
 	return errors.Join(errs...)
 }
 
-// pools lists the IPv4 pools, sorted: those with NAT outgoing, and all.
+// pools lists the pools, sorted (IPv4 before IPv6): those with NAT
+// outgoing, and all. IPv6 pools only on a node with IPv6.
 func (p *routeProgrammer) pools() (masq, all []netip.Prefix) {
 	for dst, st := range p.routes {
-		if st.r.PoolType == poolNone || !dst.Addr().Is4() {
+		if st.r.PoolType == poolNone || (!dst.Addr().Is4() && !p.ipv6) {
 			continue
 		}
 		all = append(all, dst)
@@ -224,11 +281,14 @@ func (p *routeProgrammer) pools() (masq, all []netip.Prefix) {
 	return masq, all
 }
 
-// forgetDeviceRoutes forgets the kernel routes through the VXLAN device,
-// which went with it.
-func (p *routeProgrammer) forgetDeviceRoutes() {
+// forgetDeviceRoutes forgets the kernel routes through the VXLAN device
+// ifindex, which went with it.
+func (p *routeProgrammer) forgetDeviceRoutes(ifindex int) {
+	if ifindex == 0 {
+		return
+	}
 	for _, st := range p.routes {
-		if st.installed != nil && st.installed.Ifindex != 0 {
+		if st.installed != nil && st.installed.Ifindex == ifindex {
 			st.installed = nil
 		}
 	}
@@ -249,7 +309,7 @@ func (p *routeProgrammer) gc() error {
 			}
 		}
 	}
-	kr, err := p.net.RemoteRoutes(p.tun.ifindex)
+	kr, err := p.net.RemoteRoutes(p.tun.ifindex, p.tun.ifindex6)
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"strconv"
 
@@ -19,12 +20,63 @@ const (
 	ConfigVXLANPort   = "VXLANPort"
 	ConfigVXLANMTU    = "VXLANMTU"
 	ConfigVXLANDevice = "VXLANTunnelDevice"
+	// The IPv6 device's: Felix's MTU key; the name is dpd's, as above.
+	ConfigVXLANMTUV6    = "VXLANMTUV6"
+	ConfigVXLANDeviceV6 = "VXLANTunnelDeviceV6"
 )
 
-// vxlanConfig is the device configuration from ConfigUpdate.
+// vxlanConfig is the devices' configuration from ConfigUpdate: VNI and
+// port are shared, name and MTU are per family.
 type vxlanConfig struct {
-	name           string
-	vni, port, mtu int
+	name, name6          string
+	vni, port, mtu, mtu6 int
+}
+
+// vtepFamily picks one family's fields of a VTEP.
+type vtepFamily bool
+
+const (
+	vtepV4 vtepFamily = false
+	vtepV6 vtepFamily = true
+)
+
+func (f vtepFamily) mac(v *model.VTEP) net.HardwareAddr {
+	if f == vtepV6 {
+		return v.MACV6
+	}
+	return v.MAC
+}
+
+func (f vtepFamily) addr(v *model.VTEP) netip.Addr {
+	if f == vtepV6 {
+		return v.IPv6Addr
+	}
+	return v.IPv4Addr
+}
+
+func (f vtepFamily) parent(v *model.VTEP) netip.Addr {
+	if f == vtepV6 {
+		return v.ParentDeviceIPv6
+	}
+	return v.ParentDeviceIP
+}
+
+// ofFamily: a is a real address of f (IPv4-mapped IPv6 is not IPv6).
+func (f vtepFamily) ofFamily(a netip.Addr) bool {
+	if f == vtepV6 {
+		return a.Is6() && !a.Is4In6()
+	}
+	return a.Is4()
+}
+
+// complete reports whether v describes a tunnel endpoint of f: a tunnel
+// address, for a peer also its MAC and underlay address.
+func (f vtepFamily) complete(v *model.VTEP) bool {
+	return v != nil && f.ofFamily(f.addr(v)) && f.ofFamily(f.parent(v)) && len(f.mac(v)) == 6
+}
+
+func (f vtepFamily) peer(v *model.VTEP) nl.VXLANPeer {
+	return nl.VXLANPeer{MAC: f.mac(v), TunnelIP: f.addr(v), ParentIP: f.parent(v)}
 }
 
 // tunnelProgrammer programs the VXLAN device and its peers from the
@@ -40,7 +92,25 @@ type tunnelProgrammer struct {
 	vxcfg    vxlanConfig
 	vteps    map[string]*model.VTEP
 	hosts    map[string]*model.HostMetadata
-	ifindex  int // the VXLAN device once the local VTEP made it; 0 before
+	ifindex  int  // the VXLAN device once the local VTEP made it; 0 before
+	ifindex6 int  // the IPv6 VXLAN device, likewise
+	ipv6     bool // the node has IPv6: the IPv6 device may exist
+}
+
+// devIfindex is f's device, 0 when there is none.
+func (t *tunnelProgrammer) devIfindex(f vtepFamily) int {
+	if f == vtepV6 {
+		return t.ifindex6
+	}
+	return t.ifindex
+}
+
+// families are the device families this node programs.
+func (t *tunnelProgrammer) families() []vtepFamily {
+	if t.ipv6 {
+		return []vtepFamily{vtepV4, vtepV6}
+	}
+	return []vtepFamily{vtepV4}
 }
 
 func newTunnelProgrammer(net tunnelNet, hostname string) *tunnelProgrammer {
@@ -48,9 +118,10 @@ func newTunnelProgrammer(net tunnelNet, hostname string) *tunnelProgrammer {
 		net:         net,
 		defaultHost: hostname,
 		hostname:    hostname,
-		vxcfg:       vxlanConfig{name: nl.DefaultVXLANDevice, vni: nl.DefaultVXLANVNI, port: nl.DefaultVXLANPort, mtu: nl.DefaultVXLANMTU},
-		vteps:       map[string]*model.VTEP{},
-		hosts:       map[string]*model.HostMetadata{},
+		vxcfg: vxlanConfig{name: nl.DefaultVXLANDevice, name6: nl.DefaultVXLANDeviceV6, vni: nl.DefaultVXLANVNI,
+			port: nl.DefaultVXLANPort, mtu: nl.DefaultVXLANMTU, mtu6: nl.DefaultVXLANMTUV6},
+		vteps: map[string]*model.VTEP{},
+		hosts: map[string]*model.HostMetadata{},
 	}
 }
 
@@ -66,9 +137,15 @@ func defaultHostname(opt string) string {
 // configure reads the node name and VXLAN settings; a change reprograms
 // the device and every route that depends on it.
 func (t *tunnelProgrammer) configure(cfg map[string]string) error {
-	vx := vxlanConfig{name: cfg[ConfigVXLANDevice]}
+	vx := vxlanConfig{name: cfg[ConfigVXLANDevice], name6: cfg[ConfigVXLANDeviceV6]}
 	if vx.name == "" {
 		vx.name = nl.DefaultVXLANDevice
+	}
+	if vx.name6 == "" {
+		vx.name6 = nl.DefaultVXLANDeviceV6
+	}
+	if vx.name6 == vx.name {
+		return fmt.Errorf("config %s=%q: the IPv6 VXLAN device needs a name of its own", ConfigVXLANDeviceV6, vx.name6)
 	}
 	for _, f := range []struct {
 		key         string
@@ -78,6 +155,7 @@ func (t *tunnelProgrammer) configure(cfg map[string]string) error {
 		{ConfigVXLANVNI, nl.DefaultVXLANVNI, 1, 1<<24 - 1, &vx.vni},
 		{ConfigVXLANPort, nl.DefaultVXLANPort, 1, 65535, &vx.port},
 		{ConfigVXLANMTU, nl.DefaultVXLANMTU, 68, 65535, &vx.mtu},
+		{ConfigVXLANMTUV6, nl.DefaultVXLANMTUV6, 1280, 65535, &vx.mtu6},
 	} {
 		*f.dst = f.def
 		if v := cfg[f.key]; v != "" {
@@ -95,14 +173,20 @@ func (t *tunnelProgrammer) configure(cfg map[string]string) error {
 	if vx == t.vxcfg && host == t.hostname {
 		return nil
 	}
-	oldName := t.vxcfg.name
+	old := t.vxcfg
 	t.vxcfg, t.hostname = vx, host
 	var errs []error
-	if oldName != vx.name && t.ifindex != 0 {
-		if err := t.net.DeleteVXLAN(oldName); err != nil {
+	if old.name != vx.name && t.ifindex != 0 {
+		if err := t.net.DeleteVXLAN(old.name); err != nil {
 			errs = append(errs, err)
 		}
 		t.ifindex = 0
+	}
+	if old.name6 != vx.name6 && t.ifindex6 != 0 {
+		if err := t.net.DeleteVXLAN(old.name6); err != nil {
+			errs = append(errs, err)
+		}
+		t.ifindex6 = 0
 	}
 	if err := t.syncDevice(); err != nil {
 		errs = append(errs, err)
@@ -120,6 +204,7 @@ func (t *tunnelProgrammer) applyVTEP(v *model.VTEP) error {
 	}
 	c := *v
 	c.MAC = append(net.HardwareAddr(nil), v.MAC...)
+	c.MACV6 = append(net.HardwareAddr(nil), v.MACV6...)
 	old := t.vteps[v.Node]
 	t.vteps[v.Node] = &c
 	if v.Node == t.hostname {
@@ -132,14 +217,18 @@ func (t *tunnelProgrammer) applyVTEP(v *model.VTEP) error {
 		}
 		return errors.Join(errs...)
 	}
-	if t.ifindex != 0 {
-		if old != nil && old.IPv4Addr.Is4() && len(old.MAC) == 6 && !samePeer(peerOf(old), peerOf(&c)) {
-			if err := t.net.DeleteVXLANPeer(t.ifindex, peerOf(old)); err != nil {
+	for _, f := range t.families() {
+		idx := t.devIfindex(f)
+		if idx == 0 {
+			continue
+		}
+		if old != nil && f.ofFamily(f.addr(old)) && len(f.mac(old)) == 6 && !samePeer(f.peer(old), f.peer(&c)) {
+			if err := t.net.DeleteVXLANPeer(idx, f.peer(old)); err != nil {
 				return err
 			}
 		}
-		if c.ParentDeviceIP.Is4() && c.IPv4Addr.Is4() && len(c.MAC) == 6 {
-			if err := t.net.SetVXLANPeer(t.ifindex, peerOf(&c)); err != nil {
+		if f.complete(&c) {
+			if err := t.net.SetVXLANPeer(idx, f.peer(&c)); err != nil {
 				return err
 			}
 		}
@@ -159,13 +248,22 @@ func (t *tunnelProgrammer) removeVTEP(node string) error {
 		if err := t.net.DeleteVXLAN(t.vxcfg.name); err != nil {
 			return err
 		}
+		t.routes.forgetDeviceRoutes(t.ifindex) // gone with the device
 		t.ifindex = 0
-		t.routes.forgetDeviceRoutes() // gone with the device
+		if t.ipv6 {
+			if err := t.net.DeleteVXLAN(t.vxcfg.name6); err != nil {
+				return err
+			}
+			t.routes.forgetDeviceRoutes(t.ifindex6)
+			t.ifindex6 = 0
+		}
 		return nil
 	}
-	if t.ifindex != 0 && v.IPv4Addr.Is4() && len(v.MAC) == 6 {
-		if err := t.net.DeleteVXLANPeer(t.ifindex, peerOf(v)); err != nil {
-			errs = append(errs, err)
+	for _, f := range t.families() {
+		if idx := t.devIfindex(f); idx != 0 && f.ofFamily(f.addr(v)) && len(f.mac(v)) == 6 {
+			if err := t.net.DeleteVXLANPeer(idx, f.peer(v)); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	if err := t.routes.resync(func(r *model.Route) bool { return r.DstNodeName == node }); err != nil {
@@ -197,37 +295,66 @@ func samePeer(a, b nl.VXLANPeer) bool {
 	return a.MAC.String() == b.MAC.String() && a.TunnelIP == b.TunnelIP && a.ParentIP == b.ParentIP
 }
 
-func peerOf(v *model.VTEP) nl.VXLANPeer {
-	return nl.VXLANPeer{MAC: v.MAC, TunnelIP: v.IPv4Addr, ParentIP: v.ParentDeviceIP}
-}
-
-// syncDevice makes the VXLAN device and its peers match the known VTEPs:
-// the device exists while the local VTEP does.
+// syncDevice makes the VXLAN devices and their peers match the known
+// VTEPs: a family's device exists while the local VTEP has that family
+// (the IPv4 device whenever the local VTEP exists, as before; the IPv6
+// one when it also has an IPv6 address, MAC and parent, on a node with
+// IPv6).
 func (t *tunnelProgrammer) syncDevice() error {
 	local := t.vteps[t.hostname]
 	if local == nil {
 		return nil // created when the local VTEP arrives
 	}
+	var errs []error
+	for _, f := range t.families() {
+		if err := t.syncFamilyDevice(f, local); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (t *tunnelProgrammer) syncFamilyDevice(f vtepFamily, local *model.VTEP) error {
+	name, mtu, what := t.vxcfg.name, t.vxcfg.mtu, "vxlan"
+	if f == vtepV6 {
+		name, mtu, what = t.vxcfg.name6, t.vxcfg.mtu6, "vxlan-v6"
+	}
+	if f == vtepV6 && !f.complete(local) {
+		// No IPv6 VTEP (any more): no IPv6 device.
+		if t.ifindex6 == 0 {
+			return nil
+		}
+		if err := t.net.DeleteVXLAN(name); err != nil {
+			return fmt.Errorf("%s device: %w", what, err)
+		}
+		t.routes.forgetDeviceRoutes(t.ifindex6)
+		t.ifindex6 = 0
+		return nil
+	}
 	idx, err := t.net.EnsureVXLAN(nl.VXLANDevice{
-		Name: t.vxcfg.name, VNI: t.vxcfg.vni, Port: t.vxcfg.port, MTU: t.vxcfg.mtu,
-		MAC: local.MAC, Addr: local.IPv4Addr, ParentIP: local.ParentDeviceIP,
+		Name: name, VNI: t.vxcfg.vni, Port: t.vxcfg.port, MTU: mtu,
+		MAC: f.mac(local), Addr: f.addr(local), ParentIP: f.parent(local),
 	})
 	if err != nil {
-		return fmt.Errorf("vxlan device: %w", err)
+		return fmt.Errorf("%s device: %w", what, err)
 	}
-	if idx != t.ifindex {
+	if old := t.devIfindex(f); idx != old {
 		// A new device: the routes through the old one went with it.
-		t.routes.forgetDeviceRoutes()
-		t.ifindex = idx
+		t.routes.forgetDeviceRoutes(old)
+		if f == vtepV6 {
+			t.ifindex6 = idx
+		} else {
+			t.ifindex = idx
+		}
 	}
 	var peers []nl.VXLANPeer
 	for node, v := range t.vteps {
-		if node != t.hostname && v.ParentDeviceIP.Is4() && v.IPv4Addr.Is4() && len(v.MAC) == 6 {
-			peers = append(peers, peerOf(v))
+		if node != t.hostname && f.complete(v) {
+			peers = append(peers, f.peer(v))
 		}
 	}
 	if err := t.net.SyncVXLANPeers(idx, peers); err != nil {
-		return fmt.Errorf("vxlan peers: %w", err)
+		return fmt.Errorf("%s peers: %w", what, err)
 	}
 	return nil
 }

@@ -79,6 +79,28 @@ func Serve(t testing.TB, ns string, port int, answer func(from net.Addr) string)
 		t.Fatalf("listen in %s: %v", ns, err)
 	}
 	t.Cleanup(func() { _ = ln.Close(); _ = pc.Close() })
+	answerConns(ln, answer)
+	answerPackets(pc, answer)
+	// IPv6 too where ns has it (an IPv4-only namespace refuses the bind).
+	var ln6 net.Listener
+	var pc6 net.PacketConn
+	if InNetns(ns, func() error {
+		var err error
+		if ln6, err = net.Listen("tcp6", net.JoinHostPort("::", strconv.Itoa(port))); err != nil {
+			return err
+		}
+		if pc6, err = net.ListenPacket("udp6", net.JoinHostPort("::", strconv.Itoa(port))); err != nil {
+			_ = ln6.Close()
+		}
+		return err
+	}) == nil {
+		t.Cleanup(func() { _ = ln6.Close(); _ = pc6.Close() })
+		answerConns(ln6, answer)
+		answerPackets(pc6, answer)
+	}
+}
+
+func answerConns(ln net.Listener, answer func(from net.Addr) string) {
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -89,6 +111,9 @@ func Serve(t testing.TB, ns string, port int, answer func(from net.Addr) string)
 			_ = c.Close()
 		}
 	}()
+}
+
+func answerPackets(pc net.PacketConn, answer func(from net.Addr) string) {
 	go func() {
 		buf := make([]byte, 512)
 		for {
@@ -101,8 +126,8 @@ func Serve(t testing.TB, ns string, port int, answer func(from net.Addr) string)
 	}()
 }
 
-// AskName connects from ns to addr over network ("tcp4" or "udp4") and
-// returns the name a Serve server answered.
+// AskName connects from ns to addr over network ("tcp4", "udp4", "tcp6"
+// or "udp6") and returns the name a Serve server answered.
 func AskName(ns, network, addr string) (string, error) {
 	var c net.Conn
 	err := InNetns(ns, func() error {
@@ -115,7 +140,7 @@ func AskName(ns, network, addr string) (string, error) {
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(time.Second))
-	if network == "udp4" {
+	if strings.HasPrefix(network, "udp") {
 		if _, err := c.Write([]byte("who")); err != nil {
 			return "", err
 		}

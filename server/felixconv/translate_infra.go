@@ -168,8 +168,7 @@ func serviceAccountKey(id *felix.ServiceAccountID) (string, error) {
 	return id.GetNamespace() + "/" + id.GetName(), nil
 }
 
-// vtep parses a VXLANTunnelEndpointUpdate. The IPv6 fields are checked
-// although dpd's VXLAN is IPv4-only so far.
+// vtep parses a VXLANTunnelEndpointUpdate, both families.
 func vtep(u *felix.VXLANTunnelEndpointUpdate) (model.VTEP, error) {
 	v := model.VTEP{Node: u.GetNode()}
 	if err := required("node", v.Node); err != nil {
@@ -182,7 +181,7 @@ func vtep(u *felix.VXLANTunnelEndpointUpdate) (model.VTEP, error) {
 		}
 	}
 	if u.GetMacV6() != "" {
-		if _, err := parseMAC(u.GetMacV6()); err != nil {
+		if v.MACV6, err = parseMAC(u.GetMacV6()); err != nil {
 			return model.VTEP{}, fmt.Errorf("mac_v6: %w", err)
 		}
 	}
@@ -192,10 +191,10 @@ func vtep(u *felix.VXLANTunnelEndpointUpdate) (model.VTEP, error) {
 	if v.ParentDeviceIP, err = optAddr("parent_device_ip", u.GetParentDeviceIp()); err != nil {
 		return model.VTEP{}, err
 	}
-	if _, err := optAddr("ipv6_addr", u.GetIpv6Addr()); err != nil {
+	if v.IPv6Addr, err = optAddr("ipv6_addr", u.GetIpv6Addr()); err != nil {
 		return model.VTEP{}, err
 	}
-	if _, err := optAddr("parent_device_ipv6", u.GetParentDeviceIpv6()); err != nil {
+	if v.ParentDeviceIPv6, err = optAddr("parent_device_ipv6", u.GetParentDeviceIpv6()); err != nil {
 		return model.VTEP{}, err
 	}
 	return v, nil

@@ -46,6 +46,12 @@ func TestIPv4OnlyNode(t *testing.T) {
 		serverEp,
 		RouteMsg(&felix.RouteUpdate{Dst: "10.72.0.0/26", Types: felix.RouteType_LOCAL_WORKLOAD, LocalWorkload: true, DstNodeName: n.Name}),
 		RouteMsg(&felix.RouteUpdate{Dst: "fd00:72::/122", Types: felix.RouteType_LOCAL_WORKLOAD, LocalWorkload: true, DstNodeName: n.Name}),
+		// An IPv6 pool with nat_outgoing and another node's IPv6 block:
+		// nothing of them is programmed here, and nothing complains.
+		RouteMsg(&felix.RouteUpdate{Dst: "fd00:72::/48", Types: felix.RouteType_CIDR_INFO, IpPoolType: felix.IPPoolType_NO_ENCAP, NatOutgoing: true}),
+		RouteMsg(&felix.RouteUpdate{Dst: "fd00:72:0:1::/64", Types: felix.RouteType_REMOTE_WORKLOAD, IpPoolType: felix.IPPoolType_NO_ENCAP,
+			DstNodeName: "v4-other", DstNodeIp: "fd00:99::2"}),
+		RouteMsg(&felix.RouteUpdate{Dst: "10.72.0.0/16", Types: felix.RouteType_CIDR_INFO, IpPoolType: felix.IPPoolType_NO_ENCAP, NatOutgoing: true}),
 	}
 	c := d.Connect(t, snap)
 	c.WaitInSync(t)
@@ -57,6 +63,16 @@ func TestIPv4OnlyNode(t *testing.T) {
 		Denied(TCP(cw, server.IP, tcpOther)),
 		Allowed(Ping(srv, client.IP)),
 	)
+
+	if out, err := tool("ip", "netns", "exec", n.Name, "nft", "list", "table", "ip6", "dpd-nat"); err == nil {
+		t.Errorf("an IPv4-only node got an ip6 nat_outgoing table:\n%s", out)
+	}
+	if out := testutil.Run(t, "ip", "netns", "exec", n.Name, "nft", "list", "table", "ip", "dpd-nat"); !strings.Contains(out, "masquerade") {
+		t.Errorf("the IPv4 nat_outgoing table is missing:\n%s", out)
+	}
+	if out, err := tool("ip", "-n", n.Name, "-6", "route", "show", "proto", "221"); err != nil || strings.TrimSpace(string(out)) != "" {
+		t.Errorf("IPv6 routes of dpd on an IPv4-only node: %q %v", out, err)
+	}
 
 	log, err := os.ReadFile(d.LogPath)
 	if err != nil {

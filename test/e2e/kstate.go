@@ -114,9 +114,14 @@ func LinkPins(pinDir, ifname string) ([]string, error) {
 	return pins, nil
 }
 
-// RouteTo returns `ip route show <ip>` (exact /32 match), empty when none.
+// RouteTo returns `ip route show <ip>` (exact /32 or /128 match), empty
+// when none.
 func RouteTo(ip string) (string, error) {
-	out, err := tool("ip", "route", "show", ip)
+	fam := "-4"
+	if strings.Contains(ip, ":") {
+		fam = "-6"
+	}
+	out, err := tool("ip", fam, "route", "show", ip)
 	return strings.TrimSpace(string(out)), err
 }
 

@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"fmt"
+	"net"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -60,7 +62,7 @@ func UDPSize(src *Workload, dst string, port, size int) Probe {
 
 func helperProbe(src *Workload, kind, dst string, port int, extra ...string) (bool, string) {
 	args := append([]string{"netns", "exec", src.NS, helperBinary, kind,
-		"-addr", fmt.Sprintf("%s:%d", dst, port), "-timeout", ProbeTimeout.String()}, extra...)
+		"-addr", net.JoinHostPort(dst, strconv.Itoa(port)), "-timeout", ProbeTimeout.String()}, extra...)
 	cmd := exec.Command("ip", args...)
 	out, err := cmd.CombinedOutput()
 	return err == nil, lastLine(string(out))

@@ -39,6 +39,9 @@ func protoName(name string) *felix.Protocol {
 // IPv4Only restricts the rule to IPv4.
 func IPv4Only() RuleOpt { return func(r *felix.Rule) { r.IpVersion = felix.IPVersion_IPV4 } }
 
+// IPv6Only restricts the rule to IPv6.
+func IPv6Only() RuleOpt { return func(r *felix.Rule) { r.IpVersion = felix.IPVersion_IPV6 } }
+
 // Proto matches a protocol by name ("tcp", "udp", "icmp", ...).
 func Proto(name string) RuleOpt { return func(r *felix.Rule) { r.Protocol = protoName(name) } }
 

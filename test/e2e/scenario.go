@@ -83,18 +83,28 @@ func Tier(name, defaultAction string, ingress, egress []string) *felix.TierInfo 
 	return ti
 }
 
-// Endpoint describes w to dpd with the given profiles and tiers.
+// Endpoint describes w to dpd with the given profiles and tiers, with its
+// IPv4 and, when it is dual-stack, IPv6 address.
 func Endpoint(w *Workload, profiles []string, tiers ...*felix.TierInfo) *felix.ToDataplane {
+	ip4 := w.IP4
+	if ip4 == "" && w.IP6 == "" {
+		ip4 = w.IP
+	}
+	ep := &felix.WorkloadEndpoint{
+		State:      "active",
+		Name:       w.HostIface,
+		Mac:        w.MAC,
+		ProfileIds: profiles,
+		Tiers:      tiers,
+	}
+	if ip4 != "" {
+		ep.Ipv4Nets = []string{ip4 + "/32"}
+	}
+	if w.IP6 != "" {
+		ep.Ipv6Nets = []string{w.IP6 + "/128"}
+	}
 	return &felix.ToDataplane{Payload: &felix.ToDataplane_WorkloadEndpointUpdate{WorkloadEndpointUpdate: &felix.WorkloadEndpointUpdate{
-		Id: w.ID(),
-		Endpoint: &felix.WorkloadEndpoint{
-			State:      "active",
-			Name:       w.HostIface,
-			Mac:        w.MAC,
-			ProfileIds: profiles,
-			Ipv4Nets:   []string{w.IP + "/32"},
-			Tiers:      tiers,
-		},
+		Id: w.ID(), Endpoint: ep,
 	}}}
 }
 

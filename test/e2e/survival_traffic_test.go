@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -39,9 +40,13 @@ type tcpStream struct {
 func startTCP(t *testing.T, cli, srv *Workload, port int) *tcpStream {
 	t.Helper()
 	s := &tcpStream{stopc: make(chan struct{}), done: make(chan struct{})}
+	network, wildcard := "tcp4", "0.0.0.0"
+	if strings.Contains(srv.IP, ":") {
+		network, wildcard = "tcp6", "::" // an IPv6 view of a dual-stack workload
+	}
 	if err := testutil.InNetns(srv.NS, func() error {
 		var err error
-		s.ln, err = net.Listen("tcp4", net.JoinHostPort("0.0.0.0", strconv.Itoa(port)))
+		s.ln, err = net.Listen(network, net.JoinHostPort(wildcard, strconv.Itoa(port)))
 		return err
 	}); err != nil {
 		t.Fatalf("listen in %s: %v", srv.NS, err)
@@ -60,7 +65,7 @@ func startTCP(t *testing.T, cli, srv *Workload, port int) *tcpStream {
 	}()
 	if err := testutil.InNetns(cli.NS, func() error {
 		var err error
-		s.cli, err = net.DialTimeout("tcp4", net.JoinHostPort(srv.IP, strconv.Itoa(port)), 2*time.Second)
+		s.cli, err = net.DialTimeout(network, net.JoinHostPort(srv.IP, strconv.Itoa(port)), 2*time.Second)
 		return err
 	}); err != nil {
 		t.Fatalf("connect %s -> %s:%d: %v", cli.Pod, srv.IP, port, err)

@@ -34,6 +34,10 @@ type Workload struct {
 	Pod     string // "podN"
 	MAC     string // of eth0 inside the namespace
 	Ifindex int    // of the host-side interface
+	// IP4 and IP6 are the workload's addresses of each family ("" for
+	// none) whatever IP is: IP is the one probes address, which a
+	// family view (InFamily) switches.
+	IP4, IP6 string
 }
 
 // NewWorkload creates pod n with address 10.65.0.n. The host side gets no
@@ -54,6 +58,7 @@ func newWorkload(t testing.TB, prefix string, n int) *Workload {
 	w := &Workload{
 		Workload: testutil.NewWorkload(t, prefix, ipOf(n)),
 		Pod:      fmt.Sprintf("pod%d", n),
+		IP4:      ipOf(n),
 	}
 	out := testutil.Run(t, "ip", "-n", w.NS, "-j", "link", "show", "eth0")
 	var links []struct {

@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/dpd-dev/dpd/internal/testutil"
 )
 
@@ -84,7 +86,7 @@ func BenchmarkRouteDump(b *testing.B) {
 					b.Fatal(err)
 				}
 				for b.Loop() {
-					if _, err := c.routesVia(idx); err != nil {
+					if _, err := c.routesVia(netlink.FAMILY_V4, idx); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -101,7 +103,7 @@ func BenchmarkNeighbourDump(b *testing.B) {
 		c := configurerIn(b, ns)
 		b.Run(fmt.Sprintf("others=%d", n), func(b *testing.B) {
 			for b.Loop() {
-				if _, err := c.neighboursOn(idx); err != nil {
+				if _, err := c.neighboursOn(netlink.FAMILY_V4, idx); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -119,7 +121,7 @@ func BenchmarkConfigureFirstApply(b *testing.B) {
 		ns, idx, mac := crowdNS(b, n)
 		c := configurerIn(b, ns)
 		nets := host(crowdEndpointIP)
-		reset := endpointSysctls(crowdEndpoint, "0")
+		reset := endpointSysctls(crowdEndpoint, "0", false)
 		for i := range reset {
 			reset[i].value = "0"
 		}
@@ -131,7 +133,7 @@ func BenchmarkConfigureFirstApply(b *testing.B) {
 				inNetns(b, ns, func() {
 					for b.Loop() {
 						b.StopTimer()
-						err := errors.Join(c.removeRoutes(idx), c.removeNeighbours(idx, nets), c.writeSysctls(reset))
+						err := errors.Join(c.removeRoutes(netlink.FAMILY_V4, idx), c.removeNeighbours(netlink.FAMILY_V4, idx, nets), c.writeSysctls(reset))
 						b.StartTimer()
 						if err == nil {
 							err = path.fn(crowdEndpoint, idx, mac, nets)

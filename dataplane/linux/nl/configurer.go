@@ -55,8 +55,11 @@ type Configurer struct {
 	proto      netlink.RouteProtocol
 	rpFilter   string
 	procSys    string // sysctl root, "/proc/sys"; tests point it elsewhere
-	log        *slog.Logger
-	stats      counters
+	// ipv6: the node has IPv6 (IPv6State at construction), so endpoints'
+	// IPv6 nets are programmed; false on an IPv4-only node.
+	ipv6  bool
+	log   *slog.Logger
+	stats counters
 }
 
 // NewConfigurer opens the Configurer's persistent netlink handles.
@@ -95,6 +98,7 @@ func NewConfigurer(cfg Config) (*Configurer, error) {
 	if c.log == nil {
 		c.log = slog.Default()
 	}
+	c.ipv6, _, _ = c.IPv6State() // an unreadable state is "off"; New logs why
 	if err := dumps.SetStrictCheck(true); err != nil {
 		// Kernels before 4.20: dumps are filtered in user space instead.
 		c.log.Debug("netlink strict check unavailable", "err", err)
@@ -121,10 +125,15 @@ func (c *Configurer) RouteProtocol() netlink.RouteProtocol { return c.proto }
 // Stats returns a snapshot of the kernel operation counters.
 func (c *Configurer) Stats() Stats { return c.stats.snapshot() }
 
+// IPv6 reports whether this Configurer programs IPv6: the node had IPv6
+// when it was created.
+func (c *Configurer) IPv6() bool { return c.ipv6 }
+
 // ConfigureHost applies the static host settings dpd needs once at start:
-// net.ipv4.ip_forward=1 (written only if not already set).
+// net.ipv4.ip_forward=1, and net.ipv6.conf.all.forwarding=1 when the node
+// has IPv6 (each written only if not already set).
 func (c *Configurer) ConfigureHost() error {
-	if err := c.ensureSysctls(hostSysctls); err != nil {
+	if err := c.ensureSysctls(hostSysctls(c.ipv6)); err != nil {
 		return fmt.Errorf("configure host: %w", err)
 	}
 	return nil

@@ -69,7 +69,7 @@ func TestConfigureNewEndpoint(t *testing.T) {
 		}
 	})
 
-	routes, err := c.routesVia(idx)
+	routes, err := c.routesVia(netlink.FAMILY_V4, idx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func TestConfigureNewEndpoint(t *testing.T) {
 	if len(routes) != 2 || !got[nets[0]] || !got[nets[1]] {
 		t.Errorf("routes via %s: %v, want %v", crowdEndpoint, routes, nets)
 	}
-	crowd, err := c.routesVia(crowdIndex(t, ns))
+	crowd, err := c.routesVia(netlink.FAMILY_V4, crowdIndex(t, ns))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestConfigureNewEndpoint(t *testing.T) {
 			t.Errorf("route to %s still through the crowd device", taken)
 		}
 	}
-	neigh, err := c.neighboursOn(idx)
+	neigh, err := c.neighboursOn(netlink.FAMILY_V4, idx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestDumpsAmongCrowd(t *testing.T) {
 	if err := c.h.RouteAdd(c.desiredRoute(stale, idx)); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.setNeighbour(idx, mac, stale.Addr()); err != nil {
+	if err := c.setNeighbour(netlink.FAMILY_V4, idx, mac, stale.Addr()); err != nil {
 		t.Fatal(err)
 	}
 	// One foreign route on the endpoint, which dpd must leave alone.
@@ -156,11 +156,11 @@ func TestDumpsAmongCrowd(t *testing.T) {
 
 	count := func(what string, ifindex, wantRoutes, wantNeigh int) {
 		t.Helper()
-		rs, err := c.routesVia(ifindex)
+		rs, err := c.routesVia(netlink.FAMILY_V4, ifindex)
 		if err != nil {
 			t.Fatal(err)
 		}
-		nb, err := c.neighboursOn(ifindex)
+		nb, err := c.neighboursOn(netlink.FAMILY_V4, ifindex)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -65,7 +65,7 @@ func readSysctl(t *testing.T, rel string) string {
 func sysctlsToWrite(t *testing.T, iface string) uint64 {
 	t.Helper()
 	var n uint64
-	for _, s := range endpointSysctls(iface, DefaultRPFilter) {
+	for _, s := range endpointSysctls(iface, DefaultRPFilter, false) {
 		b, err := os.ReadFile("/proc/sys/" + s.path)
 		if err == nil && strings.TrimSpace(string(b)) != s.value {
 			n++

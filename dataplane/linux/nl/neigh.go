@@ -13,19 +13,19 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// neighboursOn lists the IPv4 neighbours of ifindex, filtered by the
+// neighboursOn lists the neighbours of family on ifindex, filtered by the
 // kernel: the interface goes in an NDA_IFINDEX attribute, which the kernel
 // honours, where the library's NeighList puts it in the header, which the
 // kernel ignores, so the whole table is sent for the library to filter:
 // O(endpoints) per endpoint. The kernel still walks its table but
 // serialises only this interface's entries (BenchmarkNeighbourDump). The
 // results are filtered here too, for kernels without the filter.
-func (c *Configurer) neighboursOn(ifindex int) ([]netlink.Neigh, error) {
+func (c *Configurer) neighboursOn(family, ifindex int) ([]netlink.Neigh, error) {
 	var err error
 	for range dumpRetries {
 		c.stats.neighDumps.Add(1)
 		var ns []netlink.Neigh
-		ns, err = c.dumpNeighbours(ifindex)
+		ns, err = c.dumpNeighbours(family, ifindex)
 		if err == nil {
 			return ns, nil
 		}
@@ -36,8 +36,8 @@ func (c *Configurer) neighboursOn(ifindex int) ([]netlink.Neigh, error) {
 	return nil, fmt.Errorf("list neighbours: %w", err)
 }
 
-// dumpNeighbours makes one RTM_GETNEIGH dump of ifindex's IPv4 entries.
-func (c *Configurer) dumpNeighbours(ifindex int) ([]netlink.Neigh, error) {
+// dumpNeighbours makes one RTM_GETNEIGH dump of ifindex's entries of family.
+func (c *Configurer) dumpNeighbours(family, ifindex int) ([]netlink.Neigh, error) {
 	req := &vnl.NetlinkRequest{
 		NlMsghdr: unix.NlMsghdr{
 			Len:   unix.SizeofNlMsghdr,
@@ -47,12 +47,12 @@ func (c *Configurer) dumpNeighbours(ifindex int) ([]netlink.Neigh, error) {
 		Sockets: c.neighDumps,
 	}
 	// Strict mode wants ndm_ifindex 0 and the filter as an attribute.
-	req.AddData(&netlink.Ndmsg{Family: unix.AF_INET})
+	req.AddData(&netlink.Ndmsg{Family: uint8(family)})
 	req.AddData(vnl.NewRtAttr(unix.NDA_IFINDEX, vnl.Uint32Attr(uint32(ifindex))))
 	var out []netlink.Neigh
 	err := req.ExecuteIter(unix.NETLINK_ROUTE, unix.RTM_NEWNEIGH, func(m []byte) bool {
 		n, err := netlink.NeighDeserialize(m)
-		if err == nil && n.LinkIndex == ifindex && n.Family == unix.AF_INET {
+		if err == nil && n.LinkIndex == ifindex && n.Family == family {
 			out = append(out, *n)
 		}
 		return true
@@ -82,14 +82,15 @@ func hostAddrs(nets []netip.Prefix) map[netip.Addr]bool {
 	return out
 }
 
-// syncNeighbours makes the permanent neighbours on ifindex exactly the
-// workload's host addresses -> mac (none when mac is unknown).
-func (c *Configurer) syncNeighbours(ifindex int, mac net.HardwareAddr, nets []netip.Prefix) error {
+// syncNeighbours makes the permanent neighbours of family on ifindex
+// exactly the workload's host addresses -> mac (none when mac is unknown);
+// nets are all of family.
+func (c *Configurer) syncNeighbours(family, ifindex int, mac net.HardwareAddr, nets []netip.Prefix) error {
 	want := map[netip.Addr]bool{}
 	if len(mac) > 0 {
 		want = hostAddrs(nets)
 	}
-	have, err := c.neighboursOn(ifindex)
+	have, err := c.neighboursOn(family, ifindex)
 	if err != nil {
 		return err
 	}
@@ -112,26 +113,26 @@ func (c *Configurer) syncNeighbours(ifindex int, mac net.HardwareAddr, nets []ne
 	}
 	for a := range want {
 		if !done[a] {
-			errs = append(errs, c.setNeighbour(ifindex, mac, a))
+			errs = append(errs, c.setNeighbour(family, ifindex, mac, a))
 		}
 	}
 	return errors.Join(errs...)
 }
 
-// setNeighbours pins every host address of nets to mac on ifindex without
-// looking at what is there.
-func (c *Configurer) setNeighbours(ifindex int, mac net.HardwareAddr, nets []netip.Prefix) error {
+// setNeighbours pins every host address of nets (all of family) to mac on
+// ifindex without looking at what is there.
+func (c *Configurer) setNeighbours(family, ifindex int, mac net.HardwareAddr, nets []netip.Prefix) error {
 	var errs []error
 	for a := range hostAddrs(nets) {
-		errs = append(errs, c.setNeighbour(ifindex, mac, a))
+		errs = append(errs, c.setNeighbour(family, ifindex, mac, a))
 	}
 	return errors.Join(errs...)
 }
 
-func (c *Configurer) setNeighbour(ifindex int, mac net.HardwareAddr, a netip.Addr) error {
+func (c *Configurer) setNeighbour(family, ifindex int, mac net.HardwareAddr, a netip.Addr) error {
 	n := &netlink.Neigh{
 		LinkIndex:    ifindex,
-		Family:       netlink.FAMILY_V4,
+		Family:       family,
 		State:        netlink.NUD_PERMANENT,
 		Type:         unix.RTN_UNICAST,
 		IP:           a.AsSlice(),
@@ -144,14 +145,14 @@ func (c *Configurer) setNeighbour(ifindex int, mac net.HardwareAddr, a netip.Add
 	return nil
 }
 
-// removeNeighbours deletes the permanent neighbours of nets' addresses on
-// ifindex.
-func (c *Configurer) removeNeighbours(ifindex int, nets []netip.Prefix) error {
+// removeNeighbours deletes the permanent neighbours of nets' addresses (all
+// of family) on ifindex.
+func (c *Configurer) removeNeighbours(family, ifindex int, nets []netip.Prefix) error {
 	addrs := hostAddrs(nets)
 	if len(addrs) == 0 {
 		return nil
 	}
-	have, err := c.neighboursOn(ifindex)
+	have, err := c.neighboursOn(family, ifindex)
 	if err != nil {
 		return err
 	}

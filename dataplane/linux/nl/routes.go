@@ -33,9 +33,16 @@ func prefixOf(n *net.IPNet) (netip.Prefix, bool) {
 	return netip.PrefixFrom(a, ones), true
 }
 
+// IPv6RouteMetric is the metric of dpd's IPv6 routes: the kernel's default
+// for user routes (IP6_RT_PRIO_USER), written explicitly because IPv6 keys
+// routes by destination and metric, so a replace or delete must name it.
+const IPv6RouteMetric = 1024
+
 // desiredRoute is the route dpd wants for dst via the workload interface.
+// IPv6 has no route scopes (the kernel stores every route as universe), so
+// an IPv6 route carries the metric instead.
 func (c *Configurer) desiredRoute(dst netip.Prefix, ifindex int) *netlink.Route {
-	return &netlink.Route{
+	r := &netlink.Route{
 		LinkIndex: ifindex,
 		Dst:       ipNet(dst),
 		Scope:     netlink.SCOPE_LINK,
@@ -43,14 +50,19 @@ func (c *Configurer) desiredRoute(dst netip.Prefix, ifindex int) *netlink.Route 
 		Table:     unix.RT_TABLE_MAIN,
 		Type:      unix.RTN_UNICAST,
 	}
+	if !dst.Addr().Is4() {
+		r.Scope, r.Priority = netlink.SCOPE_UNIVERSE, IPv6RouteMetric
+	}
+	return r
 }
 
 // isDesired reports whether r is exactly desiredRoute(dst, ifindex).
 func (c *Configurer) isDesired(r *netlink.Route, dst netip.Prefix, ifindex int) bool {
 	got, ok := prefixOf(r.Dst)
-	return ok && got == dst && r.LinkIndex == ifindex && r.Scope == netlink.SCOPE_LINK &&
+	want := c.desiredRoute(dst, ifindex)
+	return ok && got == dst && r.LinkIndex == ifindex && r.Scope == want.Scope &&
 		r.Protocol == c.proto && r.Table == unix.RT_TABLE_MAIN && r.Type == unix.RTN_UNICAST &&
-		r.Priority == 0 && r.Gw == nil && r.Src == nil && len(r.MultiPath) == 0 && r.Tos == 0
+		r.Priority == want.Priority && r.Gw == nil && r.Src == nil && len(r.MultiPath) == 0 && r.Tos == 0
 }
 
 // listRoutes dumps routes through the strict handle, retrying interrupted
@@ -71,16 +83,17 @@ func (c *Configurer) listRoutes(family int, filter *netlink.Route, mask uint64) 
 	return nil, fmt.Errorf("list routes: %w", noLink(err))
 }
 
-// routesVia lists the IPv4 main-table routes through ifindex.
-func (c *Configurer) routesVia(ifindex int) ([]netlink.Route, error) {
-	return c.listRoutes(netlink.FAMILY_V4,
+// routesVia lists the main-table routes of family through ifindex.
+func (c *Configurer) routesVia(family, ifindex int) ([]netlink.Route, error) {
+	return c.listRoutes(family,
 		&netlink.Route{LinkIndex: ifindex, Table: unix.RT_TABLE_MAIN},
 		netlink.RT_FILTER_OIF|netlink.RT_FILTER_TABLE)
 }
 
-// syncRoutes makes the dpd routes through ifindex exactly want.
-func (c *Configurer) syncRoutes(ifindex int, want []netip.Prefix) error {
-	have, err := c.routesVia(ifindex)
+// syncRoutes makes the dpd routes of family through ifindex exactly want
+// (all of that family).
+func (c *Configurer) syncRoutes(family, ifindex int, want []netip.Prefix) error {
+	have, err := c.routesVia(family, ifindex)
 	if err != nil {
 		return err
 	}
@@ -137,9 +150,9 @@ func (c *Configurer) replaceRoutes(ifindex int, want []netip.Prefix) error {
 	return errors.Join(errs...)
 }
 
-// removeRoutes deletes every dpd route through ifindex.
-func (c *Configurer) removeRoutes(ifindex int) error {
-	have, err := c.routesVia(ifindex)
+// removeRoutes deletes every dpd route of family through ifindex.
+func (c *Configurer) removeRoutes(family, ifindex int) error {
+	have, err := c.routesVia(family, ifindex)
 	if err != nil {
 		return err
 	}

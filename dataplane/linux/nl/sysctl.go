@@ -32,21 +32,49 @@ type sysctl struct {
 //   - IPv6 accept_ra=0: Felix disables router advertisements from workloads
 //     even without IPv6 support, so a workload cannot inject host routes.
 //
+// With IPv6 (the node has it and the endpoint has an IPv6 net), as Felix's
+// IPv6 endpoint manager and Calico's CNI plugin write them:
+//   - IPv6 forwarding=1 and proxy_ndp=1 (Felix; the kernel answers
+//     solicitations for proxied addresses only, dpd adds none: the
+//     workload's gateway is the interface's own link-local address).
+//   - IPv6 disable_ipv6=0 (the CNI plugin): without it the interface has no
+//     link-local address, and the workload's default route is via it
+//     (fe80::ecee:eeff:feee:eeee, from the host side's MAC
+//     ee:ee:ee:ee:ee:ee, see WorkloadGatewayV6). Written last, after
+//     accept_ra=0, so the interface never listens to a workload's router
+//     advertisement.
+//
 // Felix's route_localnet=1 is left out on purpose: it only serves NAT to
 // 127.0.0.1, which dpd does not do, and it widens what a workload can reach.
-func endpointSysctls(iface, rpFilter string) []sysctl {
-	return []sysctl{
-		{path: "net/ipv6/conf/" + iface + "/accept_ra", value: "0", bestEffort: true},
+func endpointSysctls(iface, rpFilter string, ipv6 bool) []sysctl {
+	list := []sysctl{
+		{path: "net/ipv6/conf/" + iface + "/accept_ra", value: "0", bestEffort: !ipv6},
 		{path: "net/ipv4/neigh/" + iface + "/proxy_delay", value: "0", bestEffort: true},
 		{path: "net/ipv4/conf/" + iface + "/proxy_arp", value: "1"},
 		{path: "net/ipv4/conf/" + iface + "/forwarding", value: "1"},
 		{path: "net/ipv4/conf/" + iface + "/rp_filter", value: rpFilter},
 	}
+	if ipv6 {
+		list = append(list,
+			sysctl{path: "net/ipv6/conf/" + iface + "/forwarding", value: "1"},
+			sysctl{path: "net/ipv6/conf/" + iface + "/proxy_ndp", value: "1"},
+			sysctl{path: "net/ipv6/conf/" + iface + "/disable_ipv6", value: "0"},
+		)
+	}
+	return list
 }
 
-// hostSysctls are written once at start.
-var hostSysctls = []sysctl{
-	{path: "net/ipv4/ip_forward", value: "1"},
+// hostSysctls are written once at start. With IPv6, the node must forward
+// IPv6 too: only net.ipv6.conf.all.forwarding makes the kernel forward
+// (the per-interface flag sets host/router behaviour). It also makes the
+// kernel ignore router advertisements on interfaces with accept_ra=1; an
+// uplink configured by SLAAC needs accept_ra=2, as on any IPv6 router.
+func hostSysctls(ipv6 bool) []sysctl {
+	list := []sysctl{{path: "net/ipv4/ip_forward", value: "1"}}
+	if ipv6 {
+		list = append(list, sysctl{path: "net/ipv6/conf/all/forwarding", value: "1"})
+	}
+	return list
 }
 
 // ensureSysctls applies each setting that differs from the kernel's value.

@@ -125,7 +125,7 @@ func TestEnsureSysctls(t *testing.T) {
 	write("net/ipv4/conf/cali1/forwarding", "0")
 	write("net/ipv4/conf/cali1/rp_filter", "2")
 
-	if err := c.ensureSysctls(endpointSysctls("cali1", c.rpFilter)); err != nil {
+	if err := c.ensureSysctls(endpointSysctls("cali1", c.rpFilter, false)); err != nil {
 		t.Fatalf("first apply: %v", err)
 	}
 	if got := c.Stats().SysctlWrites; got != 2 {
@@ -135,14 +135,14 @@ func TestEnsureSysctls(t *testing.T) {
 		t.Fatal("sysctls not written")
 	}
 	before := c.Stats()
-	if err := c.ensureSysctls(endpointSysctls("cali1", c.rpFilter)); err != nil {
+	if err := c.ensureSysctls(endpointSysctls("cali1", c.rpFilter, false)); err != nil {
 		t.Fatalf("second apply: %v", err)
 	}
 	if d := c.Stats().Sub(before); d.SysctlWrites != 0 || d.SysctlReads == 0 {
 		t.Fatalf("second apply: %+v, want reads and no writes", d)
 	}
 	// A required setting that is missing means the interface is gone.
-	err := c.ensureSysctls(endpointSysctls("cali2", c.rpFilter))
+	err := c.ensureSysctls(endpointSysctls("cali2", c.rpFilter, false))
 	if err == nil || !isNotExist(err) {
 		t.Fatalf("missing interface: err = %v, want not-exist", err)
 	}

@@ -13,23 +13,36 @@ import (
 )
 
 // Calico's VXLAN defaults, which dpd keeps so nodes of both interoperate.
+// IPv6 pools tunnel through a second device over the node's IPv6 address,
+// with the same VNI and port.
 const (
-	DefaultVXLANDevice = "vxlan.calico"
-	DefaultVXLANVNI    = 4096
-	DefaultVXLANPort   = 4789
-	DefaultVXLANMTU    = 1410
+	DefaultVXLANDevice   = "vxlan.calico"
+	DefaultVXLANDeviceV6 = "vxlan-v6.calico"
+	DefaultVXLANVNI      = 4096
+	DefaultVXLANPort     = 4789
+	DefaultVXLANMTU      = 1410
+	DefaultVXLANMTUV6    = 1390 // 20 bytes more of outer IPv6 header
 )
 
-// VXLANDevice is the local VXLAN device as the local node's VTEP describes
-// it.
+// VXLANDevice is a local VXLAN device as the local node's VTEP describes
+// it. Addr and ParentIP are of one family: IPv4 for vxlan.calico, IPv6 for
+// vxlan-v6.calico.
 type VXLANDevice struct {
 	Name     string
 	VNI      int
 	Port     int
 	MTU      int
 	MAC      net.HardwareAddr
-	Addr     netip.Addr // the tunnel address, assigned as /32
+	Addr     netip.Addr // the tunnel address, assigned as /32 (IPv6: /128)
 	ParentIP netip.Addr // the node's underlay address: source of the outer packets
+}
+
+// addrFamily is the netlink family of a.
+func addrFamily(a netip.Addr) int {
+	if a.Is4() {
+		return netlink.FAMILY_V4
+	}
+	return netlink.FAMILY_V6
 }
 
 // VXLANPeer is another node's VTEP: where its MAC lives on the underlay
@@ -49,8 +62,11 @@ func (c *Configurer) EnsureVXLAN(d VXLANDevice) (int, error) {
 	if err := validIfaceName(d.Name); err != nil {
 		return 0, err
 	}
-	if !d.ParentIP.Is4() || !d.Addr.Is4() || len(d.MAC) != 6 {
-		return 0, fmt.Errorf("vxlan %s: need an IPv4 parent address, an IPv4 tunnel address and a MAC", d.Name)
+	if !d.ParentIP.IsValid() || !d.Addr.IsValid() || d.ParentIP.Is4() != d.Addr.Is4() || len(d.MAC) != 6 {
+		return 0, fmt.Errorf("vxlan %s: need a parent address and a tunnel address of one family, and a MAC", d.Name)
+	}
+	if !d.Addr.Is4() && !c.ipv6 {
+		return 0, fmt.Errorf("vxlan %s: IPv6 is off on this node", d.Name)
 	}
 	parent := c.linkWithAddr(d.ParentIP)
 	want := &netlink.Vxlan{
@@ -119,7 +135,7 @@ func vxlanMatches(have, want *netlink.Vxlan) bool {
 // linkWithAddr is the ifindex of the interface holding addr, 0 if none: the
 // device the tunnel runs over.
 func (c *Configurer) linkWithAddr(addr netip.Addr) int {
-	addrs, err := c.h.AddrList(nil, netlink.FAMILY_V4)
+	addrs, err := c.h.AddrList(nil, addrFamily(addr))
 	if err != nil {
 		return 0
 	}
@@ -131,9 +147,11 @@ func (c *Configurer) linkWithAddr(addr netip.Addr) int {
 	return 0
 }
 
-// syncDeviceAddr makes addr/32 the device's only IPv4 address.
+// syncDeviceAddr makes addr/32 (IPv6: /128) the device's only address of
+// its family; an IPv6 device keeps its link-local address, which the
+// kernel owns.
 func (c *Configurer) syncDeviceAddr(l netlink.Link, addr netip.Addr) error {
-	have, err := c.h.AddrList(l, netlink.FAMILY_V4)
+	have, err := c.h.AddrList(l, addrFamily(addr))
 	if err != nil {
 		return fmt.Errorf("list %s addresses: %w", l.Attrs().Name, err)
 	}
@@ -141,8 +159,12 @@ func (c *Configurer) syncDeviceAddr(l netlink.Link, addr netip.Addr) error {
 	for i := range have {
 		a := &have[i]
 		ones, _ := a.Mask.Size()
-		if got, ok := netip.AddrFromSlice(a.IP); ok && got.Unmap() == addr && ones == 32 {
+		got, ok := netip.AddrFromSlice(a.IP)
+		if ok && got.Unmap() == addr && ones == addr.BitLen() {
 			found = true
+			continue
+		}
+		if ok && got.Is6() && got.IsLinkLocalUnicast() {
 			continue
 		}
 		if err := c.h.AddrDel(l, a); err != nil && !errors.Is(err, syscall.EADDRNOTAVAIL) {
@@ -152,7 +174,12 @@ func (c *Configurer) syncDeviceAddr(l netlink.Link, addr netip.Addr) error {
 	if found {
 		return nil
 	}
-	a := &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(addr, 32))}
+	a := &netlink.Addr{IPNet: ipNet(netip.PrefixFrom(addr, addr.BitLen()))}
+	if !addr.Is4() {
+		// Nothing else may hold a node's tunnel address: skip duplicate
+		// address detection, which would keep it tentative for a second.
+		a.Flags = unix.IFA_F_NODAD
+	}
 	if err := c.h.AddrReplace(l, a); err != nil {
 		return fmt.Errorf("add %s to %s: %w", addr, l.Attrs().Name, err)
 	}
@@ -224,7 +251,7 @@ func (c *Configurer) SyncVXLANPeers(ifindex int, peers []VXLANPeer) error {
 		c.stats.neighSet.Add(1)
 	}
 
-	neigh, err := c.neighboursOn(ifindex)
+	neigh, err := c.deviceNeighbours(ifindex)
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
@@ -248,7 +275,7 @@ func (c *Configurer) SyncVXLANPeers(ifindex int, peers []VXLANPeer) error {
 			continue
 		}
 		n := &netlink.Neigh{
-			LinkIndex: ifindex, Family: netlink.FAMILY_V4, State: netlink.NUD_PERMANENT,
+			LinkIndex: ifindex, Family: addrFamily(a), State: netlink.NUD_PERMANENT,
 			Type: unix.RTN_UNICAST, IP: a.AsSlice(), HardwareAddr: mac,
 		}
 		if err := c.h.NeighSet(n); err != nil {
@@ -267,7 +294,7 @@ func (c *Configurer) VXLANPeers(ifindex int) ([]VXLANPeer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list fdb: %w", noLink(err))
 	}
-	neigh, err := c.neighboursOn(ifindex)
+	neigh, err := c.deviceNeighbours(ifindex)
 	if err != nil {
 		return nil, err
 	}
@@ -295,9 +322,24 @@ func fdbEntry(ifindex int, p VXLANPeer) *netlink.Neigh {
 	}
 }
 
+// deviceNeighbours lists a VXLAN device's neighbours of both families
+// (IPv6 on a node with IPv6): whichever family the device tunnels, dpd's
+// entries of the other do not belong there.
+func (c *Configurer) deviceNeighbours(ifindex int) ([]netlink.Neigh, error) {
+	out, err := c.neighboursOn(netlink.FAMILY_V4, ifindex)
+	if err != nil || !c.ipv6 {
+		return out, err
+	}
+	v6, err := c.neighboursOn(netlink.FAMILY_V6, ifindex)
+	if err != nil {
+		return nil, err
+	}
+	return append(out, v6...), nil
+}
+
 func arpEntry(ifindex int, p VXLANPeer) *netlink.Neigh {
 	return &netlink.Neigh{
-		LinkIndex: ifindex, Family: netlink.FAMILY_V4, State: netlink.NUD_PERMANENT,
+		LinkIndex: ifindex, Family: addrFamily(p.TunnelIP), State: netlink.NUD_PERMANENT,
 		Type: unix.RTN_UNICAST, IP: p.TunnelIP.AsSlice(), HardwareAddr: p.MAC,
 	}
 }

@@ -682,6 +682,7 @@ type Endpoint struct {
 	Dirty bool `protobuf:"varint,14,opt,name=dirty,proto3" json:"dirty,omitempty"`
 	// Per-rule counters of both programs; GetEndpoint on linux only.
 	Counters      []*RuleCounter `protobuf:"bytes,15,rep,name=counters,proto3" json:"counters,omitempty"`
+	Ipv6Nets      []string       `protobuf:"bytes,16,rep,name=ipv6_nets,json=ipv6Nets,proto3" json:"ipv6_nets,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -817,6 +818,13 @@ func (x *Endpoint) GetDirty() bool {
 func (x *Endpoint) GetCounters() []*RuleCounter {
 	if x != nil {
 		return x.Counters
+	}
+	return nil
+}
+
+func (x *Endpoint) GetIpv6Nets() []string {
+	if x != nil {
+		return x.Ipv6Nets
 	}
 	return nil
 }
@@ -2703,7 +2711,7 @@ const file_dpd_v1_dataplane_proto_rawDesc = "" +
 	"\x15ListEndpointsResponse\x12.\n" +
 	"\tendpoints\x18\x01 \x03(\v2\x10.dpd.v1.EndpointR\tendpoints\"$\n" +
 	"\x12GetEndpointRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"\x91\x04\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\xae\x04\n" +
 	"\bEndpoint\x12)\n" +
 	"\x02id\x18\x01 \x01(\v2\x19.felix.WorkloadEndpointIDR\x02id\x12\x1c\n" +
 	"\tinterface\x18\x02 \x01(\tR\tinterface\x12\x16\n" +
@@ -2722,7 +2730,8 @@ const file_dpd_v1_dataplane_proto_rawDesc = "" +
 	"\aifindex\x18\f \x01(\x05R\aifindex\x12!\n" +
 	"\fkernel_ready\x18\r \x01(\bR\vkernelReady\x12\x14\n" +
 	"\x05dirty\x18\x0e \x01(\bR\x05dirty\x12/\n" +
-	"\bcounters\x18\x0f \x03(\v2\x13.dpd.v1.RuleCounterR\bcounters\"\x15\n" +
+	"\bcounters\x18\x0f \x03(\v2\x13.dpd.v1.RuleCounterR\bcounters\x12\x1b\n" +
+	"\tipv6_nets\x18\x10 \x03(\tR\bipv6Nets\"\x15\n" +
 	"\x13ListPoliciesRequest\"B\n" +
 	"\x14ListPoliciesResponse\x12*\n" +
 	"\bpolicies\x18\x01 \x03(\v2\x0e.dpd.v1.PolicyR\bpolicies\"\xff\x01\n" +

@@ -85,12 +85,17 @@ func serve(tcpList, udpList string) error {
 	if err != nil {
 		return err
 	}
+	// IPv4 always; IPv6 too where the namespace has it (an IPv4-only
+	// namespace refuses the IPv6 wildcard bind).
 	for _, p := range tcpPorts {
 		ln, err := net.Listen("tcp4", fmt.Sprintf(":%d", p))
 		if err != nil {
 			return fmt.Errorf("listen tcp %d: %w", p, err)
 		}
 		go acceptLoop(ln)
+		if ln6, err := net.Listen("tcp6", fmt.Sprintf("[::]:%d", p)); err == nil {
+			go acceptLoop(ln6)
+		}
 	}
 	for _, p := range udpPorts {
 		pc, err := net.ListenPacket("udp4", fmt.Sprintf(":%d", p))
@@ -98,6 +103,9 @@ func serve(tcpList, udpList string) error {
 			return fmt.Errorf("listen udp %d: %w", p, err)
 		}
 		go echoLoop(pc)
+		if pc6, err := net.ListenPacket("udp6", fmt.Sprintf("[::]:%d", p)); err == nil {
+			go echoLoop(pc6)
+		}
 	}
 	fmt.Println(helperReady)
 	_, _ = io.Copy(io.Discard, os.Stdin)
@@ -130,7 +138,7 @@ func echoLoop(pc net.PacketConn) {
 // passes but a SYN-ACK that is dropped still counts as a failure.
 func tcpProbe(addr string, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
-	c, err := net.DialTimeout("tcp4", addr, timeout)
+	c, err := net.DialTimeout("tcp", addr, timeout)
 	if err != nil {
 		return fmt.Errorf("dial %s: %w", addr, err)
 	}
@@ -150,7 +158,7 @@ func tcpProbe(addr string, timeout time.Duration) error {
 // the reply direction passed too. A size pads the message to that many
 // bytes, so it leaves in fragments and its echo comes back in fragments.
 func udpProbe(addr string, timeout time.Duration, size int) error {
-	c, err := net.DialTimeout("udp4", addr, timeout)
+	c, err := net.DialTimeout("udp", addr, timeout)
 	if err != nil {
 		return fmt.Errorf("dial %s: %w", addr, err)
 	}
