@@ -31,7 +31,7 @@ func openLegacyClient(t *testing.T, sock string) *legacyClient {
 	t.Cleanup(func() { _ = conn.Close() })
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	cs, err := conn.NewStream(ctx, &felix.PolicySync_ServiceDesc.Streams[0], felix.PolicySync_Sync_FullMethodName)
+	cs, err := conn.NewStream(ctx, &felix.PolicySync_ServiceDesc.Streams[0], felix.PolicySync_Sync_FullMethodName, grpc.WaitForReady(true))
 	if err != nil {
 		t.Fatal(err)
 	}
