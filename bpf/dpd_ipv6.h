@@ -28,17 +28,6 @@
 #include "dpd_parse.h"
 #include "dpd_frag.h"
 
-/* dpd_tcp_flags maps the TCP header's flag byte (FIN 0x01, SYN 0x02, RST
- * 0x04, ACK 0x10) to DPD_ST_TCP_*, without a branch per flag: each would
- * give the verifier another state to carry through the rest. */
-static __always_inline __u32 dpd_tcp_flags(__u32 b)
-{
-	return ((b >> 1) & 1) |   /* SYN 0x02 -> DPD_ST_TCP_SYN (1 << 0) */
-	       ((b >> 3) & 2) |   /* ACK 0x10 -> DPD_ST_TCP_ACK (1 << 1) */
-	       ((b << 2) & 4) |   /* FIN 0x01 -> DPD_ST_TCP_FIN (1 << 2) */
-	       ((b << 1) & 8);    /* RST 0x04 -> DPD_ST_TCP_RST (1 << 3) */
-}
-
 /* dpd_parse_ipv6_fast parses the common IPv6 packet, TCP, UDP or ICMPv6
  * (not an error) right after the fixed header and in the linear part, with
  * direct packet access: the walk's helper calls and function call cost an
