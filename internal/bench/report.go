@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -285,6 +286,19 @@ func (r *Results) packetDetails(w writer) {
 	for _, rw := range rows {
 		key := fmt.Sprintf("%s/n=%d/", rw.kind, rw.n)
 		w("| %s | %d | %s | %s |\n", rw.kind, rw.n, ratio(p.NewFlow[key+"first"], p.PolicyTrivial), ratio(p.NewFlow[key+"last"], p.PolicyTrivial))
+	}
+	if v6 := p.IPv6; v6 != nil {
+		w("\n**P4, IPv6** entry program (× trivial %.0f ns): conntrack hit %s, reply %s, new flow to a deny policy %s. Policy program, new flow (× noop %.0f ns):",
+			v6.EntryTrivial, ratio(v6.Established, v6.EntryTrivial), ratio(v6.Reply, v6.EntryTrivial), ratio(v6.EntryDeny, v6.EntryTrivial), v6.PolicyTrivial)
+		keys := slices.Sorted(maps.Keys(v6.NewFlow))
+		for i, k := range keys {
+			sep := ","
+			if i == len(keys)-1 {
+				sep = "."
+			}
+			w(" %s %s%s", k, ratio(v6.NewFlow[k], v6.PolicyTrivial), sep)
+		}
+		w("\n")
 	}
 	w("\nRules deny, the last allows. `tcp-ports`: rule *i* matches TCP to port 10000+*i*; `cidr32`: one /32 source " +
 		"each; `ipsets`: source in set *i*, one set per rule; `ipset-shared`: ports, and every rule also needs the source in one common set. " +
