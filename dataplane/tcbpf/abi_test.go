@@ -36,7 +36,7 @@ func TestBTFLayout(t *testing.T) {
 			"nat_svc": abi.StateNATSvc, "dst_route": abi.StateDstRoute,
 		}},
 		{"dpd_ipset_key", abi.IPSetKeySize, map[string]uint32{
-			"prefixlen": abi.IPSetKeyPrefixLen, "set_id": abi.IPSetKeySetID, "proto": abi.IPSetKeyProto,
+			"prefixlen": abi.IPSetKeyPrefixLen, "set_id": abi.IPSetKeySetID, "proto": abi.IPSetKeyProto, "family": abi.IPSetKeyFamily,
 			"port": abi.IPSetKeyPort, "addr": abi.IPSetKeyAddr,
 		}},
 		{"dpd_ct_key", abi.CTKeySize, map[string]uint32{

@@ -22,17 +22,18 @@ import (
 // holds is not mirrored: it is what the refs say, but for the prefixes in
 // unsure.
 
-// idxPfx is an index entry: prefix bits and address as in dpd_ipsets keys
-// (families are not told apart there either).
+// idxPfx is an index entry: family, prefix bits and address as in
+// dpd_ipsets keys.
 type idxPfx struct {
-	addr [16]byte
-	bits uint8
+	addr   [16]byte
+	bits   uint8
+	family uint8
 }
 
 type idxVal [abi.IPSetIdxWords]uint64
 
 func (p idxPfx) truncate(l uint8) idxPfx {
-	out := idxPfx{bits: l}
+	out := idxPfx{bits: l, family: p.family}
 	copy(out.addr[:l/8], p.addr[:l/8])
 	if rem := l % 8; rem > 0 {
 		out.addr[l/8] = p.addr[l/8] & byte(0xff<<(8-rem))
@@ -54,11 +55,15 @@ type idxKey [abi.IPSetIdxKeySize]byte
 func (p idxPfx) key() idxKey {
 	var k idxKey
 	binary.NativeEndian.PutUint32(k[abi.IPSetIdxKeyPrefixLen:], uint32(abi.IPSetIdxKeyFixedBits)+uint32(p.bits))
+	k[abi.IPSetIdxKeyFamily] = p.family
 	copy(k[abi.IPSetIdxKeyAddr:], p.addr[:])
 	return k
 }
 
 func comparePfx(a, b idxPfx) int {
+	if a.family != b.family {
+		return cmp.Compare(a.family, b.family)
+	}
 	if c := compareAddr(&a.addr, &b.addr); c != 0 {
 		return c
 	}
@@ -103,8 +108,16 @@ func (d *Datapath) openIPSetIndexLocked() error {
 	}
 	opts := ebpf.MapOptions{PinPath: d.opts.PinDir}
 	m, err := ebpf.NewMapWithOptions(spec, opts)
+	if err == nil {
+		var old bool
+		if old, err = familyLess(m, abi.IPSetIdxKeyFamily); old {
+			_ = m.Close()
+			err = ebpf.ErrMapIncompatible // a layout without families
+		}
+	}
 	if errors.Is(err, ebpf.ErrMapIncompatible) {
-		// Another size: the index is derived data, so start afresh.
+		// Another size or layout: the index is derived data, so start
+		// afresh (programs still using the old map keep it).
 		if err := os.Remove(filepath.Join(d.opts.PinDir, abi.MapIPSetIdx)); err != nil {
 			return fmt.Errorf("replace %s: %w", abi.MapIPSetIdx, err)
 		}
@@ -136,7 +149,7 @@ func (x *ipsetIndex) reconcile() error {
 	seen := make([]bool, len(x.refs))
 	var upd, del []idxPfx
 	err := readAll(x.m, func(k idxKey, v idxVal) {
-		p := idxPfx{bits: uint8(binary.NativeEndian.Uint32(k[:]) - abi.IPSetIdxKeyFixedBits)}
+		p := idxPfx{bits: uint8(binary.NativeEndian.Uint32(k[:]) - abi.IPSetIdxKeyFixedBits), family: k[abi.IPSetIdxKeyFamily]}
 		copy(p.addr[:], k[abi.IPSetIdxKeyAddr:])
 		i, ok := x.find(p)
 		switch {
@@ -178,7 +191,7 @@ func (x *ipsetIndex) change(id uint32, ms []member, add bool) {
 	}
 	for _, m := range ms {
 		if m.proto == 0 && m.port == 0 {
-			x.ops = append(x.ops, idxOp{ref: idxRef{pfx: idxPfx{addr: m.addr, bits: m.bits}, slot: uint16(id)}, add: add})
+			x.ops = append(x.ops, idxOp{ref: idxRef{pfx: idxPfx{addr: m.addr, bits: m.bits, family: m.family}, slot: uint16(id)}, add: add})
 		}
 	}
 }
@@ -209,7 +222,7 @@ func (x *ipsetIndex) value(p idxPfx) idxVal {
 func (x *ipsetIndex) inside(p idxPfx, out []idxPfx) []idxPfx {
 	hi := p.last()
 	i, _ := x.find(p)
-	for ; i < len(x.refs) && compareAddr(&x.refs[i].pfx.addr, &hi) <= 0; i++ {
+	for ; i < len(x.refs) && x.refs[i].pfx.family == p.family && compareAddr(&x.refs[i].pfx.addr, &hi) <= 0; i++ {
 		q := x.refs[i].pfx
 		if q.bits > p.bits && (len(out) == 0 || out[len(out)-1] != q) {
 			out = append(out, q)

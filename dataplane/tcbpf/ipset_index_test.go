@@ -16,6 +16,7 @@ func idxSlots(t *testing.T, d *Datapath, a netip.Addr) idxVal {
 	t.Helper()
 	k := make([]byte, abi.IPSetIdxKeySize)
 	binary.NativeEndian.PutUint32(k, uint32(abi.IPSetIdxKeyFixedBits+a.BitLen()))
+	k[abi.IPSetIdxKeyFamily] = addrFamily(a)
 	copy(k[abi.IPSetIdxKeyAddr:], a.AsSlice())
 	var v idxVal
 	if err := d.IPSetIndex().Lookup(k, &v); err != nil {
@@ -32,9 +33,10 @@ func TestIPSetIndex(t *testing.T) {
 	d := openTest(t, Options{PinDir: pinDir})
 	rng := rand.New(rand.NewPCG(1, 2))
 	pool := []string{"10.0.0.0/8", "10.1.0.0/16", "10.1.2.0/24", "10.1.2.3/32", "10.1.2.4/32", "10.9.9.9/32",
-		"192.168.0.0/16", "192.168.1.1/32", "0.0.0.0/0", "fd00::/16", "fd00::1/128", "fd00::2/128"}
+		"192.168.0.0/16", "192.168.1.1/32", "0.0.0.0/0", "fd00::/16", "fd00::1/128", "fd00::2/128",
+		"a01:203::/32", "a00::/8", "::/0"} // IPv6 prefixes whose bytes start like 10.1.2.3 and 10/8
 	addrs := []string{"10.1.2.3", "10.1.2.4", "10.1.2.5", "10.9.9.9", "10.200.0.1", "192.168.1.1", "8.8.8.8",
-		"fd00::1", "fd00::2", "fd01::1"}
+		"fd00::1", "fd00::2", "fd01::1", "a01:203::1", "a01:204::"}
 	names := []string{"s:a", "s:b", "s:c", "s:d", "s:e"}
 	check := func(step string) {
 		t.Helper()

@@ -26,6 +26,8 @@ var propPool = []model.IPSetMember{
 	pm("10.0.0.0/8"), pm("10.1.0.0/16"), pm("10.1.2.0/24"), pm("10.1.2.3/32"), pm("10.1.2.4/32"),
 	pm("10.9.9.9/32"), pm("192.168.0.0/16"), pm("192.168.1.1/32"), pm("0.0.0.0/0"), pm("10.1.2.3/16"),
 	pm("fd00::/16"), pm("fd00::1/128"), pm("fd00::2/128"), pm("::ffff:10.1.2.3/128"),
+	pm("a01:203::/32"), pm("a00::/8"), pm("::/0"), // bytes like 10.1.2.3/32, 10/8 and 0/0
+	{Prefix: netip.MustParsePrefix("a01:203::/32"), Proto: 6, Port: 80},
 	{Prefix: netip.MustParsePrefix("10.1.2.3/32"), Proto: 6, Port: 80},
 	{Prefix: netip.MustParsePrefix("10.1.2.3/32"), Proto: 17, Port: 53},
 	{Prefix: netip.MustParsePrefix("fd00::1/128"), Proto: 6, Port: 443},
@@ -42,6 +44,10 @@ func refKey(id uint32, m model.IPSetMember) ipsetKey {
 	k := ipsetKey{Prefixlen: uint32(abi.IPSetKeyFixedBits + p.Bits()), SetId: id, Proto: m.Proto,
 		Port: binary.NativeEndian.Uint16(binary.BigEndian.AppendUint16(nil, m.Port))}
 	copy(k.Addr[:], p.Addr().AsSlice())
+	k.Family = 6
+	if p.Addr().Is4() {
+		k.Family = 4
+	}
 	return k
 }
 
@@ -160,8 +166,9 @@ func (r *propRun) check(step string, strict bool) {
 	want := map[ipsetKey]struct{}{}
 	wantIdx := map[idxKey]idxVal{}
 	type plain struct {
-		slot uint16
-		p    netip.Prefix
+		slot   uint16
+		family uint8
+		p      netip.Prefix
 	}
 	var plains []plain
 	for n, set := range r.model {
@@ -174,7 +181,7 @@ func (r *propRun) check(step string, strict bool) {
 			want[k] = struct{}{}
 			if k.Proto == 0 && k.Port == 0 && id <= abi.IPSetIdxSlots {
 				a := netip.AddrFrom16(k.Addr)
-				plains = append(plains, plain{uint16(id), netip.PrefixFrom(a, int(k.Prefixlen)-abi.IPSetKeyFixedBits)})
+				plains = append(plains, plain{uint16(id), k.Family, netip.PrefixFrom(a, int(k.Prefixlen)-abi.IPSetKeyFixedBits)})
 			}
 		}
 	}
@@ -196,15 +203,15 @@ func (r *propRun) check(step string, strict bool) {
 		return
 	}
 	// Every plain member is an entry, with the slots of every plain member
-	// containing it (families are not told apart, as in the map).
+	// of its family containing it.
 	for _, e := range plains {
 		var val idxVal
 		for _, o := range plains {
-			if o.p.Bits() <= e.p.Bits() && netip.PrefixFrom(e.p.Addr(), o.p.Bits()).Masked() == o.p {
+			if o.family == e.family && o.p.Bits() <= e.p.Bits() && netip.PrefixFrom(e.p.Addr(), o.p.Bits()).Masked() == o.p {
 				val[(o.slot-1)/64] |= 1 << ((o.slot - 1) % 64)
 			}
 		}
-		wantIdx[idxPfx{addr: e.p.Addr().As16(), bits: uint8(e.p.Bits())}.key()] = val
+		wantIdx[idxPfx{addr: e.p.Addr().As16(), bits: uint8(e.p.Bits()), family: e.family}.key()] = val
 	}
 	gotIdx := map[idxKey]idxVal{}
 	var ik idxKey

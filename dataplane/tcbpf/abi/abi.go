@@ -63,6 +63,7 @@ const (
 	IPSetKeyPrefixLen = 0
 	IPSetKeySetID     = 4
 	IPSetKeyProto     = 8
+	IPSetKeyFamily    = 9  // 4 or 6, fully matched: the families never mix
 	IPSetKeyPort      = 10 // network order
 	IPSetKeyAddr      = 12
 	IPSetKeySize      = 28
@@ -249,8 +250,7 @@ const (
 // dpd_ipsets). Only members without protocol and port are indexed. Covering
 // prefixes are folded into more specific entries, so the longest match
 // alone is the answer: one lookup per address instead of one per set. The
-// family byte of the key is always 0: like dpd_ipsets, whose answers the
-// index reproduces exactly, it does not tell the families apart.
+// key's family (4 or 6) is fully matched, as in dpd_ipsets.
 const (
 	MapIPSetIdx          = "dpd_ipset_idx"
 	IPSetIdxKeyPrefixLen = 0

@@ -178,6 +178,7 @@ func (h *harness) addMember(id uint32, pfx netip.Prefix, proto uint8, port uint1
 	binary.NativeEndian.PutUint32(key[abi.IPSetKeyPrefixLen:], uint32(abi.IPSetKeyFixedBits+bits))
 	binary.NativeEndian.PutUint32(key[abi.IPSetKeySetID:], id)
 	key[abi.IPSetKeyProto] = proto
+	key[abi.IPSetKeyFamily] = family(pfx.Addr())
 	binary.BigEndian.PutUint16(key[abi.IPSetKeyPort:], port)
 	copy(key[abi.IPSetKeyAddr:], pfx.Masked().Addr().AsSlice())
 	if err := h.maps.IPSets.Update(key, uint32(1), ebpf.UpdateAny); err != nil {
@@ -191,6 +192,14 @@ func (h *harness) addMember(id uint32, pfx netip.Prefix, proto uint8, port uint1
 	}
 }
 
+// family is the key family of a: 4 or 6.
+func family(a netip.Addr) uint8 {
+	if a.Is4() {
+		return 4
+	}
+	return 6
+}
+
 // rebuildIndex writes every dpd_ipset_idx entry: for each member prefix,
 // the slots of the sets with a member containing it.
 func (h *harness) rebuildIndex() {
@@ -200,13 +209,14 @@ func (h *harness) rebuildIndex() {
 			var val [abi.IPSetIdxWords]uint64
 			for id, qs := range h.members {
 				for _, q := range qs {
-					if q.Bits() <= e.Bits() && q.Contains(e.Addr()) {
+					if q.Addr().Is4() == e.Addr().Is4() && q.Bits() <= e.Bits() && q.Contains(e.Addr()) {
 						val[(id-1)/64] |= 1 << ((id - 1) % 64)
 					}
 				}
 			}
 			key := make([]byte, abi.IPSetIdxKeySize)
 			binary.NativeEndian.PutUint32(key[abi.IPSetIdxKeyPrefixLen:], uint32(abi.IPSetIdxKeyFixedBits+e.Bits()))
+			key[abi.IPSetIdxKeyFamily] = family(e.Addr())
 			copy(key[abi.IPSetIdxKeyAddr:], e.Addr().AsSlice())
 			if err := h.maps.IPSetIdx.Update(key, val, ebpf.UpdateAny); err != nil {
 				h.t.Fatalf("index %v: %v", e, err)

@@ -93,7 +93,8 @@ func slotBitmaps(s *stream, n needs) {
 		hit, done, plen := k.lbl+"_hit", k.lbl+"_done", k.lbl+"_plen"
 		s.emit(
 			ldState(asm.R1, abi.StateFamily, asm.Byte),
-			asm.StoreImm(asm.RFP, key+abi.IPSetIdxKeyFamily, 0, asm.Word), // family (always 0) + pad
+			asm.StoreImm(asm.RFP, key+abi.IPSetIdxKeyFamily, 0, asm.Word), // pad
+			asm.StoreMem(asm.RFP, key+abi.IPSetIdxKeyFamily, asm.R1, asm.Byte),
 			asm.Mov.Imm(asm.R2, abi.IPSetIdxKeyFixedBits+32),
 			asm.JNE.Imm(asm.R1, 6, plen),
 			asm.Mov.Imm(asm.R2, abi.IPSetIdxKeyFixedBits+128),
