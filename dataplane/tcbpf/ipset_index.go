@@ -16,11 +16,11 @@ import (
 )
 
 // dpd_ipset_idx (see abi.MapIPSetIdx): every address prefix that is a member
-// (without protocol and port) of a set with a slot, mapped to the slots of
-// all sets with a member containing it. Userspace keeps one sorted ref per
-// (prefix, slot) and rewrites the entries a change affects; what the map
-// holds is not mirrored: it is what the refs say, but for the prefixes in
-// unsure.
+// (without protocol and port) of a set, mapped to the id of its
+// combination: the sets with a member containing it (ipset_combos.go).
+// Userspace keeps one sorted ref per (prefix, set) and rewrites the entries
+// a change affects; what the map holds is not mirrored: it is what the refs
+// say, but for the prefixes in unsure.
 
 // idxPfx is an index entry: family, prefix bits and address as in
 // dpd_ipsets keys.
@@ -30,7 +30,8 @@ type idxPfx struct {
 	family uint8
 }
 
-type idxVal [abi.IPSetIdxWords]uint64
+// idxVal is an entry's value: a combination id.
+type idxVal = uint32
 
 func (p idxPfx) truncate(l uint8) idxPfx {
 	out := idxPfx{bits: l, family: p.family}
@@ -70,17 +71,17 @@ func comparePfx(a, b idxPfx) int {
 	return cmp.Compare(a.bits, b.bits)
 }
 
-// idxRef says that the set in slot has prefix pfx as a member.
+// idxRef says that the set with id set has prefix pfx as a member.
 type idxRef struct {
-	pfx  idxPfx
-	slot uint16
+	pfx idxPfx
+	set uint32
 }
 
 func compareRef(a, b idxRef) int {
 	if c := comparePfx(a.pfx, b.pfx); c != 0 {
 		return c
 	}
-	return cmp.Compare(a.slot, b.slot)
+	return cmp.Compare(a.set, b.set)
 }
 
 // idxOp is a ref added or removed since the last flush.
@@ -96,6 +97,7 @@ type ipsetIndex struct {
 	lens   [129]int32          // refs per prefix length
 	ops    []idxOp             // changes since the last flush, in order
 	unsure map[idxPfx]struct{} // entries a failed flush may have left wrong
+	combos comboTable          // the combinations the entries map to, and who watches them
 }
 
 // openIPSetIndexLocked opens (or creates) the pinned index and rebuilds
@@ -103,7 +105,7 @@ type ipsetIndex struct {
 func (d *Datapath) openIPSetIndexLocked() error {
 	spec := &ebpf.MapSpec{
 		Name: abi.MapIPSetIdx, Type: ebpf.LPMTrie, KeySize: abi.IPSetIdxKeySize,
-		ValueSize: 8 * abi.IPSetIdxWords, MaxEntries: uint32(d.sizes.IPSets),
+		ValueSize: 4, MaxEntries: uint32(d.sizes.IPSets),
 		Flags: unix.BPF_F_NO_PREALLOC, Pinning: ebpf.PinByName,
 	}
 	opts := ebpf.MapOptions{PinPath: d.opts.PinDir}
@@ -129,7 +131,7 @@ func (d *Datapath) openIPSetIndexLocked() error {
 	if d.setIdx != nil {
 		_ = d.setIdx.m.Close()
 	}
-	x := &ipsetIndex{m: m}
+	x := &ipsetIndex{m: m, combos: newComboTable()}
 	d.setIdx = x
 	for _, s := range d.sets {
 		x.change(s.id, s.members, true)
@@ -144,32 +146,42 @@ func (d *Datapath) openIPSetIndexLocked() error {
 }
 
 // reconcile makes the map hold exactly what the refs say: after a restart
-// it holds the previous run's entries, some of them stale.
+// it holds the previous run's entries, some of them stale. Combinations
+// keep the ids the map gives them where it can, so the set maps of the
+// previous run's programs, still attached, stay right.
 func (x *ipsetIndex) reconcile() error {
-	seen := make([]bool, len(x.refs))
-	var upd, del []idxPfx
+	had := map[idxPfx]idxVal{}
 	err := readAll(x.m, func(k idxKey, v idxVal) {
 		p := idxPfx{bits: uint8(binary.NativeEndian.Uint32(k[:]) - abi.IPSetIdxKeyFixedBits), family: k[abi.IPSetIdxKeyFamily]}
 		copy(p.addr[:], k[abi.IPSetIdxKeyAddr:])
-		i, ok := x.find(p)
-		switch {
-		case !ok:
-			del = append(del, p)
-		case x.value(p) != v:
-			upd = append(upd, p)
-			fallthrough
-		default:
-			seen[i] = true
-		}
+		had[p] = v
 	})
 	if err != nil {
 		return fmt.Errorf("read %s: %w", abi.MapIPSetIdx, err)
 	}
+	var pfxs []idxPfx
 	for i, r := range x.refs {
-		if !seen[i] && (i == 0 || x.refs[i-1].pfx != r.pfx) {
-			upd = append(upd, r.pfx)
+		if i == 0 || x.refs[i-1].pfx != r.pfx {
+			pfxs = append(pfxs, r.pfx)
 		}
 	}
+	for _, p := range pfxs {
+		if id, ok := had[p]; ok {
+			x.combos.claim(id, x.value(p))
+		}
+	}
+	var upd, del []idxPfx
+	for _, p := range pfxs {
+		id := x.combos.ref(x.value(p))
+		if v, ok := had[p]; !ok || v != id {
+			upd = append(upd, p)
+		}
+		delete(had, p)
+	}
+	for p := range had {
+		del = append(del, p)
+	}
+	x.combos.fresh = nil // no one watches yet
 	return x.write(upd, del)
 }
 
@@ -184,14 +196,14 @@ func (d *Datapath) IPSetIndex() *ebpf.Map {
 }
 
 // change records that members ms of set id were added or removed. Members
-// with a protocol or port and sets without a slot are not indexed.
+// with a protocol or port are not indexed.
 func (x *ipsetIndex) change(id uint32, ms []member, add bool) {
-	if x == nil || id < 1 || id > abi.IPSetIdxSlots {
+	if x == nil {
 		return
 	}
 	for _, m := range ms {
 		if m.proto == 0 && m.port == 0 {
-			x.ops = append(x.ops, idxOp{ref: idxRef{pfx: idxPfx{addr: m.addr, bits: m.bits, family: m.family}, slot: uint16(id)}, add: add})
+			x.ops = append(x.ops, idxOp{ref: idxRef{pfx: idxPfx{addr: m.addr, bits: m.bits, family: m.family}, set: id}, add: add})
 		}
 	}
 }
@@ -202,20 +214,21 @@ func (x *ipsetIndex) find(p idxPfx) (int, bool) {
 	return i, i < len(x.refs) && x.refs[i].pfx == p
 }
 
-// value is entry p's bitmap: the slots of every member containing p.
-func (x *ipsetIndex) value(p idxPfx) idxVal {
-	var v idxVal
+// value is entry p's combination: the sets of every member containing p,
+// sorted.
+func (x *ipsetIndex) value(p idxPfx) []uint32 {
+	var v []uint32
 	for l := range p.bits + 1 {
 		if x.lens[l] == 0 {
 			continue
 		}
 		q := p.truncate(l)
 		for i, _ := x.find(q); i < len(x.refs) && x.refs[i].pfx == q; i++ {
-			s := x.refs[i].slot - 1
-			v[s/64] |= 1 << (s % 64)
+			v = append(v, x.refs[i].set)
 		}
 	}
-	return v
+	slices.Sort(v)
+	return slices.Compact(v)
 }
 
 // inside appends to out the distinct prefixes of refs strictly inside p.

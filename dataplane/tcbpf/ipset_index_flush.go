@@ -13,9 +13,10 @@ import (
 
 // flush rewrites the entries the changes since the last flush affect: the
 // changed prefixes, every entry inside one of them, and the unsure ones.
-// Their values before and after the change are computed from the refs,
-// and only entries whose value differs are written; new and updated
-// entries before stale ones are deleted, so a lookup never misses a set
+// Their combinations before and after the change are computed from the
+// refs, and only entries whose combination differs are written; new
+// combinations are announced before, and new and updated entries are
+// written before stale ones are deleted, so a lookup never misses a set
 // that keeps the address. Memory and time beyond the linear merge of the
 // refs are bounded by the affected entries.
 func (x *ipsetIndex) flush() error {
@@ -48,7 +49,8 @@ func (x *ipsetIndex) flush() error {
 	had := make([]bool, len(aff))
 	for i, p := range aff {
 		if _, ok := x.find(p); ok {
-			had[i], before[i] = true, x.value(p)
+			had[i] = true
+			before[i], _ = x.combos.id(x.value(p))
 		}
 	}
 	x.merge(ins, del)
@@ -56,14 +58,34 @@ func (x *ipsetIndex) flush() error {
 	for i, p := range aff {
 		_, unsure := x.unsure[p]
 		if _, ok := x.find(p); ok {
-			if !had[i] || unsure || x.value(p) != before[i] {
+			after := x.combos.ref(x.value(p))
+			if had[i] {
+				x.combos.unref(before[i])
+			}
+			if !had[i] || unsure || after != before[i] {
 				upd = append(upd, p)
 			}
-		} else if had[i] || unsure {
-			gone = append(gone, p)
+		} else {
+			if had[i] {
+				x.combos.unref(before[i])
+			}
+			if had[i] || unsure {
+				gone = append(gone, p)
+			}
 		}
 	}
-	return x.write(upd, gone)
+	if err := x.combos.announce(); err != nil {
+		x.markUnsure(upd)
+		x.markUnsure(gone)
+		return err
+	}
+	if err := x.write(upd, gone); err != nil {
+		return err
+	}
+	if len(x.unsure) > 0 {
+		return nil
+	}
+	return x.combos.release()
 }
 
 // longest is the longest prefix length among the refs.
@@ -134,7 +156,8 @@ func (x *ipsetIndex) write(upd, gone []idxPfx) error {
 	for len(upd) > 0 {
 		chunk := upd[:min(len(upd), keyChunk)]
 		for i, p := range chunk {
-			keys[i], vals[i] = p.key(), x.value(p)
+			keys[i] = p.key()
+			vals[i], _ = x.combos.id(x.value(p))
 		}
 		n, err := x.update(keys[:len(chunk)], vals[:len(chunk)])
 		for _, p := range chunk[:n] {

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -164,9 +165,9 @@ func (r *propRun) adopt() {
 func (r *propRun) check(step string, strict bool) {
 	r.t.Helper()
 	want := map[ipsetKey]struct{}{}
-	wantIdx := map[idxKey]idxVal{}
+	wantIdx := map[idxKey]string{}
 	type plain struct {
-		slot   uint16
+		set    uint32
 		family uint8
 		p      netip.Prefix
 	}
@@ -179,9 +180,9 @@ func (r *propRun) check(step string, strict bool) {
 		for k := range set {
 			k.SetId = id
 			want[k] = struct{}{}
-			if k.Proto == 0 && k.Port == 0 && id <= abi.IPSetIdxSlots {
+			if k.Proto == 0 && k.Port == 0 {
 				a := netip.AddrFrom16(k.Addr)
-				plains = append(plains, plain{uint16(id), k.Family, netip.PrefixFrom(a, int(k.Prefixlen)-abi.IPSetKeyFixedBits)})
+				plains = append(plains, plain{id, k.Family, netip.PrefixFrom(a, int(k.Prefixlen)-abi.IPSetKeyFixedBits)})
 			}
 		}
 	}
@@ -202,23 +203,28 @@ func (r *propRun) check(step string, strict bool) {
 	if !strict && len(r.d.setIdx.unsure) > 0 {
 		return
 	}
-	// Every plain member is an entry, with the slots of every plain member
-	// of its family containing it.
+	// Every plain member is an entry, with the combination of the sets of
+	// every plain member of its family containing it.
 	for _, e := range plains {
-		var val idxVal
+		var val []uint32
 		for _, o := range plains {
 			if o.family == e.family && o.p.Bits() <= e.p.Bits() && netip.PrefixFrom(e.p.Addr(), o.p.Bits()).Masked() == o.p {
-				val[(o.slot-1)/64] |= 1 << ((o.slot - 1) % 64)
+				val = append(val, o.set)
 			}
 		}
-		wantIdx[idxPfx{addr: e.p.Addr().As16(), bits: uint8(e.p.Bits()), family: e.family}.key()] = val
+		slices.Sort(val)
+		wantIdx[idxPfx{addr: e.p.Addr().As16(), bits: uint8(e.p.Bits()), family: e.family}.key()] = fmt.Sprint(slices.Compact(val))
 	}
-	gotIdx := map[idxKey]idxVal{}
+	gotIdx := map[idxKey]string{}
 	var ik idxKey
 	var iv idxVal
 	iit := r.d.IPSetIndex().Iterate()
 	for iit.Next(&ik, &iv) {
-		gotIdx[ik] = iv
+		c := r.d.setIdx.combos.byID[iv]
+		if c == nil || c.refs == 0 {
+			r.t.Fatalf("%s: entry %x maps to combination %d, which is not in use", step, ik, iv)
+		}
+		gotIdx[ik] = fmt.Sprint(c.sets)
 	}
 	mustNil(r.t, iit.Err())
 	if !maps.Equal(gotIdx, wantIdx) {

@@ -245,12 +245,12 @@ const (
 // ---- Added by the policy-index work; mirrors the additions at the end of
 // dpd_abi.h. ----
 
-// dpd_ipset_idx: LPM_TRIE address -> the IP sets it is in, as a bitmap over
-// set slots (set id n has slot n-1; sets with larger ids are only in
-// dpd_ipsets). Only members without protocol and port are indexed. Covering
-// prefixes are folded into more specific entries, so the longest match
-// alone is the answer: one lookup per address instead of one per set. The
-// key's family (4 or 6) is fully matched, as in dpd_ipsets.
+// dpd_ipset_idx: LPM_TRIE address -> u32 id of its combination: the IP
+// sets holding it (0 is never used). Only members without protocol and port
+// are indexed. Covering prefixes are folded into more specific entries, so
+// the longest match alone is the answer; a policy maps the combination to
+// its rules in a map of its own (polprog). The key's family (4 or 6) is
+// fully matched, as in dpd_ipsets.
 const (
 	MapIPSetIdx          = "dpd_ipset_idx"
 	IPSetIdxKeyPrefixLen = 0
@@ -258,8 +258,6 @@ const (
 	IPSetIdxKeyAddr      = 8
 	IPSetIdxKeySize      = 24
 	IPSetIdxKeyFixedBits = 32 // family + pad
-	IPSetIdxWords        = 8  // u64 words of the value
-	IPSetIdxSlots        = 64 * IPSetIdxWords
 )
 
 // ---- Added by the fragments work; mirrors the additions at the end of

@@ -40,7 +40,7 @@ func (s *Spec) Adopt(m Maps, p *Pinned) (*Program, error) {
 			allowed[id] = true
 		}
 	}
-	own, err := s.adoptOwnMaps(p.progs, allowed)
+	own, err := s.adoptOwnMaps(p.progs, allowed, m.SetIndex)
 	if err != nil {
 		return nil, fmt.Errorf("adopt policy: %w", err)
 	}
@@ -81,8 +81,9 @@ func (s *Spec) Adopt(m Maps, p *Pinned) (*Program, error) {
 // adoptOwnMaps finds the per-program maps the pinned chunks use besides
 // the shared ones (allowed) and checks they hold exactly what Load would
 // fill them with for s; it returns them opened (nil when s has none). The
-// maps are frozen at load, so equal contents now mean equal for good.
-func (s *Spec) adoptOwnMaps(progs []*ebpf.Program, allowed map[ebpf.MapID]bool) (_ *progMaps, err error) {
+// maps are frozen at load, so equal contents now mean equal for good; the
+// set dimensions' map is brought up to date and watched through si.
+func (s *Spec) adoptOwnMaps(progs []*ebpf.Program, allowed map[ebpf.MapID]bool, si SetIndex) (_ *progMaps, err error) {
 	extra := map[ebpf.MapID]bool{}
 	for _, prog := range progs {
 		info, err := prog.Info()
@@ -128,16 +129,27 @@ func (s *Spec) adoptOwnMaps(progs []*ebpf.Program, allowed map[ebpf.MapID]bool) 
 			pm.clsHash = mm
 		case info.Name == mapBits && pm.bits == nil:
 			pm.bits = mm
+		case info.Name == mapPolSets && pm.sets == nil:
+			pm.sets = mm
 		default:
 			_ = mm.Close()
 			return nil, fmt.Errorf("pinned program uses unexpected map %q (%d)", info.Name, id)
 		}
 	}
-	if (pm.cls == nil) == s.index.trie || (pm.clsHash == nil) == s.index.hash || pm.bits == nil {
+	if (pm.cls == nil) == s.index.trie || (pm.clsHash == nil) == s.index.hash || (pm.bits == nil) == (len(s.index.classes) > 0) ||
+		(pm.sets == nil) == (len(s.index.sets) > 0) {
 		return nil, errors.New("pinned program's classification maps differ from the policy's")
 	}
 	if err := s.index.matchMaps(pm); err != nil {
 		return nil, err
+	}
+	if pm.sets != nil {
+		if int(pm.sets.ValueSize()) != 8*(s.index.words+1) || pm.sets.KeySize() != 4 {
+			return nil, fmt.Errorf("%s has another shape", mapPolSets)
+		}
+		if err := s.index.watchSets(pm, si, true); err != nil {
+			return nil, err
+		}
 	}
 	return pm, nil
 }
@@ -154,6 +166,9 @@ func (ix *specIndex) matchMaps(pm *progMaps) error {
 		if err := matchCls(pm.clsHash, mapClsHash, exact); err != nil {
 			return err
 		}
+	}
+	if pm.bits == nil {
+		return nil
 	}
 	if int(pm.bits.MaxEntries()) != len(ix.classes) || int(pm.bits.ValueSize()) != 8*(ix.words+1) {
 		return fmt.Errorf("%s has another shape", mapBits)

@@ -187,9 +187,8 @@ func (p *plan) prologue(s *stream, head bool, n needs) {
 		p.classify(s, "")
 	}
 	if n.walk && !lazy {
-		p.bitmapPtrs(s, "")
+		p.bitmapPtrs(s, "", head)
 	}
-	slotBitmaps(s, n)
 	if !n.srcKey && !n.dstKey {
 		return
 	}

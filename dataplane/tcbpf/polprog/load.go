@@ -70,7 +70,7 @@ func (s *Spec) Load(m Maps) (_ *Program, err error) {
 		mapState: m.State, mapJump: m.Jump, mapIPSets: m.IPSets, mapRuleCtrs: m.RuleCtrs, mapChain: m.Chain,
 		mapIPSetIdx: m.IPSetIdx,
 	}
-	if p.own, err = s.newProgMaps(); err != nil {
+	if p.own, err = s.newProgMaps(m.SetIndex); err != nil {
 		return nil, fmt.Errorf("load policy: %w", err)
 	}
 	p.own.byName(byName)

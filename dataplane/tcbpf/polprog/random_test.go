@@ -333,7 +333,7 @@ func differential(t *testing.T, wantChained bool, policies, packets int, newPol 
 	}
 	h.bulk = false
 	h.rebuildIndex()
-	mismatches, indexed, chained, hashed := 0, 0, 0, 0
+	mismatches, indexed, chained, hashed, bySets := 0, 0, 0, 0, 0
 	for i := range policies {
 		pol := newPol()
 		opts := diffConfigs[i%len(diffConfigs)]
@@ -349,6 +349,9 @@ func differential(t *testing.T, wantChained bool, policies, packets int, newPol 
 			indexed++
 			if spec.index.hash {
 				hashed++
+			}
+			if len(spec.index.sets) > 0 {
+				bySets++
 			}
 			if spec.NumChunks() > 1 {
 				chained++
@@ -380,9 +383,10 @@ func differential(t *testing.T, wantChained bool, policies, packets int, newPol 
 	if mismatches > 0 {
 		t.Errorf("%d mismatches", mismatches)
 	}
-	t.Logf("%d policies: %d indexed, %d of them chained, %d with exact-match dimensions", policies, indexed, chained, hashed)
-	if indexed == 0 || (chained == 0 && wantChained) {
-		t.Errorf("the indexed strategy was not exercised (with chunks)")
+	t.Logf("%d policies: %d indexed, %d of them chained, %d with exact-match dimensions, %d classified by sets",
+		policies, indexed, chained, hashed, bySets)
+	if indexed == 0 || (chained == 0 && wantChained) || bySets == 0 {
+		t.Errorf("the indexed strategy was not exercised (with chunks, by sets)")
 	}
 	if n := chainInUse(h.maps.Chain); n != 0 {
 		t.Errorf("%d chain indices still allocated after closing every program", n)

@@ -41,10 +41,6 @@ func (g *gen) anySet(names []string, kind keyKind, yes, no string) {
 func (g *gen) setTest(name string, kind keyKind, yes, no string) {
 	s := &g.s
 	f := fact{set: g.p.sets[name], kind: kind}
-	if g.p.indexedSet(f) {
-		g.slotTest(f.set, kind, yes, no)
-		return
-	}
 	slot, memo := g.p.memo[f]
 	g.needs.ipsets = true
 	key := stackSrcKey
