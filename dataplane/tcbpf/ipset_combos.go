@@ -45,6 +45,7 @@ type comboTable struct {
 	idle        map[uint32]bool
 	watches     map[int]*comboWatch
 	nextWatch   int
+	keyBuf      []byte // id's key
 	bySet       map[uint32]map[int]bool    // set -> watches of it
 	setCombos   map[uint32]map[uint32]bool // set -> combinations holding it
 }
@@ -55,13 +56,14 @@ func newComboTable() comboTable {
 		bySet: map[uint32]map[int]bool{}, setCombos: map[uint32]map[uint32]bool{}}
 }
 
-func comboKey(sets []uint32) string {
-	b := make([]byte, 0, 4*len(sets))
+func appendComboKey(b []byte, sets []uint32) []byte {
 	for _, s := range sets {
 		b = binary.LittleEndian.AppendUint32(b, s)
 	}
-	return string(b)
+	return b
 }
+
+func comboKey(sets []uint32) string { return string(appendComboKey(nil, sets)) }
 
 // add records combination sets under id.
 func (t *comboTable) add(id uint32, sets []uint32) {
@@ -82,10 +84,10 @@ func (t *comboTable) claim(id uint32, sets []uint32) {
 	if id == 0 || t.byID[id] != nil {
 		return
 	}
-	if _, ok := t.byKey[comboKey(sets)]; ok {
+	if _, ok := t.id(sets); ok {
 		return
 	}
-	t.add(id, sets)
+	t.add(id, slices.Clone(sets))
 	t.next = max(t.next, id+1)
 }
 
@@ -108,7 +110,8 @@ func (t *comboTable) alloc() uint32 {
 
 // id is the id of combination sets, if it exists.
 func (t *comboTable) id(sets []uint32) (uint32, bool) {
-	id, ok := t.byKey[comboKey(sets)]
+	t.keyBuf = appendComboKey(t.keyBuf[:0], sets)
+	id, ok := t.byKey[string(t.keyBuf)] // no allocation for the lookup
 	return id, ok
 }
 

@@ -71,17 +71,18 @@ func comparePfx(a, b idxPfx) int {
 	return cmp.Compare(a.bits, b.bits)
 }
 
-// idxRef says that the set with id set has prefix pfx as a member.
+// idxRef says that the set with id set0+1 has prefix pfx as a member
+// (ids are 1 to ipsetIDsSize: 16 bits keep a ref at 20 bytes).
 type idxRef struct {
-	pfx idxPfx
-	set uint32
+	pfx  idxPfx
+	set0 uint16
 }
 
 func compareRef(a, b idxRef) int {
 	if c := comparePfx(a.pfx, b.pfx); c != 0 {
 		return c
 	}
-	return cmp.Compare(a.set, b.set)
+	return cmp.Compare(a.set0, b.set0)
 }
 
 // idxOp is a ref added or removed since the last flush.
@@ -98,6 +99,7 @@ type ipsetIndex struct {
 	ops    []idxOp             // changes since the last flush, in order
 	unsure map[idxPfx]struct{} // entries a failed flush may have left wrong
 	combos comboTable          // the combinations the entries map to, and who watches them
+	buf    []uint32            // value's result
 }
 
 // openIPSetIndexLocked opens (or creates) the pinned index and rebuilds
@@ -203,7 +205,7 @@ func (x *ipsetIndex) change(id uint32, ms []member, add bool) {
 	}
 	for _, m := range ms {
 		if m.proto == 0 && m.port == 0 {
-			x.ops = append(x.ops, idxOp{ref: idxRef{pfx: idxPfx{addr: m.addr, bits: m.bits, family: m.family}, set: id}, add: add})
+			x.ops = append(x.ops, idxOp{ref: idxRef{pfx: idxPfx{addr: m.addr, bits: m.bits, family: m.family}, set0: uint16(id - 1)}, add: add})
 		}
 	}
 }
@@ -215,16 +217,17 @@ func (x *ipsetIndex) find(p idxPfx) (int, bool) {
 }
 
 // value is entry p's combination: the sets of every member containing p,
-// sorted.
+// sorted. The slice is valid until the next call.
 func (x *ipsetIndex) value(p idxPfx) []uint32 {
-	var v []uint32
+	v := x.buf[:0]
+	defer func() { x.buf = v[:0] }()
 	for l := range p.bits + 1 {
 		if x.lens[l] == 0 {
 			continue
 		}
 		q := p.truncate(l)
 		for i, _ := x.find(q); i < len(x.refs) && x.refs[i].pfx == q; i++ {
-			v = append(v, x.refs[i].set)
+			v = append(v, uint32(x.refs[i].set0)+1)
 		}
 	}
 	slices.Sort(v)

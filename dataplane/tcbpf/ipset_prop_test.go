@@ -216,6 +216,7 @@ func (r *propRun) check(step string, strict bool) {
 		wantIdx[idxPfx{addr: e.p.Addr().As16(), bits: uint8(e.p.Bits()), family: e.family}.key()] = fmt.Sprint(slices.Compact(val))
 	}
 	gotIdx := map[idxKey]string{}
+	uses := map[idxVal]int{}
 	var ik idxKey
 	var iv idxVal
 	iit := r.d.IPSetIndex().Iterate()
@@ -225,6 +226,13 @@ func (r *propRun) check(step string, strict bool) {
 			r.t.Fatalf("%s: entry %x maps to combination %d, which is not in use", step, ik, iv)
 		}
 		gotIdx[ik] = fmt.Sprint(c.sets)
+		uses[iv]++
+	}
+	// Every combination is counted right, and none outlives its entries.
+	for id, c := range r.d.setIdx.combos.byID {
+		if c.refs != uses[id] {
+			r.t.Fatalf("%s: combination %d %v counts %d entries, the map has %d", step, id, c.sets, c.refs, uses[id])
+		}
 	}
 	mustNil(r.t, iit.Err())
 	if !maps.Equal(gotIdx, wantIdx) {
