@@ -45,7 +45,7 @@ type comboTable struct {
 	idle        map[uint32]bool
 	watches     map[int]*comboWatch
 	nextWatch   int
-	keyBuf      []byte // id's key
+	keyBuf      []byte                     // id's key
 	bySet       map[uint32]map[int]bool    // set -> watches of it
 	setCombos   map[uint32]map[uint32]bool // set -> combinations holding it
 }

@@ -219,6 +219,9 @@ func (r *Results) Figures() []Figure {
 		newFlow("P4", "new flow, last of 1,000 TCP port rules", "tcp-ports/n=1000/last", 10),
 		newFlow("P4", "new flow, last of 1,000 /32 CIDR rules", "cidr32/n=1000/last", 10),
 		newFlow("P4", "new flow, last of 100 IP-set rules", "ipsets/n=100/last", 30),
+		newFlow("P4", "new flow, last of 1,000 IP-set rules (one set each)", "ipsets/n=1000/last", 10),
+		newFlow("P4", "new flow, last of 10,000 IP-set rules (one set each)", "ipsets/n=10000/last", 10),
+		newFlow("P4", "new flow, last of 10,000 port rules sharing one IP set", "ipset-shared/n=10000/last", 10),
 		{ID: "P5", Name: "ingest through one stream vs raw gRPC", Value: 100 * ing, Unit: "%", Limit: 60, AtLeast: true, Measured: ingOK},
 		{ID: "P6", Name: "peak RSS of dpd after P3", Value: float64(r.Memory.PeakRSS) / (1 << 20), Unit: "MiB", Limit: 64, Measured: r.Memory.PeakRSS > 0},
 	}, r.trafficFigures()...)
