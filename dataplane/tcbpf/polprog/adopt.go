@@ -144,10 +144,10 @@ func (s *Spec) adoptOwnMaps(progs []*ebpf.Program, allowed map[ebpf.MapID]bool, 
 		return nil, err
 	}
 	if pm.sets != nil {
-		if int(pm.sets.ValueSize()) != 8*(s.index.words+1) || pm.sets.KeySize() != 4 {
-			return nil, fmt.Errorf("%s has another shape", mapPolSets)
+		if pm.setw, err = adoptSetWatch(pm.sets, s.index.words); err != nil {
+			return nil, err
 		}
-		if err := s.index.watchSets(pm, si, true); err != nil {
+		if pm.stop, err = pm.setw.watch(s.index, si, true); err != nil {
 			return nil, err
 		}
 	}

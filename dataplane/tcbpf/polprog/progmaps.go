@@ -25,8 +25,9 @@ type specIndex struct {
 // progMaps are maps a Program owns: created by Load, closed by Close.
 type progMaps struct {
 	cls, clsHash, bits *ebpf.Map
-	sets               *ebpf.Map // mapPolSets: written as combinations come and go
-	stop               func()    // ends the SetIndex watch that keeps sets current
+	sets               *ebpf.Map // mapPolSets, the slot of setw's hash
+	setw               *setWatch // keeps the hash current as combinations come and go
+	stop               func()    // ends the SetIndex watch
 }
 
 // all is every map pm has.
@@ -118,14 +119,11 @@ func (s *Spec) newProgMaps(si SetIndex) (_ *progMaps, err error) {
 		}
 	}
 	if len(ix.sets) > 0 {
-		pm.sets, err = ebpf.NewMap(&ebpf.MapSpec{
-			Name: mapPolSets, Type: ebpf.Hash, KeySize: 4, ValueSize: uint32(8 * (ix.words + 1)),
-			MaxEntries: maxCombos, Flags: unix.BPF_F_NO_PREALLOC,
-		})
-		if err != nil {
-			return nil, fmt.Errorf("create %s: %w", mapPolSets, err)
+		if pm.setw, err = newSetMaps(ix.words); err != nil {
+			return nil, err
 		}
-		if err := ix.watchSets(pm, si, false); err != nil {
+		pm.sets = pm.setw.outer
+		if pm.stop, err = pm.setw.watch(ix, si, false); err != nil {
 			return nil, err
 		}
 	}
@@ -159,6 +157,9 @@ func (pm *progMaps) close() {
 	}
 	if pm.stop != nil {
 		pm.stop()
+	}
+	if pm.setw != nil {
+		pm.setw.close()
 	}
 	for _, m := range pm.all() {
 		_ = m.Close()

@@ -34,18 +34,44 @@ type SetIndex interface {
 // mapIPSetIdx is the reference name of dpd_ipset_idx in the emitted code.
 const mapIPSetIdx = abi.MapIPSetIdx
 
-// mapPolSets is the per-program map of the set dimensions.
-const mapPolSets = "dpd_pol_sets" // HASH u32 combination<<1 | side -> bitmap words u64, then its first non-zero word
+// mapPolSets is the per-program map of the set dimensions: an
+// ARRAY_OF_MAPS whose slot 0 holds a HASH u32 combination<<1 | side ->
+// bitmap words u64, then its first non-zero word (polsets.go).
+const mapPolSets = "dpd_pol_sets"
 
-// maxCombos bounds dpd_pol_sets: no more combinations than index entries
-// can exist (the map allocates only what it holds).
-const maxCombos = 1 << 20
+// maxCombos bounds a program's set hash: no more combinations than
+// index entries can exist.
+const maxCombos = 1 << 24
 
 // Stack of the set dimensions' lookups, below the indexed strategy's.
 const (
 	stackIdxKey = -224 // struct dpd_route_key layout; addr 8-aligned
-	stackSetKey = -228 // u32 dpd_pol_sets key
+	stackSetKey = -228 // u32 key of the set hash
+	stackSetMap = -240 // the set hash (from dpd_pol_sets[0])
+	stackZero   = -244 // u32 0: dpd_pol_sets' key
 )
+
+// setMap loads the set hash into R1 (from the stack once setHash stored
+// it there).
+func setMap(s *stream) {
+	s.emit(asm.LoadMem(asm.R1, asm.RFP, stackSetMap, asm.DWord))
+}
+
+// setHash looks dpd_pol_sets[0] up and keeps the hash on the stack; it
+// fails closed when the slot is empty (it never is).
+func setHash(s *stream, pfx string) {
+	ok := pfx + "sethash"
+	s.emit(asm.StoreImm(asm.RFP, stackZero, 0, asm.Word), ldMap(asm.R1, mapPolSets))
+	s.emit(stackPtr(asm.R2, stackZero)...)
+	s.emit(
+		asm.FnMapLookupElem.Call(),
+		asm.JNE.Imm(asm.R0, 0, ok),
+		asm.Mov.Imm(asm.R0, abi.TCActShot),
+		asm.Return(),
+	)
+	s.label(ok)
+	s.emit(asm.StoreMem(asm.RFP, stackSetMap, asm.R0, asm.DWord))
+}
 
 // minSetFacts is how many rules must test an address set on one side
 // before the automatic strategy classifies that side: below it a set test
@@ -187,6 +213,7 @@ func classifySet(s *stream, d idxDim, pfx string) {
 	side := int32(d.sd.side)
 	lbl := func(n string) string { return fmt.Sprintf("%sset%s%d", pfx, n, d.slot) }
 	plen, miss, have := lbl("plen"), lbl("miss"), lbl("have")
+	setHash(s, lbl(""))
 	s.emit(
 		ldState(asm.R1, abi.StateFamily, asm.Byte),
 		asm.StoreImm(asm.RFP, key+abi.IPSetIdxKeyFamily, 0, asm.Word), // pad
@@ -212,8 +239,8 @@ func classifySet(s *stream, d idxDim, pfx string) {
 		asm.LSh.Imm(asm.R1, 1),
 		asm.Or.Imm(asm.R1, side),
 		asm.StoreMem(asm.RFP, stackSetKey, asm.R1, asm.Word),
-		ldMap(asm.R1, mapPolSets),
 	)
+	setMap(s)
 	s.emit(stackPtr(asm.R2, stackSetKey)...)
 	s.emit(
 		asm.FnMapLookupElem.Call(),
@@ -221,7 +248,8 @@ func classifySet(s *stream, d idxDim, pfx string) {
 		asm.JNE.Imm(asm.R0, 0, have),
 	)
 	s.label(miss) // none of the program's sets: the miss entry, always present
-	s.emit(asm.StoreImm(asm.RFP, stackSetKey, int64(side), asm.Word), ldMap(asm.R1, mapPolSets))
+	s.emit(asm.StoreImm(asm.RFP, stackSetKey, int64(side), asm.Word))
+	setMap(s)
 	s.emit(stackPtr(asm.R2, stackSetKey)...)
 	s.emit(
 		asm.FnMapLookupElem.Call(),

@@ -211,7 +211,7 @@ func TestSetDeltas(t *testing.T) {
 	var k uint32
 	var v []byte
 	entries := 0
-	it := prog.own.sets.Iterate()
+	it := prog.own.setw.inner().Iterate()
 	for it.Next(&k, &v) {
 		entries++
 		if id := k >> 1; id != 0 && !intersects(h.setIdx.combos[id], []uint32{600, 601, 602}) {
@@ -292,7 +292,7 @@ func TestSetAdopt(t *testing.T) {
 	expect("adopted", "10.7.0.3", retDeny)
 	var k uint32
 	var v []byte
-	it := adopted.own.sets.Iterate()
+	it := adopted.own.setw.inner().Iterate()
 	for it.Next(&k, &v) {
 		if id := k >> 1; id != 0 && h.setIdx.combos[id] == nil {
 			t.Errorf("entry of combination %d, which is gone", id)
@@ -305,5 +305,42 @@ func TestSetAdopt(t *testing.T) {
 	expect("after adoption", "10.7.0.4", retAllow)
 	if err := adopted.Unpin(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestSetHashGrows: a program whose sets form more combinations than its
+// first set hash holds gets a bigger one, through the same program.
+func TestSetHashGrows(t *testing.T) {
+	h := newHarness(t)
+	res := resolver{"s0": 600, "s1": 601}
+	h.addMember(601, netip.MustParsePrefix("10.6.0.1/32"), 0, 0)
+	p := model.DirectionPolicy{Tiers: []model.Tier{tier("t", deny, pol("p",
+		model.Rule{Action: model.ActionDeny, SrcIPSets: []string{"s1"}},
+		model.Rule{Action: model.ActionAllow, SrcIPSets: []string{"s0"}},
+	))}}
+	prog := h.load(&p, res, Options{})
+	head := prog.HeadID()
+	const n = 3 * setsInitial
+	addr := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 8, byte(i >> 8), byte(i)}) }
+	h.bulk = true
+	for i := range n { // {s0, other i}: a combination of its own each
+		h.addMember(600, netip.PrefixFrom(addr(i), 32), 0, 0)
+		h.addMember(uint32(700+i), netip.PrefixFrom(addr(i), 32), 0, 0)
+	}
+	h.bulk = false
+	h.rebuildIndex()
+	if got := prog.own.setw.inner().MaxEntries(); got < n {
+		t.Errorf("set hash holds %d entries, %d combinations need more", got, n)
+	}
+	if prog.HeadID() != head {
+		t.Error("the program was replaced")
+	}
+	for _, i := range []int{0, n / 2, n - 1} {
+		if ret, _ := h.run(prog, tcp(addr(i).String(), "10.9.9.9", 1, 2)); ret != retAllow {
+			t.Errorf("source in s0 and set %d: %d, want allow", 700+i, ret)
+		}
+	}
+	if ret, _ := h.run(prog, tcp("10.6.0.1", "10.9.9.9", 1, 2)); ret != retDeny {
+		t.Errorf("source in s1: %d, want deny", ret)
 	}
 }

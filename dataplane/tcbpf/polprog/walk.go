@@ -234,15 +234,18 @@ func (p *plan) bitmapPtrs(s *stream, pfx string, classified bool) {
 			continue
 		}
 		ok := fmt.Sprintf("%sdimptr%d", pfx, d.slot)
-		m := mapBits
 		if d.sd != nil {
-			m = mapPolSets
+			setHash(s, fmt.Sprintf("%sdim%d", pfx, d.slot))
 		}
 		s.emit(
 			ldState(asm.R1, abi.StatePolScratch+4*d.slot, asm.Word),
 			asm.StoreMem(asm.RFP, stackBitsKey, asm.R1, asm.Word),
-			ldMap(asm.R1, m),
 		)
+		if d.sd != nil {
+			setMap(s)
+		} else {
+			s.emit(ldMap(asm.R1, mapBits))
+		}
 		s.emit(stackPtr(asm.R2, stackBitsKey)...)
 		s.emit(
 			asm.FnMapLookupElem.Call(),
