@@ -40,7 +40,7 @@ func (s *Spec) Adopt(m Maps, p *Pinned) (*Program, error) {
 			allowed[id] = true
 		}
 	}
-	own, err := s.adoptOwnMaps(p.progs, allowed, m.SetIndex)
+	own, err := s.adoptOwnMaps(p.progs, allowed)
 	if err != nil {
 		return nil, fmt.Errorf("adopt policy: %w", err)
 	}
@@ -63,6 +63,14 @@ func (s *Spec) Adopt(m Maps, p *Pinned) (*Program, error) {
 			return nil, fmt.Errorf("adopt policy: reinstall chunk %d at %s[%d]: %w", i+1, mapChain, idx, err)
 		}
 	}
+	if own != nil && own.setw != nil {
+		// Rewrites the hash from the current combinations of the policy's
+		// sets; a pinned program of another policy was refused above.
+		if own.stop, err = own.setw.watch(s.index, m.SetIndex, true); err != nil {
+			own.close()
+			return nil, fmt.Errorf("adopt policy: %w", err)
+		}
+	}
 	rules := s.Rules()
 	if m.RuleCtrs != nil {
 		if err := createCounters(m.RuleCtrs, rules); err != nil {
@@ -82,8 +90,8 @@ func (s *Spec) Adopt(m Maps, p *Pinned) (*Program, error) {
 // the shared ones (allowed) and checks they hold exactly what Load would
 // fill them with for s; it returns them opened (nil when s has none). The
 // maps are frozen at load, so equal contents now mean equal for good; the
-// set dimensions' map is brought up to date and watched through si.
-func (s *Spec) adoptOwnMaps(progs []*ebpf.Program, allowed map[ebpf.MapID]bool, si SetIndex) (_ *progMaps, err error) {
+// set dimensions' hash is opened, to be watched once the program is.
+func (s *Spec) adoptOwnMaps(progs []*ebpf.Program, allowed map[ebpf.MapID]bool) (_ *progMaps, err error) {
 	extra := map[ebpf.MapID]bool{}
 	for _, prog := range progs {
 		info, err := prog.Info()
@@ -144,10 +152,8 @@ func (s *Spec) adoptOwnMaps(progs []*ebpf.Program, allowed map[ebpf.MapID]bool, 
 		return nil, err
 	}
 	if pm.sets != nil {
+		// Watched (and so rewritten) only once the chunks match.
 		if pm.setw, err = adoptSetWatch(pm.sets, s.index.words); err != nil {
-			return nil, err
-		}
-		if pm.stop, err = pm.setw.watch(s.index, si, true); err != nil {
 			return nil, err
 		}
 	}

@@ -261,6 +261,11 @@ func TestSetAdopt(t *testing.T) {
 		t.Fatal("not classified by sets")
 	}
 	prog, dir := loadPinned(t, h, spec)
+	pinnedHash, err := prog.own.setw.inner().Clone()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pinnedHash.Close()
 	prog.Abandon()
 	// Meanwhile: a new combination {s0, s2}, and {s2} alone goes.
 	h.addMember(602, netip.MustParsePrefix("10.7.0.1/32"), 0, 0)
@@ -270,6 +275,34 @@ func TestSetAdopt(t *testing.T) {
 	pinned, err := OpenPinned(dir, h.maps.Chain)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Another policy does not adopt it, and leaves its set hash alone.
+	entries := func() string {
+		var k uint32
+		var v []byte
+		out := map[uint32]string{}
+		it := pinnedHash.Iterate()
+		for it.Next(&k, &v) {
+			out[k] = fmt.Sprint(v)
+		}
+		if err := it.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprint(out)
+	}
+	was := entries()
+	other := p
+	other.Tiers = []model.Tier{tier("t", deny, pol("p", append(slices.Clone(p.Tiers[0].Policies[0].Rules),
+		model.Rule{Action: model.ActionDeny, SrcIPSets: []string{"s1"}})...))}
+	otherSpec, err := Compile(&other, model.Egress, res, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := otherSpec.Adopt(h.maps, pinned); err == nil {
+		t.Fatal("adopted the pinned program of another policy")
+	}
+	if entries() != was {
+		t.Error("a refused adoption rewrote the pinned program's set hash")
 	}
 	spec2, err := Compile(&p, model.Egress, res, Options{})
 	if err != nil {
