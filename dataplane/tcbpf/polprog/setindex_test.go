@@ -283,7 +283,7 @@ func TestSetAdopt(t *testing.T) {
 		out := map[uint32]string{}
 		it := pinnedHash.Iterate()
 		for it.Next(&k, &v) {
-			out[k] = fmt.Sprint(v)
+			out[k] = fmt.Sprintf("%x", v)
 		}
 		if err := it.Err(); err != nil {
 			t.Fatal(err)
