@@ -93,7 +93,8 @@ type idxOp struct {
 
 // ipsetIndex mirrors dpd_ipset_idx. Guarded by Datapath.mu.
 type ipsetIndex struct {
-	m      *ebpf.Map
+	m      *ebpf.Map           // the trie
+	h      *ebpf.Map           // full-length entries (ipset_index_exact.go)
 	refs   []idxRef            // sorted by compareRef; as of the last flush
 	lens   [129]int32          // refs per prefix length
 	ops    []idxOp             // changes since the last flush, in order
@@ -130,17 +131,22 @@ func (d *Datapath) openIPSetIndexLocked() error {
 	if err != nil {
 		return fmt.Errorf("open %s: %w", abi.MapIPSetIdx, err)
 	}
-	if d.setIdx != nil {
-		_ = d.setIdx.m.Close()
+	h, err := d.openIdxHash()
+	if err != nil {
+		_ = m.Close()
+		return err
 	}
-	x := &ipsetIndex{m: m, combos: newComboTable()}
+	if d.setIdx != nil {
+		_ = d.setIdx.close()
+	}
+	x := &ipsetIndex{m: m, h: h, combos: newComboTable()}
 	d.setIdx = x
 	for _, s := range d.sets {
 		x.change(s.id, s.members, true)
 	}
 	x.merge(x.netOps())
 	if err := x.reconcile(); err != nil {
-		_ = m.Close() // Open fails: nothing else closes it
+		_ = x.close() // Open fails: nothing else closes it
 		d.setIdx = nil
 		return err
 	}
@@ -152,14 +158,18 @@ func (d *Datapath) openIPSetIndexLocked() error {
 // keep the ids the map gives them where it can, so the set maps of the
 // previous run's programs, still attached, stay right.
 func (x *ipsetIndex) reconcile() error {
-	had := map[idxPfx]idxVal{}
-	err := readAll(x.m, func(k idxKey, v idxVal) {
-		p := idxPfx{bits: uint8(binary.NativeEndian.Uint32(k[:]) - abi.IPSetIdxKeyFixedBits), family: k[abi.IPSetIdxKeyFamily]}
-		copy(p.addr[:], k[abi.IPSetIdxKeyAddr:])
-		had[p] = v
-	})
-	if err != nil {
-		return fmt.Errorf("read %s: %w", abi.MapIPSetIdx, err)
+	// had is what a policy sees: the hash's entry, else the trie's.
+	had, inHash := map[idxPfx]idxVal{}, map[idxPfx]bool{}
+	for _, m := range []*ebpf.Map{x.m, x.h} {
+		err := readAll(m, func(k idxKey, v idxVal) {
+			p := idxPfx{bits: uint8(binary.NativeEndian.Uint32(k[:]) - abi.IPSetIdxKeyFixedBits), family: k[abi.IPSetIdxKeyFamily]}
+			copy(p.addr[:], k[abi.IPSetIdxKeyAddr:])
+			had[p] = v
+			inHash[p] = m == x.h
+		})
+		if err != nil {
+			return fmt.Errorf("read %s: %w", m, err)
+		}
 	}
 	var pfxs []idxPfx
 	for i, r := range x.refs {
@@ -175,7 +185,7 @@ func (x *ipsetIndex) reconcile() error {
 	var upd, del []idxPfx
 	for _, p := range pfxs {
 		id := x.combos.ref(x.value(p))
-		if v, ok := had[p]; !ok || v != id {
+		if v, ok := had[p]; !ok || v != id || (p.full() && !inHash[p]) {
 			upd = append(upd, p)
 		}
 		delete(had, p)

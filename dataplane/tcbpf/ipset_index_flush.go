@@ -151,6 +151,24 @@ func (x *ipsetIndex) merge(ins, del []idxRef) {
 // write stores the refs' values of upd and deletes gone. Entries it
 // cannot vouch for after an error become unsure, for the next flush.
 func (x *ipsetIndex) write(upd, gone []idxPfx) error {
+	var exact, rest []idxPfx
+	for _, p := range upd {
+		if p.full() {
+			exact = append(exact, p)
+		} else {
+			rest = append(rest, p)
+		}
+	}
+	spill, err := x.writeExact(exact)
+	if err != nil {
+		x.markUnsure(upd)
+		x.markUnsure(gone)
+		return err
+	}
+	for _, p := range exact {
+		delete(x.unsure, p) // spilled ones become unsure below if their write fails
+	}
+	upd = append(rest, spill...)
 	keys := make([]idxKey, min(len(upd), keyChunk))
 	vals := make([]idxVal, len(keys))
 	for len(upd) > 0 {
@@ -171,10 +189,17 @@ func (x *ipsetIndex) write(upd, gone []idxPfx) error {
 		upd = upd[len(chunk):]
 	}
 	for i, p := range gone {
+		// The trie copy first: until the hash entry goes it shadows it.
 		k := p.key()
 		if err := x.m.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			x.markUnsure(gone[i:])
 			return fmt.Errorf("delete from %s: %w", abi.MapIPSetIdx, err)
+		}
+		if p.full() {
+			if err := x.h.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				x.markUnsure(gone[i:])
+				return fmt.Errorf("delete from %s: %w", abi.MapIPSetIdxHash, err)
+			}
 		}
 		delete(x.unsure, p)
 	}
@@ -215,5 +240,5 @@ func (x *ipsetIndex) close() error {
 	if x == nil {
 		return nil
 	}
-	return x.m.Close()
+	return errors.Join(x.m.Close(), x.h.Close())
 }

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/dpd-dev/dpd/dataplane/model"
 	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
 )
@@ -21,8 +23,10 @@ func idxSets(t *testing.T, d *Datapath, a netip.Addr) []uint32 {
 	k[abi.IPSetIdxKeyFamily] = addrFamily(a)
 	copy(k[abi.IPSetIdxKeyAddr:], a.AsSlice())
 	var v idxVal
-	if err := d.IPSetIndex().Lookup(k, &v); err != nil {
-		return nil
+	if err := d.IPSetIndexHash().Lookup(k, &v); err != nil {
+		if err := d.IPSetIndex().Lookup(k, &v); err != nil {
+			return nil
+		}
 	}
 	c := d.setIdx.combos.byID[v]
 	if c == nil {
@@ -91,4 +95,52 @@ func TestIPSetIndex(t *testing.T) {
 	mustNil(t, d.Close())
 	d = openTest(t, Options{PinDir: pinDir})
 	check("reopened")
+}
+
+// TestIPSetIndexSpill: full-length entries beyond the hash's room go to
+// the trie, which answers for them; removal clears both maps, and a
+// reopen keeps the answers.
+func TestIPSetIndexSpill(t *testing.T) {
+	pinDir := testPinDir(t)
+	opts := Options{PinDir: pinDir, Sizes: MapSizes{Conntrack: 1024, IPSets: 8192, IfState: 64, RuleCounters: 256, Chain: 64}}
+	d := openTest(t, opts)
+	room := int(exactEntries(8192))
+	n := room + room/2
+	addr := func(i int) netip.Addr { return netip.AddrFrom4([4]byte{10, 5, byte(i >> 8), byte(i)}) }
+	var ms []model.IPSetMember
+	for i := range n {
+		ms = append(ms, model.IPSetMember{Prefix: netip.PrefixFrom(addr(i), 32)})
+	}
+	mustNil(t, d.ReplaceIPSet("s:a", model.IPSetIP, ms))
+	mustNil(t, d.ReplaceIPSet("s:b", model.IPSetNet, members("10.5.0.0/16")))
+	a, _ := d.SetID("s:a")
+	b, _ := d.SetID("s:b")
+	check := func(step string, want []uint32) {
+		t.Helper()
+		for _, i := range []int{0, room - 1, room, n - 1} {
+			if got := idxSets(t, d, addr(i)); !slices.Equal(got, want) {
+				t.Errorf("%s: %s in sets %v, want %v", step, addr(i), got, want)
+			}
+		}
+	}
+	both := []uint32{min(a, b), max(a, b)}
+	check("spilled", both)
+	mustNil(t, d.Close())
+	d = openTest(t, opts)
+	check("reopened", both)
+	mustNil(t, d.RemoveIPSet("s:a"))
+	check("s:a removed", []uint32{b})
+	var k idxKey
+	var v idxVal
+	left := 0
+	for _, m := range []*ebpf.Map{d.IPSetIndex(), d.IPSetIndexHash()} {
+		it := m.Iterate()
+		for it.Next(&k, &v) {
+			left++
+		}
+		mustNil(t, it.Err())
+	}
+	if left != 1 {
+		t.Errorf("%d index entries left, want the /16's", left)
+	}
 }

@@ -36,7 +36,7 @@ func TestPolicyOverManySets(t *testing.T) {
 	mustNil(t, err)
 	m := d.Maps()
 	prog, err := spec.Load(polprog.Maps{State: m.State, Jump: m.Jump, IPSets: m.IPSets, RuleCtrs: m.RuleCtrs,
-		Chain: m.Chain, IPSetIdx: d.IPSetIndex(), SetIndex: d})
+		Chain: m.Chain, IPSetIdx: d.IPSetIndex(), SetIndex: d, IPSetIdxHash: d.IPSetIndexHash()})
 	mustNil(t, err)
 	defer func() { _ = prog.Close() }()
 	d.mu.Lock()
@@ -100,21 +100,23 @@ func TestComboIDsSurviveRestart(t *testing.T) {
 	pinDir := testPinDir(t)
 	d := openTest(t, Options{PinDir: pinDir})
 	mustNil(t, d.ReplaceIPSet("s:a", model.IPSetNet, members("10.0.0.0/8", "10.1.0.0/16", "fd00::/16")))
-	mustNil(t, d.ReplaceIPSet("s:b", model.IPSetNet, members("10.1.2.0/24", "10.3.0.0/16")))
+	mustNil(t, d.ReplaceIPSet("s:b", model.IPSetNet, members("10.1.2.0/24", "10.3.0.0/16", "10.3.0.7/32")))
 	mustNil(t, d.ReplaceIPSet("s:c", model.IPSetNet, members("10.1.2.3/32")))
 	mustNil(t, d.RemoveIPSet("s:c")) // its combinations go
 	read := func(d *Datapath) map[idxKey]idxVal {
 		out := map[idxKey]idxVal{}
 		mustNil(t, readAll(d.IPSetIndex(), func(k idxKey, v idxVal) { out[k] = v }))
+		mustNil(t, readAll(d.IPSetIndexHash(), func(k idxKey, v idxVal) { out[k] = v }))
 		return out
 	}
 	before := read(d)
 	d.mu.Lock()
 	combos := len(d.setIdx.combos.byID)
 	d.mu.Unlock()
-	// 10/8 {a}, 10.1/16 {a}, fd00::/16 {a}, 10.1.2/24 {a,b}, 10.3/16 {a,b}: two combinations.
-	if len(before) != 5 || combos != 2 {
-		t.Fatalf("%d entries, %d combinations; want 5 and 2", len(before), combos)
+	// 10/8 {a}, 10.1/16 {a}, fd00::/16 {a}, 10.1.2/24 {a,b}, 10.3/16 {a,b},
+	// 10.3.0.7 {a,b} (in the hash): two combinations.
+	if len(before) != 6 || combos != 2 {
+		t.Fatalf("%d entries, %d combinations; want 6 and 2", len(before), combos)
 	}
 	mustNil(t, d.Close())
 	d = openTest(t, Options{PinDir: pinDir})

@@ -253,6 +253,7 @@ const (
 // fully matched, as in dpd_ipsets.
 const (
 	MapIPSetIdx          = "dpd_ipset_idx"
+	MapIPSetIdxHash      = "dpd_ipset_idxh" // HASH, the same keys: full-length entries, asked first
 	IPSetIdxKeyPrefixLen = 0
 	IPSetIdxKeyFamily    = 4
 	IPSetIdxKeyAddr      = 8

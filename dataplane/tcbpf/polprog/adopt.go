@@ -28,7 +28,7 @@ func (s *Spec) Adopt(m Maps, p *Pinned) (*Program, error) {
 		return nil, errors.New("adopt policy: chain map required for a split policy")
 	}
 	allowed := map[ebpf.MapID]bool{}
-	for _, mm := range []*ebpf.Map{m.State, m.Jump, m.IPSets, m.RuleCtrs, m.Chain, m.IPSetIdx} {
+	for _, mm := range []*ebpf.Map{m.State, m.Jump, m.IPSets, m.RuleCtrs, m.Chain, m.IPSetIdx, m.IPSetIdxHash} {
 		if mm == nil {
 			continue
 		}

@@ -120,7 +120,9 @@ func newHarness(t testing.TB) *harness {
 		IPSetIdx: mk(&ebpf.MapSpec{Name: abi.MapIPSetIdx, Type: ebpf.LPMTrie, KeySize: abi.IPSetIdxKeySize,
 			ValueSize: 4, MaxEntries: 65536, Flags: unix.BPF_F_NO_PREALLOC}),
 	}
-	h.setIdx = newTestSetIndex(t, h.maps.IPSetIdx)
+	h.maps.IPSetIdxHash = mk(&ebpf.MapSpec{Name: abi.MapIPSetIdxHash, Type: ebpf.Hash, KeySize: abi.IPSetIdxKeySize,
+		ValueSize: 4, MaxEntries: 65536, Flags: unix.BPF_F_NO_PREALLOC})
+	h.setIdx = newTestSetIndex(t, h.maps.IPSetIdx, h.maps.IPSetIdxHash)
 	h.maps.SetIndex = h.setIdx
 	h.members = map[uint32][]netip.Prefix{}
 	h.result = mk(&ebpf.MapSpec{Name: "pol_test_res", Type: ebpf.Array, KeySize: 4, ValueSize: uint32(unsafe.Sizeof(resultValue{})), MaxEntries: 1})

@@ -31,8 +31,11 @@ type SetIndex interface {
 	WatchCombos(sets []uint32, add func(id uint32, sets []uint32) error, remove func(id uint32) error) (stop func(), err error)
 }
 
-// mapIPSetIdx is the reference name of dpd_ipset_idx in the emitted code.
-const mapIPSetIdx = abi.MapIPSetIdx
+// Reference names of dpd_ipset_idx and dpd_ipset_idxh in the emitted code.
+const (
+	mapIPSetIdx     = abi.MapIPSetIdx
+	mapIPSetIdxHash = abi.MapIPSetIdxHash
+)
 
 // mapPolSets is the per-program map of the set dimensions: an
 // ARRAY_OF_MAPS whose slot 0 holds a HASH u32 combination<<1 | side ->
@@ -212,7 +215,7 @@ func classifySet(s *stream, d idxDim, pfx string) {
 	}
 	side := int32(d.sd.side)
 	lbl := func(n string) string { return fmt.Sprintf("%sset%s%d", pfx, n, d.slot) }
-	plen, miss, have := lbl("plen"), lbl("miss"), lbl("have")
+	plen, miss, have, found := lbl("plen"), lbl("miss"), lbl("have"), lbl("found")
 	setHash(s, lbl(""))
 	s.emit(
 		ldState(asm.R1, abi.StateFamily, asm.Byte),
@@ -229,12 +232,17 @@ func classifySet(s *stream, d idxDim, pfx string) {
 		asm.StoreMem(asm.RFP, key+abi.IPSetIdxKeyAddr, asm.R1, asm.DWord),
 		ldState(asm.R1, addr+8, asm.DWord),
 		asm.StoreMem(asm.RFP, key+abi.IPSetIdxKeyAddr+8, asm.R1, asm.DWord),
-		ldMap(asm.R1, mapIPSetIdx),
+		ldMap(asm.R1, mapIPSetIdxHash), // a full-length entry is the longest match
 	)
+	s.emit(stackPtr(asm.R2, int(key))...)
+	s.emit(asm.FnMapLookupElem.Call(), asm.JNE.Imm(asm.R0, 0, found), ldMap(asm.R1, mapIPSetIdx))
 	s.emit(stackPtr(asm.R2, int(key))...)
 	s.emit(
 		asm.FnMapLookupElem.Call(),
 		asm.JEq.Imm(asm.R0, 0, miss), // in no set
+	)
+	s.label(found)
+	s.emit(
 		asm.LoadMem(asm.R1, asm.R0, 0, asm.Word),
 		asm.LSh.Imm(asm.R1, 1),
 		asm.Or.Imm(asm.R1, side),

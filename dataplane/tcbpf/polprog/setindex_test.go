@@ -16,10 +16,11 @@ import (
 // testSetIndex is a SetIndex rebuilt from scratch on every change: a
 // reference independent of dataplane/tcbpf's incremental one. Every
 // member prefix of a set is an entry of dpd_ipset_idx holding the id of
-// the combination of sets with a member containing it.
+// the combination of sets with a member containing it; full-length ones
+// are in the hash.
 type testSetIndex struct {
 	t        testing.TB
-	m        *ebpf.Map
+	m, h     *ebpf.Map // the trie, the hash of full-length entries
 	comboOf  map[string]uint32
 	combos   map[uint32][]uint32
 	next     uint32
@@ -35,8 +36,8 @@ type testWatch struct {
 	remove func(uint32) error
 }
 
-func newTestSetIndex(t testing.TB, m *ebpf.Map) *testSetIndex {
-	return &testSetIndex{t: t, m: m, comboOf: map[string]uint32{}, combos: map[uint32][]uint32{}, next: 1,
+func newTestSetIndex(t testing.TB, m, h *ebpf.Map) *testSetIndex {
+	return &testSetIndex{t: t, m: m, h: h, comboOf: map[string]uint32{}, combos: map[uint32][]uint32{}, next: 1,
 		entries: map[[abi.IPSetIdxKeySize]byte]uint32{}, watchers: map[int]*testWatch{}}
 }
 
@@ -71,6 +72,12 @@ func (x *testSetIndex) rebuild(members map[uint32][]netip.Prefix) {
 		}
 	}
 	want := map[[abi.IPSetIdxKeySize]byte]uint32{}
+	mapOf := func(k [abi.IPSetIdxKeySize]byte) *ebpf.Map {
+		if bits := binary.NativeEndian.Uint32(k[:]) - abi.IPSetIdxKeyFixedBits; bits == 128 || (bits == 32 && k[abi.IPSetIdxKeyFamily] == 4) {
+			return x.h
+		}
+		return x.m
+	}
 	used := map[uint32]bool{}
 	for e := range in {
 		var sets []uint32
@@ -104,14 +111,14 @@ func (x *testSetIndex) rebuild(members map[uint32][]netip.Prefix) {
 	}
 	for k, id := range want {
 		if x.entries[k] != id {
-			if err := x.m.Update(k, id, ebpf.UpdateAny); err != nil {
+			if err := mapOf(k).Update(k, id, ebpf.UpdateAny); err != nil {
 				x.t.Fatalf("index %x: %v", k, err)
 			}
 		}
 	}
 	for k := range x.entries {
 		if _, ok := want[k]; !ok {
-			if err := x.m.Delete(k); err != nil {
+			if err := mapOf(k).Delete(k); err != nil {
 				x.t.Fatalf("unindex %x: %v", k, err)
 			}
 		}

@@ -16,6 +16,9 @@ type Maps struct {
 	// policy classifies by address sets (see Options.NoIPSetIndex).
 	IPSetIdx *ebpf.Map
 	SetIndex SetIndex
+	// IPSetIdxHash is dpd_ipset_idxh: the index's full-length entries,
+	// asked before IPSetIdx.
+	IPSetIdxHash *ebpf.Map
 }
 
 // Resolver maps an IP set name to the set_id used in dpd_ipsets keys.
