@@ -183,10 +183,11 @@ func (x *ipsetIndex) reconcile() error {
 		}
 	}
 	var upd, del []idxPfx
+	var ids []idxVal
 	for _, p := range pfxs {
 		id := x.combos.ref(x.value(p))
 		if v, ok := had[p]; !ok || v != id || (p.full() && !inHash[p]) {
-			upd = append(upd, p)
+			upd, ids = append(upd, p), append(ids, id)
 		}
 		delete(had, p)
 	}
@@ -194,7 +195,7 @@ func (x *ipsetIndex) reconcile() error {
 		del = append(del, p)
 	}
 	x.combos.fresh = nil // no one watches yet
-	return x.write(upd, del)
+	return x.write(upd, ids, del)
 }
 
 // IPSetIndex is dpd_ipset_idx, for polprog.Maps.IPSetIdx.

@@ -57,17 +57,17 @@ func (d *Datapath) IPSetIndexHash() *ebpf.Map {
 	return d.setIdx.h
 }
 
-// writeExact writes full-length entries into the hash and returns those
-// that did not fit.
-func (x *ipsetIndex) writeExact(ps []idxPfx) (spill []idxPfx, err error) {
+// writeExact writes full-length entries with their combination ids into
+// the hash and returns those that did not fit.
+func (x *ipsetIndex) writeExact(ps []idxPfx, ids []idxVal) (spill []idxPfx, spillIDs []idxVal, err error) {
 	keys := make([]idxKey, min(len(ps), keyChunk))
 	vals := make([]idxVal, len(keys))
 	for len(ps) > 0 {
 		chunk := ps[:min(len(ps), keyChunk)]
 		for i, p := range chunk {
 			keys[i] = p.key()
-			vals[i], _ = x.combos.id(x.value(p))
 		}
+		copy(vals, ids[:len(chunk)])
 		n, err := x.h.BatchUpdate(keys[:len(chunk)], vals[:len(chunk)], nil)
 		switch {
 		case err == nil:
@@ -78,15 +78,15 @@ func (x *ipsetIndex) writeExact(ps []idxPfx) (spill []idxPfx, err error) {
 			for i := n; i < len(chunk); i++ {
 				err := x.h.Update(&keys[i], &vals[i], ebpf.UpdateAny)
 				if errors.Is(err, unix.E2BIG) { // full
-					spill = append(spill, chunk[i])
+					spill, spillIDs = append(spill, chunk[i]), append(spillIDs, vals[i])
 				} else if err != nil {
-					return spill, fmt.Errorf("write %s: %w", abi.MapIPSetIdxHash, err)
+					return spill, spillIDs, fmt.Errorf("write %s: %w", abi.MapIPSetIdxHash, err)
 				}
 			}
 		default:
-			return spill, fmt.Errorf("write %s: %w", abi.MapIPSetIdxHash, err)
+			return spill, spillIDs, fmt.Errorf("write %s: %w", abi.MapIPSetIdxHash, err)
 		}
-		ps = ps[len(chunk):]
+		ps, ids = ps[len(chunk):], ids[len(chunk):]
 	}
-	return spill, nil
+	return spill, spillIDs, nil
 }

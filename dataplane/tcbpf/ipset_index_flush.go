@@ -55,6 +55,7 @@ func (x *ipsetIndex) flush() error {
 	}
 	x.merge(ins, del)
 	var upd, gone []idxPfx
+	var ids []idxVal
 	for i, p := range aff {
 		_, unsure := x.unsure[p]
 		if _, ok := x.find(p); ok {
@@ -63,7 +64,7 @@ func (x *ipsetIndex) flush() error {
 				x.combos.unref(before[i])
 			}
 			if !had[i] || unsure || after != before[i] {
-				upd = append(upd, p)
+				upd, ids = append(upd, p), append(ids, after)
 			}
 		} else {
 			if had[i] {
@@ -79,7 +80,7 @@ func (x *ipsetIndex) flush() error {
 		x.markUnsure(gone)
 		return err
 	}
-	if err := x.write(upd, gone); err != nil {
+	if err := x.write(upd, ids, gone); err != nil {
 		return err
 	}
 	if len(x.unsure) > 0 {
@@ -148,18 +149,19 @@ func (x *ipsetIndex) merge(ins, del []idxRef) {
 	x.refs = sorted.Apply(x.refs, ins, del, compareRef)
 }
 
-// write stores the refs' values of upd and deletes gone. Entries it
-// cannot vouch for after an error become unsure, for the next flush.
-func (x *ipsetIndex) write(upd, gone []idxPfx) error {
+// write stores upd with their combination ids and deletes gone. Entries
+// it cannot vouch for after an error become unsure, for the next flush.
+func (x *ipsetIndex) write(upd []idxPfx, ids []idxVal, gone []idxPfx) error {
 	var exact, rest []idxPfx
-	for _, p := range upd {
+	var exactIDs, restIDs []idxVal
+	for i, p := range upd {
 		if p.full() {
-			exact = append(exact, p)
+			exact, exactIDs = append(exact, p), append(exactIDs, ids[i])
 		} else {
-			rest = append(rest, p)
+			rest, restIDs = append(rest, p), append(restIDs, ids[i])
 		}
 	}
-	spill, err := x.writeExact(exact)
+	spill, spillIDs, err := x.writeExact(exact, exactIDs)
 	if err != nil {
 		x.markUnsure(upd)
 		x.markUnsure(gone)
@@ -168,15 +170,15 @@ func (x *ipsetIndex) write(upd, gone []idxPfx) error {
 	for _, p := range exact {
 		delete(x.unsure, p) // spilled ones become unsure below if their write fails
 	}
-	upd = append(rest, spill...)
+	upd, ids = append(rest, spill...), append(restIDs, spillIDs...)
 	keys := make([]idxKey, min(len(upd), keyChunk))
 	vals := make([]idxVal, len(keys))
 	for len(upd) > 0 {
 		chunk := upd[:min(len(upd), keyChunk)]
 		for i, p := range chunk {
 			keys[i] = p.key()
-			vals[i], _ = x.combos.id(x.value(p))
 		}
+		copy(vals, ids[:len(chunk)])
 		n, err := x.update(keys[:len(chunk)], vals[:len(chunk)])
 		for _, p := range chunk[:n] {
 			delete(x.unsure, p)
@@ -186,7 +188,7 @@ func (x *ipsetIndex) write(upd, gone []idxPfx) error {
 			x.markUnsure(gone)
 			return err
 		}
-		upd = upd[len(chunk):]
+		upd, ids = upd[len(chunk):], ids[len(chunk):]
 	}
 	for i, p := range gone {
 		// The trie copy first: until the hash entry goes it shadows it.
