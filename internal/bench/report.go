@@ -270,6 +270,8 @@ func (r *Results) packetDetails(w writer) {
 			rows = append(rows, row{kind, n})
 		}
 	}
+	rows = append(rows, row{"ipsets", 10000}, row{"ipset-shared", 10}, row{"ipset-shared", 1000}, row{"ipset-shared", 10000})
+	required := len(rows)
 	for k := range p.NewFlow {
 		kind, rest, _ := strings.Cut(k, "/n=")
 		var n int
@@ -277,7 +279,7 @@ func (r *Results) packetDetails(w writer) {
 			rows = append(rows, row{kind, n})
 		}
 	}
-	slices.SortStableFunc(rows[9:], func(a, b row) int {
+	slices.SortStableFunc(rows[required:], func(a, b row) int {
 		if a.kind != b.kind {
 			return strings.Compare(a.kind, b.kind)
 		}
