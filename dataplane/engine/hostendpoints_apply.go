@@ -1,0 +1,182 @@
+package engine
+
+import (
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/dpd-dev/dpd/dataplane/model"
+)
+
+// hostDesired is what one bound interface should enforce.
+type hostDesired struct {
+	id   string // host endpoint
+	ep   *model.Endpoint
+	sets []string
+	// hold: the policy cannot be resolved (missing reference, set not
+	// programmed): the kernel keeps what it enforces there.
+	hold string
+}
+
+// applyHostEndpoints binds host endpoints to interfaces, resolves each
+// bound interface's policy and writes the difference to the kernel:
+// interfaces no host endpoint binds any more are released first (their
+// traffic is no longer policed), then bound ones are applied. Statuses:
+// "up" when every interface the endpoint binds is enforced, "down" when it
+// binds none, "error" (with the reason for Inspect) otherwise.
+func (e *Engine) applyHostEndpoints(now time.Time, p *pass) {
+	m := &e.heps
+	if !m.readyWork(now) {
+		return
+	}
+	hk, _ := e.k.(HostEndpointKernel)
+	bind, excluded := e.bindHostEndpoints()
+	desired := map[string]*hostDesired{}
+	resolved := map[string]*resolution{} // by host endpoint
+	for iface, id := range bind {
+		r := resolved[id]
+		if r == nil {
+			r = e.resolveHostRefs(m.eps[id].spec)
+			resolved[id] = r
+		}
+		d := &hostDesired{id: id, sets: r.sets, hold: r.missing}
+		d.ep = &model.Endpoint{ID: model.HostIfaceID(id, iface), Iface: iface, Ingress: r.ingress, Egress: r.egress}
+		for _, s := range r.sets {
+			if d.hold == "" && !e.ipsets.programmed(s) {
+				d.hold = "ip set " + s + " is not programmed yet"
+			}
+		}
+		desired[iface] = d
+	}
+	failed := map[string]string{} // host endpoint -> first error
+	anyFailed := false
+	fail := func(id, iface, what string, err error) {
+		anyFailed = true
+		p.fail("host_endpoint", id+"/"+iface, err)
+		if id != "" && failed[id] == "" {
+			failed[id] = what + " " + iface + ": " + err.Error()
+		}
+	}
+	if hk != nil {
+		for _, iface := range sortedKeys(m.applied) {
+			old := m.applied[iface]
+			if desired[iface] != nil {
+				continue // re-applied below, to its new owner if it has one
+			}
+			p.did = true
+			if err := hk.RemoveHostEndpoint(old); err != nil {
+				fail(old.ID.Workload, iface, "release", err)
+				continue
+			}
+			e.setHostApplied(iface, nil, nil)
+		}
+		for _, iface := range sortedKeys(desired) {
+			d := desired[iface]
+			old := m.applied[iface]
+			if d.hold != "" || (old != nil && !m.force && sameEndpoint(d.ep, old)) {
+				continue
+			}
+			p.did = true
+			if err := hk.ApplyHostEndpoint(d.ep); err != nil {
+				fail(d.id, iface, "apply", err)
+				continue
+			}
+			e.setHostApplied(iface, d.ep, d.sets)
+		}
+	}
+	if anyFailed {
+		m.retry.fail(now, e.opts.RetryMin, e.opts.RetryMax)
+	} else {
+		m.dirty, m.force = false, false
+		m.retry.reset()
+	}
+	m.bound = bind
+	e.hostStatuses(hk != nil, desired, excluded, failed)
+	e.publishHosts()
+}
+
+// hostStatuses sets every host endpoint's status after an apply, and
+// forgets removed ones.
+func (e *Engine) hostStatuses(enforcing bool, desired map[string]*hostDesired, excluded, failed map[string]string) {
+	m := &e.heps
+	byEP := map[string][]string{}
+	for iface, d := range desired {
+		byEP[d.id] = append(byEP[d.id], iface)
+	}
+	for _, id := range m.sortedIDs(true) {
+		h := m.eps[id]
+		if h.removed {
+			delete(m.eps, id)
+			e.emitHostRemove(id)
+			continue
+		}
+		ifaces := byEP[id]
+		sort.Strings(ifaces)
+		h.ifaces = ifaces
+		st, reason := statusUp, ""
+		var held []string
+		for _, iface := range ifaces {
+			if d := desired[iface]; d.hold != "" {
+				held = append(held, d.hold)
+			}
+		}
+		switch {
+		case !enforcing:
+			st, reason = statusError, "this dataplane does not enforce host endpoints"
+		case failed[id] != "":
+			st, reason = statusError, failed[id]
+		case len(held) > 0:
+			slices.Sort(held)
+			st, reason = statusError, strings.Join(slices.Compact(held), "; ")
+		case len(ifaces) == 0 && excluded[id] != "":
+			st, reason = statusDown, excluded[id]
+		case len(ifaces) == 0:
+			st, reason = statusDown, "no interface matches"
+		}
+		h.reason = reason
+		if st != h.status {
+			h.status = st
+			e.emitHostStatus(id, h)
+		}
+	}
+}
+
+// resolveHostRefs resolves a host endpoint's normal tiers and profiles
+// into the policy for traffic to (ingress) and from (egress) the host.
+func (e *Engine) resolveHostRefs(sp *model.HostEndpoint) *resolution {
+	return e.resolveRefs(&model.WorkloadEndpoint{Tiers: sp.Tiers, Profiles: sp.Profiles})
+}
+
+// setHostApplied records what the kernel enforces on iface (nil:
+// nothing) and keeps the per-set reference counts that hold back set
+// removals, shared with workload endpoints.
+func (e *Engine) setHostApplied(iface string, ep *model.Endpoint, sets []string) {
+	m := &e.heps
+	refs := e.weps.appliedSetRefs
+	for _, s := range sets {
+		refs[s]++
+	}
+	for _, s := range m.appliedSets[iface] {
+		refs[s]--
+		if refs[s] <= 0 {
+			delete(refs, s)
+			e.ipsets.undefer(s)
+		}
+	}
+	if ep == nil {
+		delete(m.applied, iface)
+		delete(m.appliedSets, iface)
+		return
+	}
+	m.applied[iface], m.appliedSets[iface] = ep, sets
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
