@@ -36,6 +36,7 @@
 #include "dpd_frag.h"
 #include "dpd_ipv6.h"
 #include "dpd_events.h"
+#include "dpd_hep.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 

@@ -56,6 +56,15 @@ type DpdDpdEvDeny struct {
 	Count  uint64
 }
 
+type DpdDpdFailsafeKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Port      uint16
+	Proto     uint8
+	Flags     uint8
+	Addr      [4]uint8
+}
+
 type DpdDpdFlowEvent struct {
 	_          structs.HostLayout
 	TsNs       uint64
@@ -214,6 +223,7 @@ const (
 	DpdMapDpdEvDeny       = "dpd_ev_deny"
 	DpdMapDpdEvDrops      = "dpd_ev_drops"
 	DpdMapDpdEvents       = "dpd_events"
+	DpdMapDpdFailsafes    = "dpd_failsafes"
 	DpdMapDpdFrags        = "dpd_frags"
 	DpdMapDpdIfstate      = "dpd_ifstate"
 	DpdMapDpdIpsetIds     = "dpd_ipset_ids"
@@ -228,6 +238,8 @@ const (
 	DpdMapDpdTrace        = "dpd_trace"
 	DpdProgDpdEpilogue    = "dpd_epilogue"
 	DpdProgDpdFromWep     = "dpd_from_wep"
+	DpdProgDpdHepIn       = "dpd_hep_in"
+	DpdProgDpdHepOut      = "dpd_hep_out"
 	DpdProgDpdToWep       = "dpd_to_wep"
 	DpdVarDpdFlowEventBtf = "dpd_flow_event_btf"
 )
@@ -276,6 +288,8 @@ type DpdSpecs struct {
 type DpdProgramSpecs struct {
 	DpdEpilogue *ebpf.ProgramSpec `ebpf:"dpd_epilogue"`
 	DpdFromWep  *ebpf.ProgramSpec `ebpf:"dpd_from_wep"`
+	DpdHepIn    *ebpf.ProgramSpec `ebpf:"dpd_hep_in"`
+	DpdHepOut   *ebpf.ProgramSpec `ebpf:"dpd_hep_out"`
 	DpdToWep    *ebpf.ProgramSpec `ebpf:"dpd_to_wep"`
 }
 
@@ -290,6 +304,7 @@ type DpdMapSpecs struct {
 	DpdEvDeny    *ebpf.MapSpec `ebpf:"dpd_ev_deny"`
 	DpdEvDrops   *ebpf.MapSpec `ebpf:"dpd_ev_drops"`
 	DpdEvents    *ebpf.MapSpec `ebpf:"dpd_events"`
+	DpdFailsafes *ebpf.MapSpec `ebpf:"dpd_failsafes"`
 	DpdFrags     *ebpf.MapSpec `ebpf:"dpd_frags"`
 	DpdIfstate   *ebpf.MapSpec `ebpf:"dpd_ifstate"`
 	DpdIpsetIds  *ebpf.MapSpec `ebpf:"dpd_ipset_ids"`
@@ -338,6 +353,7 @@ type DpdMaps struct {
 	DpdEvDeny    *ebpf.Map `ebpf:"dpd_ev_deny"`
 	DpdEvDrops   *ebpf.Map `ebpf:"dpd_ev_drops"`
 	DpdEvents    *ebpf.Map `ebpf:"dpd_events"`
+	DpdFailsafes *ebpf.Map `ebpf:"dpd_failsafes"`
 	DpdFrags     *ebpf.Map `ebpf:"dpd_frags"`
 	DpdIfstate   *ebpf.Map `ebpf:"dpd_ifstate"`
 	DpdIpsetIds  *ebpf.Map `ebpf:"dpd_ipset_ids"`
@@ -361,6 +377,7 @@ func (m *DpdMaps) Close() error {
 		m.DpdEvDeny,
 		m.DpdEvDrops,
 		m.DpdEvents,
+		m.DpdFailsafes,
 		m.DpdFrags,
 		m.DpdIfstate,
 		m.DpdIpsetIds,
@@ -389,6 +406,8 @@ type DpdVariables struct {
 type DpdPrograms struct {
 	DpdEpilogue *ebpf.Program `ebpf:"dpd_epilogue"`
 	DpdFromWep  *ebpf.Program `ebpf:"dpd_from_wep"`
+	DpdHepIn    *ebpf.Program `ebpf:"dpd_hep_in"`
+	DpdHepOut   *ebpf.Program `ebpf:"dpd_hep_out"`
 	DpdToWep    *ebpf.Program `ebpf:"dpd_to_wep"`
 }
 
@@ -396,6 +415,8 @@ func (p *DpdPrograms) Close() error {
 	return _DpdClose(
 		p.DpdEpilogue,
 		p.DpdFromWep,
+		p.DpdHepIn,
+		p.DpdHepOut,
 		p.DpdToWep,
 	)
 }

@@ -368,4 +368,33 @@ struct dpd_ev_deny {
 	__u64 count;    /* 8: denied packets since, not reported */
 };                      /* sizeof == 16 */
 
+/* ---- Added by the host-endpoint work; mirrored in abi.go. ---- */
+
+/* dpd_ifstate.flags: the interface is one of the node's own, policed by
+ * dpd_hep_in/dpd_hep_out (bpf/dpd_hep.h) for the host endpoint bound to
+ * it. Host interfaces are never failed closed: without a READY|HOST entry
+ * their traffic passes unpoliced. */
+#define DPD_IF_HOST (1u << 2)
+
+/* dpd_state.flags, trace only: a failsafe port let the packet through
+ * before any policy. */
+#define DPD_ST_FAILSAFE (1u << 28)
+
+/* dpd_failsafes: LPM_TRIE of FailsafeInboundHostPorts/OutboundHostPorts.
+ * prefixlen counts the fixed 32 bits of port, proto and flags, then the
+ * bits of the peer's address (inbound: the source; outbound: the
+ * destination): "tcp:22" is prefixlen 32 with address 0, "tcp:10.0.0.0/8:22"
+ * prefixlen 40. Checked on a host interface before conntrack's policy
+ * path, so no host endpoint policy can cut the node off its control plane. */
+struct dpd_failsafe_key {
+	__u32 prefixlen;
+	__u16 port;     /* 4: destination port, host order */
+	__u8  proto;    /* 6: IPPROTO_TCP or IPPROTO_UDP */
+	__u8  flags;    /* 7: DPD_FS_* */
+	__u8  addr[4];  /* 8: the peer's IPv4 address, network order */
+};                      /* sizeof == 12 */
+#define DPD_FS_KEY_FIXED_BITS 32
+#define DPD_FS_INBOUND  1 /* to the host, through a host interface */
+#define DPD_FS_OUTBOUND 2 /* from the host */
+
 #endif

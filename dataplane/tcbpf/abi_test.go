@@ -73,6 +73,10 @@ func TestBTFLayout(t *testing.T) {
 			"nat_svc": abi.EvNATSvc, "icmp_code": abi.EvICMPCode,
 		}},
 		{"dpd_ev_cfg", abi.EvCfgSize, map[string]uint32{"flags": 0, "deny_interval_ns": 8}},
+		{"dpd_failsafe_key", abi.FailsafeKeySize, map[string]uint32{
+			"prefixlen": abi.FailsafeKeyPrefixlen, "port": abi.FailsafeKeyPort, "proto": abi.FailsafeKeyProto,
+			"flags": abi.FailsafeKeyFlags, "addr": abi.FailsafeKeyAddr,
+		}},
 		{"dpd_ev_deny", abi.EvDenySize, map[string]uint32{"last_ns": 0, "count": 8}},
 	}
 	for _, tc := range tests {
@@ -136,6 +140,8 @@ func TestHeaderDefines(t *testing.T) {
 		"DPD_DROP_FRAG_TINY": abi.DropFragTiny, "DPD_DROP_IPV6_EXT": abi.DropIPv6Ext, "DPD_DROP_MAX": abi.DropMax,
 		"DPD_ST_UNPOLICED": abi.StUnpoliced,
 		"DPD_EV_DECIDED":   abi.EvDecided, "DPD_EV_NO_POLICY": abi.EvNoPolicy, "DPD_EV_CFG_ON": abi.EvCfgOn,
+		"DPD_IF_HOST": abi.IfHost, "DPD_ST_FAILSAFE": abi.StFailsafe, "DPD_FS_KEY_FIXED_BITS": abi.FSKeyFixedBits,
+		"DPD_FS_INBOUND": abi.FSInbound, "DPD_FS_OUTBOUND": abi.FSOutbound,
 	}
 	f, err := os.Open("../../bpf/include/dpd_abi.h")
 	if err != nil {

@@ -162,7 +162,7 @@ func Open(opts Options) (*Datapath, error) {
 
 func (d *Datapath) init() error {
 	d.want = map[*ebpf.Program]progIdentity{}
-	for _, p := range []*ebpf.Program{d.objs.DpdFromWep, d.objs.DpdToWep, d.objs.DpdEpilogue} {
+	for _, p := range []*ebpf.Program{d.objs.DpdFromWep, d.objs.DpdToWep, d.objs.DpdEpilogue, d.objs.DpdHepIn, d.objs.DpdHepOut} {
 		id, err := identify(p)
 		if err != nil {
 			return err

@@ -1,0 +1,232 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * dpd_hep.h: the entry programs of host endpoints, attached to the node's
+ * own interfaces (eth0, bond0, ...) that a host endpoint binds.
+ *
+ *   dpd_hep_in   TC ingress: traffic through the interface to the host
+ *                itself: the host endpoint's ingress policy (dir TO_WEP)
+ *   dpd_hep_out  TC egress: traffic from the host itself out of the
+ *                interface: its egress policy (dir FROM_WEP)
+ *
+ * The directions reuse the workload hooks' numbering from the endpoint's
+ * point of view, so a host endpoint's slot in dpd_jump, its conntrack
+ * entries (keyed by ifindex and dir) and the epilogue work unchanged.
+ *
+ * Flow: anything but IPv4 passes (IPv6 is not policed on host interfaces
+ * yet); an interface without a READY|HOST dpd_ifstate entry passes (host
+ * interfaces are never failed closed); traffic the host forwards (to or
+ * from workloads, routed through) passes: at ingress the destination is
+ * not one of the host's addresses (FIB lookup), at egress the packet came
+ * in through another interface (skb->ingress_ifindex set); a live
+ * conntrack entry, a reply or a related ICMP error passes; a failsafe
+ * port (dpd_failsafes) passes and is tracked, so its replies pass; the
+ * rest is described in dpd_state and tail-called into the host endpoint's
+ * policy, which tail-calls the epilogue. No policy program at the slot:
+ * pass (never fail a host interface closed).
+ */
+#ifndef DPD_HEP_H
+#define DPD_HEP_H
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "dpd_abi.h"
+#include "dpd_maps.h"
+#include "dpd_parse.h"
+#include "dpd_ct.h"
+#include "dpd_frag.h"
+#include "dpd_nat.h"
+
+#ifndef AF_INET
+#define AF_INET 2
+#endif
+
+/* FailsafeInboundHostPorts / FailsafeOutboundHostPorts, written by userspace. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 1024);
+	__type(key, struct dpd_failsafe_key);
+	__type(value, __u32);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dpd_failsafes SEC(".maps");
+
+/* dpd_hep_failsafe: is p on a failsafe port? Inbound ports name the
+ * destination port with the source as peer; outbound ones the destination
+ * port and address. */
+static __always_inline int dpd_hep_failsafe(const struct dpd_pkt *p, __u32 dir)
+{
+	struct dpd_failsafe_key k = {};
+	__u32 peer;
+
+	if (p->proto != IPPROTO_TCP && p->proto != IPPROTO_UDP)
+		return 0;
+	k.prefixlen = DPD_FS_KEY_FIXED_BITS + 32;
+	k.port = p->dport;
+	k.proto = p->proto;
+	if (dir == DPD_DIR_TO_WEP) {
+		k.flags = DPD_FS_INBOUND;
+		peer = p->saddr;
+	} else {
+		k.flags = DPD_FS_OUTBOUND;
+		peer = p->daddr;
+	}
+	__builtin_memcpy(k.addr, &peer, 4);
+	return bpf_map_lookup_elem(&dpd_failsafes, &k) != 0;
+}
+
+/* dpd_hep_to_host: does traffic entering ifindex go to the host itself?
+ * The FIB says so for the host's own addresses (and broadcasts): "not
+ * forwarded". With forwarding off on the interface nothing is forwarded,
+ * so everything is the host's. */
+static __always_inline int dpd_hep_to_host(struct __sk_buff *skb, const struct dpd_pkt *p, __u32 ifindex)
+{
+	struct bpf_fib_lookup fib = {};
+	long rc;
+
+	fib.family = AF_INET;
+	fib.l4_protocol = p->proto;
+	fib.tot_len = skb->len > ETH_HLEN ? skb->len - ETH_HLEN : 0;
+	fib.ipv4_src = p->saddr;
+	fib.ipv4_dst = p->daddr;
+	fib.ifindex = ifindex;
+	rc = bpf_fib_lookup(skb, &fib, sizeof(fib), 0);
+	return rc == BPF_FIB_LKUP_RET_NOT_FWDED || rc == BPF_FIB_LKUP_RET_FWD_DISABLED;
+}
+
+static __always_inline void dpd_hep_fill(struct dpd_state *st, const struct dpd_pkt *p,
+					 struct __sk_buff *skb, __u32 ifindex, __u32 dir, __u64 trace)
+{
+	__builtin_memset(st, 0, sizeof(*st));
+	__builtin_memcpy(st->saddr, &p->saddr, 4);
+	__builtin_memcpy(st->daddr, &p->daddr, 4);
+	st->sport = p->sport;
+	st->dport = p->dport;
+	st->proto = p->proto;
+	st->family = 4;
+	st->icmp_type = p->icmp_type;
+	st->icmp_code = p->icmp_code;
+	st->ifindex = ifindex;
+	st->dir = dir;
+	st->pkt_len = skb->len;
+	st->flags = p->flags;
+	st->trace = trace;
+}
+
+static __always_inline int dpd_hep_entry(struct __sk_buff *skb, __u32 dir)
+{
+	struct dpd_ct_key key;
+	struct dpd_pkt p = {};
+	struct dpd_ifstate *ifs;
+	struct dpd_ct_val *ct;
+	struct dpd_state *st;
+	struct ethhdr *eth;
+	void *data, *data_end;
+	__u32 zero = 0, ifindex, slot;
+	__u64 now, trace;
+
+	if (dpd_linear(skb, ETH_HLEN))
+		return TC_ACT_OK; /* not even Ethernet: the stack decides */
+	data = (void *)(long)skb->data;
+	data_end = (void *)(long)skb->data_end;
+	eth = data;
+	if ((void *)(eth + 1) > data_end)
+		return TC_ACT_OK;
+	if (eth->h_proto != bpf_htons(ETH_P_IP))
+		return TC_ACT_OK;
+
+	ifindex = skb->ifindex;
+	ifs = bpf_map_lookup_elem(&dpd_ifstate, &ifindex);
+	if (!ifs || (ifs->flags & (DPD_IF_READY | DPD_IF_HOST)) != (DPD_IF_READY | DPD_IF_HOST))
+		return TC_ACT_OK;
+	slot = ifs->slot;
+	trace = skb->mark == DPD_TRACE_MARK;
+	if (trace) {
+		struct dpd_state empty = {};
+
+		bpf_map_update_elem(&dpd_trace, &zero, &empty, BPF_ANY);
+	}
+
+	if (dpd_parse_ipv4(skb, &p))
+		return TC_ACT_SHOT; /* malformed IPv4 on a policed interface */
+
+	/* Forwarded traffic is not the host's: forward policy is not here. */
+	if (dir == DPD_DIR_TO_WEP) {
+		if (!dpd_hep_to_host(skb, &p, ifindex))
+			return TC_ACT_OK;
+	} else if (skb->ingress_ifindex != 0 && !trace) {
+		return TC_ACT_OK;
+	}
+
+	now = bpf_ktime_get_coarse_ns();
+	if (dpd_frag_track(&p, dir, ifindex, now, trace, skb->len))
+		return TC_ACT_SHOT;
+
+	dpd_ct_key_fwd(&key, &p, dir, ifindex);
+	ct = bpf_map_lookup_elem(&dpd_ct, &key);
+	if (ct && dpd_ct_live(ct, p.proto, now)) {
+		if (!trace) {
+			dpd_ct_refresh(ct, &p, 0, now);
+			return TC_ACT_OK;
+		}
+		p.flags |= DPD_ST_CT_FWD;
+	} else {
+		dpd_ct_key_rev(&key, &p, dir, ifindex);
+		ct = bpf_map_lookup_elem(&dpd_ct, &key);
+		if (ct && dpd_ct_live(ct, p.proto, now)) {
+			if (!trace) {
+				dpd_ct_refresh(ct, &p, 1, now);
+				return TC_ACT_OK;
+			}
+			p.flags |= DPD_ST_CT_REV;
+		} else if (p.has_inner && dpd_ct_related(&p, dir, ifindex, now)) {
+			if (!trace)
+				return TC_ACT_OK;
+			p.flags |= DPD_ST_CT_RELATED;
+		}
+	}
+
+	st = bpf_map_lookup_elem(&dpd_state, &zero);
+	if (!st)
+		return TC_ACT_OK;
+	dpd_hep_fill(st, &p, skb, ifindex, dir, trace);
+
+	if (!(p.flags & DPD_ST_FRAGMENT) && dpd_hep_failsafe(&p, dir)) {
+		if (trace) {
+			st->flags |= DPD_ST_FAILSAFE;
+			st->verdict = DPD_VERDICT_ALLOW;
+			bpf_map_update_elem(&dpd_trace, &zero, st, BPF_ANY);
+			return TC_ACT_OK;
+		}
+		dpd_ct_create(st);
+		return TC_ACT_OK;
+	}
+	st->dst_route = dpd_route_flags(p.daddr);
+
+	bpf_tail_call(skb, &dpd_jump, DPD_JUMP_POL_BASE + 2 * slot + dir);
+
+	/* No policy program at the slot: a host interface is never failed
+	 * closed on its own. */
+	if (trace) {
+		st->flags |= DPD_ST_NO_POLICY;
+		bpf_map_update_elem(&dpd_trace, &zero, st, BPF_ANY);
+	}
+	return TC_ACT_OK;
+}
+
+SEC("tc")
+int dpd_hep_in(struct __sk_buff *skb)
+{
+	return dpd_hep_entry(skb, DPD_DIR_TO_WEP);
+}
+
+SEC("tc")
+int dpd_hep_out(struct __sk_buff *skb)
+{
+	return dpd_hep_entry(skb, DPD_DIR_FROM_WEP);
+}
+
+#endif

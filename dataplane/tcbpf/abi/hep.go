@@ -1,0 +1,27 @@
+package abi
+
+// Host endpoints (bpf/dpd_hep.h).
+const (
+	// IfHost (dpd_ifstate.flags): one of the node's own interfaces,
+	// policed by the host entry programs; never failed closed.
+	IfHost = 1 << 2
+	// StFailsafe (dpd_state.flags, trace only): a failsafe port let the
+	// packet through before any policy.
+	StFailsafe = 1 << 28
+
+	// dpd_failsafes: LPM_TRIE struct dpd_failsafe_key -> u32 (1).
+	MapFailsafes         = "dpd_failsafes"
+	FailsafeKeyPrefixlen = 0
+	FailsafeKeyPort      = 4 // host order
+	FailsafeKeyProto     = 6
+	FailsafeKeyFlags     = 7
+	FailsafeKeyAddr      = 8 // IPv4, network order
+	FailsafeKeySize      = 12
+	FSKeyFixedBits       = 32
+	FSInbound            = 1
+	FSOutbound           = 2
+
+	// ProgHepIn and ProgHepOut are the host entry programs.
+	ProgHepIn  = "dpd_hep_in"
+	ProgHepOut = "dpd_hep_out"
+)

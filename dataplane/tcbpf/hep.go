@@ -1,0 +1,112 @@
+package tcbpf
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
+)
+
+// entryFor is the program of hook h: the workload entry programs, or with
+// host the host endpoint's (TC ingress carries traffic to the host, the
+// host endpoint's ingress policy).
+func (d *Datapath) entryFor(h hook, host bool) *ebpf.Program {
+	if host {
+		if h.tcx == ebpf.AttachTCXIngress {
+			return d.objs.DpdHepIn
+		}
+		return d.objs.DpdHepOut
+	}
+	p, _ := d.entryProgram(h.dir)
+	return p
+}
+
+// Failsafe is one failsafe port: traffic of Proto to Port, from (inbound)
+// or to (outbound) an address in Net, passes host interfaces before any
+// host endpoint policy.
+type Failsafe struct {
+	Inbound bool
+	Proto   uint8 // 6 TCP, 17 UDP
+	Port    uint16
+	Net     netip.Prefix // IPv4; 0.0.0.0/0 for any
+}
+
+func failsafeKey(f Failsafe) ([abi.FailsafeKeySize]byte, error) {
+	var k [abi.FailsafeKeySize]byte
+	if !f.Net.Addr().Is4() {
+		return k, fmt.Errorf("failsafe %v: only IPv4 is policed on host interfaces", f.Net)
+	}
+	n := f.Net.Masked()
+	binary.NativeEndian.PutUint32(k[abi.FailsafeKeyPrefixlen:], uint32(abi.FSKeyFixedBits+n.Bits()))
+	binary.NativeEndian.PutUint16(k[abi.FailsafeKeyPort:], f.Port)
+	k[abi.FailsafeKeyProto] = f.Proto
+	k[abi.FailsafeKeyFlags] = abi.FSOutbound
+	if f.Inbound {
+		k[abi.FailsafeKeyFlags] = abi.FSInbound
+	}
+	a := n.Addr().As4()
+	copy(k[abi.FailsafeKeyAddr:], a[:])
+	return k, nil
+}
+
+// SetFailsafes makes dpd_failsafes hold exactly fs: the new entries are
+// added before the old ones go, so a port in both never closes.
+func (d *Datapath) SetFailsafes(fs []Failsafe) error {
+	m := d.objs.DpdFailsafes
+	want := map[[abi.FailsafeKeySize]byte]bool{}
+	one := uint32(1)
+	for _, f := range fs {
+		k, err := failsafeKey(f)
+		if err != nil {
+			return err
+		}
+		want[k] = true
+		if err := m.Update(k[:], one, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("failsafe %+v: %w", f, err)
+		}
+	}
+	var k [abi.FailsafeKeySize]byte
+	var v uint32
+	var stale [][abi.FailsafeKeySize]byte
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		if !want[k] {
+			stale = append(stale, k)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("read %s: %w", abi.MapFailsafes, err)
+	}
+	for _, k := range stale {
+		if err := m.Delete(k[:]); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("delete failsafe: %w", err)
+		}
+	}
+	return nil
+}
+
+// Failsafes lists dpd_failsafes.
+func (d *Datapath) Failsafes() ([]Failsafe, error) {
+	var out []Failsafe
+	var k [abi.FailsafeKeySize]byte
+	var v uint32
+	it := d.objs.DpdFailsafes.Iterate()
+	for it.Next(&k, &v) {
+		bits := int(binary.NativeEndian.Uint32(k[abi.FailsafeKeyPrefixlen:])) - abi.FSKeyFixedBits
+		addr := netip.AddrFrom4([4]byte(k[abi.FailsafeKeyAddr : abi.FailsafeKeyAddr+4]))
+		out = append(out, Failsafe{
+			Inbound: k[abi.FailsafeKeyFlags] == abi.FSInbound,
+			Proto:   k[abi.FailsafeKeyProto],
+			Port:    binary.NativeEndian.Uint16(k[abi.FailsafeKeyPort:]),
+			Net:     netip.PrefixFrom(addr, bits),
+		})
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read %s: %w", abi.MapFailsafes, err)
+	}
+	return out, nil
+}
