@@ -62,6 +62,8 @@ func (e *endpointProgrammer) adopt() (adoption, error) {
 			continue
 		}
 		st := &endpointState{ifindex: ifindex, adopted: true, ifsSlot: ent.Slot}
+		st.host = ent.Flags&abi.IfHost != 0
+		st.hostFlags = st.host
 		st.ready = ent.Flags&abi.IfReady != 0
 		st.closed = !st.ready
 		if st.ready && e.slots.reserve(ent.Slot) {
@@ -73,7 +75,13 @@ func (e *endpointProgrammer) adopt() (adoption, error) {
 				}
 			}
 		}
-		if mode, ok := e.entry.AttachedCurrent(ifindex, name); ok {
+		if st.host {
+			if e.host != nil {
+				if mode, ok := e.host.AttachedCurrentHost(ifindex, name); ok {
+					st.mode = mode
+				}
+			}
+		} else if mode, ok := e.entry.AttachedCurrent(ifindex, name); ok {
 			st.mode = mode
 		}
 		e.eps[name] = st

@@ -27,6 +27,7 @@ type endpointProgrammer struct {
 	pols  *policyProgrammer
 	log   *slog.Logger
 	ops   *Ops
+	host  hostFacility // nil: host endpoints are not supported
 	queue *attachQueue // the interfaces waiting for the attach worker
 	// afterAttach is Options.AfterAttach.
 	afterAttach func(iface string)
@@ -77,6 +78,10 @@ type endpointState struct {
 	// interface may be re-created (a new ifindex, failed closed) before
 	// the endpoint's removal arrives.
 	epIfindex int
+	// host: one of the node's own interfaces, policed by the host entry
+	// programs for a host endpoint (hostendpoints.go); hostFlags: its
+	// ifstate entry says HOST.
+	host, hostFlags bool
 }
 
 // newState is the state of an interface first seen now.
