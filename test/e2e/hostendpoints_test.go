@@ -1,7 +1,12 @@
 package e2e
 
 import (
+	"runtime"
+	"strings"
 	"testing"
+
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
 
 	"github.com/dpd-dev/dpd/internal/testutil"
 	"github.com/dpd-dev/dpd/proto/felix"
@@ -17,6 +22,46 @@ func (c *Controller) WaitHostStatus(t testing.TB, id, want string) {
 		s := c.status[hostKey(id)]
 		return !s.removed && s.status == want
 	})
+}
+
+// entryProgsIn names the programs on ifname's TC hooks in namespace ns,
+// TCX links and legacy filters alike.
+func entryProgsIn(t *testing.T, ns, ifname string) string {
+	t.Helper()
+	out := testutil.Run(t, "ip", "netns", "exec", ns, "tc", "filter", "show", "dev", ifname, "ingress") +
+		testutil.Run(t, "ip", "netns", "exec", ns, "tc", "filter", "show", "dev", ifname, "egress")
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	orig, err := netns.Get()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = orig.Close() }()
+	h, err := netns.GetFromName(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = h.Close() }()
+	if err := netns.Set(h); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := netns.Set(orig); err != nil {
+			panic(err) // the thread must not go back to the pool in ns
+		}
+	}()
+	l, err := netlink.LinkByName(ifname)
+	if err != nil {
+		t.Fatal(err)
+	}
+	progs, err := TCXProgs(l.Attrs().Index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range progs {
+		out += " " + p.Kind + ":" + p.Name
+	}
+	return out
 }
 
 // HostEndpointMsg is a HostEndpointUpdate naming iface ("*": wildcard)
@@ -67,15 +112,15 @@ func TestHostEndpoints(t *testing.T) {
 		Allowed(TCP(clientW, nodeIP, 22)), // inbound failsafe tcp:22, and its replies
 		Allowed(UDP(nodeW, clientIP, 53)), // outbound failsafe udp:53, and its replies
 	)
-	if pins, err := LinkPins(d.PinDir, "eth0"); err != nil || len(pins) != 2 {
-		t.Errorf("eth0 link pins %v (%v), want both hooks attached", pins, err)
+	if progs := entryProgsIn(t, node.Name, "eth0"); !strings.Contains(progs, "dpd_hep_in") || !strings.Contains(progs, "dpd_hep_out") {
+		t.Errorf("eth0 carries %q, want the host entry programs", progs)
 	}
 
 	// Removed: open again, and the programs are off eth0.
 	c.Send(t, HostEndpointRemoveMsg("node-eth0"))
 	Expect(t, open...)
-	if pins, err := LinkPins(d.PinDir, "eth0"); err != nil || len(pins) != 0 {
-		t.Errorf("eth0 link pins %v (%v) after the host endpoint went", pins, err)
+	if progs := entryProgsIn(t, node.Name, "eth0"); strings.Contains(progs, "dpd_") {
+		t.Errorf("eth0 still carries %q after the host endpoint went", progs)
 	}
 
 	// The wildcard with a policy allowing TCP 8080 in: the service
