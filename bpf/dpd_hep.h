@@ -14,15 +14,18 @@
  *
  * Flow: anything but IPv4 passes (IPv6 is not policed on host interfaces
  * yet); an interface without a READY|HOST dpd_ifstate entry passes (host
- * interfaces are never failed closed); traffic the host forwards (to or
- * from workloads, routed through) passes: at ingress the destination is
- * not one of the host's addresses (FIB lookup), at egress the packet came
- * in through another interface (skb->ingress_ifindex set); a live
- * conntrack entry, a reply or a related ICMP error passes; a failsafe
- * port (dpd_failsafes) passes and is tracked, so its replies pass; the
- * rest is described in dpd_state and tail-called into the host endpoint's
- * policy, which tail-calls the epilogue. No policy program at the slot:
- * pass (never fail a host interface closed).
+ * interfaces are never failed closed). Traffic the host forwards (to or
+ * from workloads, routed through) is told apart from the host's own: at
+ * ingress its destination is not one of the host's addresses (FIB lookup),
+ * at egress it came in through another interface (skb->ingress_ifindex
+ * set). Forwarded traffic passes unless the host endpoint has forward
+ * policy (the forward slot in dpd_ifstate.flags), which then polices it
+ * like the host's own, failsafes aside. A live conntrack entry, a reply or
+ * a related ICMP error passes; a failsafe port (dpd_failsafes) passes and
+ * is tracked, so its replies pass; the rest is described in dpd_state and
+ * tail-called into the policy of the slot, which tail-calls the epilogue.
+ * No policy program at the slot: pass (never fail a host interface
+ * closed).
  */
 #ifndef DPD_HEP_H
 #define DPD_HEP_H
@@ -125,8 +128,9 @@ static __always_inline int dpd_hep_entry(struct __sk_buff *skb, __u32 dir)
 	struct dpd_state *st;
 	struct ethhdr *eth;
 	void *data, *data_end;
-	__u32 zero = 0, ifindex, slot;
+	__u32 zero = 0, ifindex, slot, flags;
 	__u64 now, trace;
+	int fwd;
 
 	if (dpd_linear(skb, ETH_HLEN))
 		return TC_ACT_OK; /* not even Ethernet: the stack decides */
@@ -140,7 +144,10 @@ static __always_inline int dpd_hep_entry(struct __sk_buff *skb, __u32 dir)
 
 	ifindex = skb->ifindex;
 	ifs = bpf_map_lookup_elem(&dpd_ifstate, &ifindex);
-	if (!ifs || (ifs->flags & (DPD_IF_READY | DPD_IF_HOST)) != (DPD_IF_READY | DPD_IF_HOST))
+	if (!ifs)
+		return TC_ACT_OK;
+	flags = ifs->flags;
+	if ((flags & (DPD_IF_READY | DPD_IF_HOST)) != (DPD_IF_READY | DPD_IF_HOST))
 		return TC_ACT_OK;
 	slot = ifs->slot;
 	trace = skb->mark == DPD_TRACE_MARK;
@@ -153,12 +160,15 @@ static __always_inline int dpd_hep_entry(struct __sk_buff *skb, __u32 dir)
 	if (dpd_parse_ipv4(skb, &p))
 		return TC_ACT_SHOT; /* malformed IPv4 on a policed interface */
 
-	/* Forwarded traffic is not the host's: forward policy is not here. */
-	if (dir == DPD_DIR_TO_WEP) {
-		if (!dpd_hep_to_host(skb, &p, ifindex))
+	/* Forwarded traffic is not the host's: only forward policy applies. */
+	if (dir == DPD_DIR_TO_WEP)
+		fwd = !dpd_hep_to_host(skb, &p, ifindex);
+	else
+		fwd = skb->ingress_ifindex != 0 && !trace;
+	if (fwd) {
+		if (!(flags >> DPD_IF_FWD_SHIFT))
 			return TC_ACT_OK;
-	} else if (skb->ingress_ifindex != 0 && !trace) {
-		return TC_ACT_OK;
+		slot = (flags >> DPD_IF_FWD_SHIFT) - 1;
 	}
 
 	now = bpf_ktime_get_coarse_ns();
@@ -194,7 +204,7 @@ static __always_inline int dpd_hep_entry(struct __sk_buff *skb, __u32 dir)
 		return TC_ACT_OK;
 	dpd_hep_fill(st, &p, skb, ifindex, dir, trace);
 
-	if (!(p.flags & DPD_ST_FRAGMENT) && dpd_hep_failsafe(&p, dir)) {
+	if (!fwd && !(p.flags & DPD_ST_FRAGMENT) && dpd_hep_failsafe(&p, dir)) {
 		if (trace) {
 			st->flags |= DPD_ST_FAILSAFE;
 			st->verdict = DPD_VERDICT_ALLOW;

@@ -375,6 +375,10 @@ struct dpd_ev_deny {
  * it. Host interfaces are never failed closed: without a READY|HOST entry
  * their traffic passes unpoliced. */
 #define DPD_IF_HOST (1u << 2)
+/* dpd_ifstate.flags of a host interface, bits 16..31: 1 + the slot of its
+ * host endpoint's forward policy (applyOnForward: traffic the host
+ * forwards through the interface); 0: forwarded traffic is not policed. */
+#define DPD_IF_FWD_SHIFT 16
 
 /* dpd_state.flags, trace only: a failsafe port let the packet through
  * before any policy. */

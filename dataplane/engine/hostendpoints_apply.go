@@ -33,15 +33,15 @@ func (e *Engine) applyHostEndpoints(now time.Time, p *pass) {
 	hk, _ := e.k.(HostEndpointKernel)
 	bind, excluded := e.bindHostEndpoints()
 	desired := map[string]*hostDesired{}
-	resolved := map[string]*resolution{} // by host endpoint
+	resolved := map[string]hostResolution{} // by host endpoint
 	for iface, id := range bind {
-		r := resolved[id]
-		if r == nil {
+		r, ok := resolved[id]
+		if !ok {
 			r = e.resolveHostRefs(m.eps[id].spec)
 			resolved[id] = r
 		}
 		d := &hostDesired{id: id, sets: r.sets, hold: r.missing}
-		d.ep = &model.Endpoint{ID: model.HostIfaceID(id, iface), Iface: iface, Ingress: r.ingress, Egress: r.egress}
+		d.ep = &model.Endpoint{ID: model.HostIfaceID(id, iface), Iface: iface, Ingress: r.ingress, Egress: r.egress, Forward: r.forward}
 		for _, s := range r.sets {
 			if d.hold == "" && !e.ipsets.programmed(s) {
 				d.hold = "ip set " + s + " is not programmed yet"
@@ -74,7 +74,7 @@ func (e *Engine) applyHostEndpoints(now time.Time, p *pass) {
 		for _, iface := range sortedKeys(desired) {
 			d := desired[iface]
 			old := m.applied[iface]
-			if d.hold != "" || (old != nil && !m.force && sameEndpoint(d.ep, old)) {
+			if d.hold != "" || (old != nil && !m.force && sameHostEndpoint(d.ep, old)) {
 				continue
 			}
 			p.did = true
@@ -142,10 +142,35 @@ func (e *Engine) hostStatuses(enforcing bool, desired map[string]*hostDesired, e
 	}
 }
 
+// hostResolution is a host endpoint's resolved policy.
+type hostResolution struct {
+	*resolution
+	forward *model.HostForward
+}
+
 // resolveHostRefs resolves a host endpoint's normal tiers and profiles
-// into the policy for traffic to (ingress) and from (egress) the host.
-func (e *Engine) resolveHostRefs(sp *model.HostEndpoint) *resolution {
-	return e.resolveRefs(&model.WorkloadEndpoint{Tiers: sp.Tiers, Profiles: sp.Profiles})
+// into the policy for traffic to (ingress) and from (egress) the host, and
+// its forward tiers (no profiles: Felix applies none to forwarded
+// traffic) into the forward policy.
+func (e *Engine) resolveHostRefs(sp *model.HostEndpoint) hostResolution {
+	r := e.resolveRefs(&model.WorkloadEndpoint{Tiers: sp.Tiers, Profiles: sp.Profiles})
+	if len(sp.ForwardTiers) == 0 {
+		return hostResolution{resolution: r}
+	}
+	fr := e.resolveRefs(&model.WorkloadEndpoint{Tiers: sp.ForwardTiers})
+	fwd := &model.HostForward{Ingress: fr.ingress, Egress: fr.egress,
+		HasIngress: len(fr.ingress.Tiers) > 0, HasEgress: len(fr.egress.Tiers) > 0}
+	merged := *r
+	merged.sets = slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(r.sets), fr.sets...))))
+	if fr.missing != "" {
+		merged.missing = strings.TrimPrefix(strings.Join([]string{r.missing, fr.missing}, "; "), "; ")
+	}
+	return hostResolution{resolution: &merged, forward: fwd}
+}
+
+// sameHostEndpoint: a and b enforce the same on their interface.
+func sameHostEndpoint(a, b *model.Endpoint) bool {
+	return sameEndpoint(a, b) && model.SameForward(a.Forward, b.Forward)
 }
 
 // setHostApplied records what the kernel enforces on iface (nil:

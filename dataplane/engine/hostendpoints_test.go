@@ -185,3 +185,34 @@ func TestHostEndpointPolicyAndFailure(t *testing.T) {
 	}
 	h.noViolations()
 }
+
+// forward_tiers become the forward policy (no profiles), per direction
+// only where a tier has policies; a change of it alone is re-applied.
+func TestHostEndpointForward(t *testing.T) {
+	h := newHarness(t)
+	h.session()
+	h.hostLinks(map[string][]string{"eth0": {"10.0.0.1"}})
+	hep := func(pols ...string) *felix.ToDataplane {
+		ti := &felix.TierInfo{Name: "default"}
+		for _, p := range pols {
+			ti.IngressPolicies = append(ti.IngressPolicies, &felix.PolicyID{Name: p})
+		}
+		return td(&felix.HostEndpointUpdate{Id: &felix.HostEndpointID{EndpointId: "h"},
+			Endpoint: &felix.HostEndpoint{Name: "eth0", ProfileIds: []string{"prof"}, ForwardTiers: []*felix.TierInfo{ti}}})
+	}
+	h.send(profile("prof", allowFrom()), policy("f1", denyPort(80)), policy("f2", denyPort(81)), hep("f1"), inSync())
+	ep := h.k.HostEnforced()["eth0"]
+	if ep == nil || ep.Forward == nil || !ep.Forward.HasIngress || ep.Forward.HasEgress ||
+		len(ep.Forward.Ingress.Profiles) != 0 || ep.Forward.Ingress.Tiers[0].Policies[0].Name != "default/f1" {
+		t.Fatalf("enforced %+v", ep)
+	}
+	if len(ep.Ingress.Tiers) != 0 || len(ep.Ingress.Profiles) != 1 {
+		t.Fatalf("normal ingress %+v", ep.Ingress)
+	}
+	h.k.ResetCalls()
+	h.send(hep("f2"))
+	if n := h.k.Calls()[memkernel.MethodApplyHostEndpoint]; n != 1 {
+		t.Fatalf("%d applies after a forward-only change, want 1", n)
+	}
+	h.noViolations()
+}

@@ -66,6 +66,15 @@ func (e *endpointProgrammer) adopt() (adoption, error) {
 		st.hostFlags = st.host
 		st.ready = ent.Flags&abi.IfReady != 0
 		st.closed = !st.ready
+		if fwd := ent.Flags >> abi.IfFwdShift; st.host && st.ready && fwd != 0 && e.slots.reserve(fwd-1) {
+			st.fwdSlot, st.hasFwd, st.ifsFwd = fwd-1, true, fwd
+			for _, dir := range []model.Direction{model.Ingress, model.Egress} {
+				if sp := byHead[installed[fwd-1][dir]]; sp != nil && sp.key.dir == dir {
+					st.instFwd[dir] = sp
+					sp.refs++
+				}
+			}
+		}
 		if st.ready && e.slots.reserve(ent.Slot) {
 			st.slot, st.hasSlot = ent.Slot, true
 			for _, dir := range []model.Direction{model.Ingress, model.Egress} {

@@ -82,6 +82,12 @@ type endpointState struct {
 	// programs for a host endpoint (hostendpoints.go); hostFlags: its
 	// ifstate entry says HOST.
 	host, hostFlags bool
+	// fwd: the host endpoint's forward policy slot and what is installed
+	// there; ifsFwd: 1 + the forward slot the ifstate entry names (0: none).
+	fwdSlot uint32
+	hasFwd  bool
+	instFwd [2]*sharedProg
+	ifsFwd  uint32
 }
 
 // newState is the state of an interface first seen now.

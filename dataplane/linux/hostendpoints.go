@@ -82,11 +82,24 @@ func (e *endpointProgrammer) applyHost(ep *model.Endpoint) error {
 	if err := e.installBoth(st); err != nil {
 		return err
 	}
-	if !st.ready || st.ifsSlot != st.slot || !st.hostFlags {
-		if err := e.setIfState(st, abi.IfHost|abi.IfReady); err != nil {
+	if err := e.installForward(st); err != nil {
+		return err
+	}
+	fwd := uint32(0)
+	if st.hasFwd && hasForward(ep.Forward) {
+		fwd = st.fwdSlot + 1
+	}
+	if !st.ready || st.ifsSlot != st.slot || !st.hostFlags || st.ifsFwd != fwd {
+		if err := e.setIfState(st, abi.IfHost|abi.IfReady|fwd<<abi.IfFwdShift); err != nil {
 			return fmt.Errorf("ifstate %s: %w", ep.Iface, err)
 		}
-		st.hostFlags = true
+		st.hostFlags, st.ifsFwd = true, fwd
+	}
+	if !hasForward(st.ep.Forward) && st.hasFwd {
+		// The ifstate entry no longer names the forward slot: free it.
+		if err := e.releaseForward(ep.Iface, st); err != nil {
+			return err
+		}
 	}
 	st.epIfindex = ifindex
 	st.lastApply = time.Now()
@@ -94,6 +107,9 @@ func (e *endpointProgrammer) applyHost(ep *model.Endpoint) error {
 }
 
 var errNoInterface = errors.New("no such interface")
+
+// hasForward: f polices some direction of forwarded traffic.
+func hasForward(f *model.HostForward) bool { return f != nil && (f.HasIngress || f.HasEgress) }
 
 // removeHost stops policing ep.Iface: its dpd_ifstate entry goes first (the
 // host programs pass everything from then on), then the programs come
@@ -131,7 +147,75 @@ func (e *endpointProgrammer) dropHost(iface string, st *endpointState) error {
 		return err
 	}
 	st.mode, st.attachOK = "", false
-	return e.releasePolicies(iface, st)
+	st.ifsFwd = 0
+	return errors.Join(e.releasePolicies(iface, st), e.releaseForward(iface, st))
+}
+
+// installForward installs the forward policy of each direction that has
+// one into the interface's forward slot (allocated on first need) and
+// clears the directions that have none. It writes nothing that is there.
+func (e *endpointProgrammer) installForward(st *endpointState) error {
+	fw := st.ep.Forward
+	if !hasForward(fw) {
+		return nil // releaseForward frees the slot once the ifstate entry lets go
+	}
+	if !st.hasFwd {
+		s, err := e.slots.get()
+		if err != nil {
+			return err
+		}
+		st.fwdSlot, st.hasFwd = s, true
+	}
+	for _, dir := range []model.Direction{model.Ingress, model.Egress} {
+		pol, ok := fw.Policy(dir)
+		if !ok {
+			if st.instFwd[dir] != nil {
+				if err := e.entry.ClearPolicy(st.fwdSlot, int(dir)); err != nil {
+					return fmt.Errorf("clear forward %s policy of %s: %w", dir, st.ep.Iface, err)
+				}
+				e.ops.JumpWrites++
+				e.pols.release(st.instFwd[dir])
+				st.instFwd[dir] = nil
+			}
+			continue
+		}
+		sp, err := e.pols.acquire(pol, dir)
+		if err != nil {
+			return fmt.Errorf("forward %s policy for %s: %w", dir, st.ep.Iface, err)
+		}
+		if st.instFwd[dir] == sp {
+			e.pols.release(sp)
+			continue
+		}
+		if err := e.entry.InstallPolicy(st.fwdSlot, int(dir), sp.prog); err != nil {
+			e.pols.release(sp)
+			return fmt.Errorf("install forward %s policy for %s: %w", dir, st.ep.Iface, err)
+		}
+		e.ops.JumpWrites++
+		old := st.instFwd[dir]
+		st.instFwd[dir] = sp
+		e.pols.release(old)
+	}
+	return nil
+}
+
+// releaseForward clears the forward slot, releases its programs and frees
+// it. The ifstate entry must not name it any more.
+func (e *endpointProgrammer) releaseForward(iface string, st *endpointState) error {
+	if !st.hasFwd {
+		return nil
+	}
+	for _, dir := range []model.Direction{model.Ingress, model.Egress} {
+		if err := e.entry.ClearPolicy(st.fwdSlot, int(dir)); err != nil {
+			return fmt.Errorf("clear forward %s policy of %s: %w", dir, iface, err)
+		}
+		e.ops.JumpWrites++
+		e.pols.release(st.instFwd[dir])
+		st.instFwd[dir] = nil
+	}
+	e.slots.put(st.fwdSlot)
+	st.hasFwd = false
+	return nil
 }
 
 // ApplyHostEndpoint implements engine.HostEndpointKernel.

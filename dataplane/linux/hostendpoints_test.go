@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/dpd-dev/dpd/dataplane/model"
 	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
 )
 
@@ -156,5 +157,46 @@ func TestParseFailsafes(t *testing.T) {
 	all, err := failsafesFromConfig(nil)
 	if err != nil || len(all) != 18 {
 		t.Fatalf("defaults: %d %v", len(all), err)
+	}
+}
+
+// Forward policy goes into a second slot that the ifstate entry names in
+// its upper flag bits; a restart adopts it; dropping it rewrites the
+// entry before the slot is cleared and freed.
+func TestHostEndpointForwardSlot(t *testing.T) {
+	f := newFakeKernel(t)
+	idx := f.addLink("eth0")
+	k := f.hostKernel()
+	ep := f.hostEndpoint("h1", "eth0", "deny-all", "deny-all")
+	ep.Forward = &model.HostForward{Ingress: f.policy("fwd-in"), HasIngress: true}
+	if err := k.ApplyHostEndpoint(ep); err != nil {
+		t.Fatal(err)
+	}
+	ops := f.take()
+	if !hasOp(ops, "InstallPolicy slot=1 dir=1 ingress:fwd-in") || hasOp(ops, "InstallPolicy slot=1 dir=0") {
+		t.Fatalf("ops %q: want the forward ingress policy alone in slot 1", ops)
+	}
+	if got, want := f.ifstate[idx].Flags, uint32(abi.IfHost|abi.IfReady|2<<abi.IfFwdShift); got != want {
+		t.Fatalf("ifstate flags %#x, want %#x", got, want)
+	}
+	k2 := f.hostKernel() // restart
+	if err := k2.ApplyHostEndpoint(ep); err != nil {
+		t.Fatal(err)
+	}
+	if ops := f.take(); len(ops) != 0 {
+		t.Fatalf("adopted forward policy rewritten: %q", ops)
+	}
+	noFwd := f.hostEndpoint("h1", "eth0", "deny-all", "deny-all")
+	if err := k2.ApplyHostEndpoint(noFwd); err != nil {
+		t.Fatal(err)
+	}
+	ops = f.take()
+	i := slices.IndexFunc(ops, func(o string) bool { return strings.HasPrefix(o, "SetIfState eth0 slot=0 flags=0x5") })
+	j := slices.IndexFunc(ops, func(o string) bool { return strings.HasPrefix(o, "ClearPolicy slot=1 dir=0") })
+	if i < 0 || j < 0 || j < i {
+		t.Fatalf("ops %q: want the ifstate entry rewritten, then the forward slot cleared", ops)
+	}
+	if k2.eps.slots.inUse(1) {
+		t.Fatal("forward slot still allocated")
 	}
 }

@@ -43,6 +43,9 @@ type Endpoint struct {
 	IPv6Nets []netip.Prefix
 	Ingress  DirectionPolicy
 	Egress   DirectionPolicy
+	// Forward is a host endpoint's policy for traffic the host forwards
+	// through its interface (nil: none, and always for workloads).
+	Forward *HostForward
 }
 
 // SameInterface reports whether e and o ask the same of their interface

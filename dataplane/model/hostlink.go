@@ -20,3 +20,35 @@ const HostEndpointOrchestrator = "hostendpoint"
 func HostIfaceID(id, iface string) WorkloadID {
 	return WorkloadID{Orchestrator: HostEndpointOrchestrator, Workload: id, Endpoint: iface}
 }
+
+// HostForward is a host endpoint's forward policy (Felix's forward_tiers,
+// applyOnForward): Ingress for forwarded traffic entering through the
+// interface, Egress for forwarded traffic leaving through it. A direction
+// no forward tier has policies for is not policed (Has* false).
+type HostForward struct {
+	Ingress, Egress       DirectionPolicy
+	HasIngress, HasEgress bool
+}
+
+// Policy returns the forward policy for direction d and whether there is one.
+func (f *HostForward) Policy(d Direction) (*DirectionPolicy, bool) {
+	if f == nil {
+		return nil, false
+	}
+	if d == Ingress {
+		return &f.Ingress, f.HasIngress
+	}
+	return &f.Egress, f.HasEgress
+}
+
+// SameForward reports whether a and b enforce the same forward policy.
+func SameForward(a, b *HostForward) bool {
+	for _, d := range []Direction{Ingress, Egress} {
+		pa, oka := a.Policy(d)
+		pb, okb := b.Policy(d)
+		if oka != okb || (oka && pa.Hash() != pb.Hash()) {
+			return false
+		}
+	}
+	return true
+}

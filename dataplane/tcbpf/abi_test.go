@@ -140,7 +140,7 @@ func TestHeaderDefines(t *testing.T) {
 		"DPD_DROP_FRAG_TINY": abi.DropFragTiny, "DPD_DROP_IPV6_EXT": abi.DropIPv6Ext, "DPD_DROP_MAX": abi.DropMax,
 		"DPD_ST_UNPOLICED": abi.StUnpoliced,
 		"DPD_EV_DECIDED":   abi.EvDecided, "DPD_EV_NO_POLICY": abi.EvNoPolicy, "DPD_EV_CFG_ON": abi.EvCfgOn,
-		"DPD_IF_HOST": abi.IfHost, "DPD_ST_FAILSAFE": abi.StFailsafe, "DPD_FS_KEY_FIXED_BITS": abi.FSKeyFixedBits,
+		"DPD_IF_HOST": abi.IfHost, "DPD_IF_FWD_SHIFT": abi.IfFwdShift, "DPD_ST_FAILSAFE": abi.StFailsafe, "DPD_FS_KEY_FIXED_BITS": abi.FSKeyFixedBits,
 		"DPD_FS_INBOUND": abi.FSInbound, "DPD_FS_OUTBOUND": abi.FSOutbound,
 	}
 	f, err := os.Open("../../bpf/include/dpd_abi.h")

@@ -1,84 +1,12 @@
 package e2e
 
 import (
-	"runtime"
 	"strings"
 	"testing"
-
-	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 
 	"github.com/dpd-dev/dpd/internal/testutil"
 	"github.com/dpd-dev/dpd/proto/felix"
 )
-
-// hostKey is the Controller's status key of host endpoint id.
-func hostKey(id string) string { return "hep/" + id }
-
-// WaitHostStatus waits until host endpoint id reports want.
-func (c *Controller) WaitHostStatus(t testing.TB, id, want string) {
-	t.Helper()
-	c.mustAwait(t, "host endpoint "+id+" "+want, func() bool {
-		s := c.status[hostKey(id)]
-		return !s.removed && s.status == want
-	})
-}
-
-// entryProgsIn names the programs on ifname's TC hooks in namespace ns,
-// TCX links and legacy filters alike.
-func entryProgsIn(t *testing.T, ns, ifname string) string {
-	t.Helper()
-	out := testutil.Run(t, "ip", "netns", "exec", ns, "tc", "filter", "show", "dev", ifname, "ingress") +
-		testutil.Run(t, "ip", "netns", "exec", ns, "tc", "filter", "show", "dev", ifname, "egress")
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = orig.Close() }()
-	h, err := netns.GetFromName(ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = h.Close() }()
-	if err := netns.Set(h); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := netns.Set(orig); err != nil {
-			panic(err) // the thread must not go back to the pool in ns
-		}
-	}()
-	l, err := netlink.LinkByName(ifname)
-	if err != nil {
-		t.Fatal(err)
-	}
-	progs, err := TCXProgs(l.Attrs().Index)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, p := range progs {
-		out += " " + p.Kind + ":" + p.Name
-	}
-	return out
-}
-
-// HostEndpointMsg is a HostEndpointUpdate naming iface ("*": wildcard)
-// with tiers and profiles.
-func HostEndpointMsg(id, iface string, profiles []string, tiers ...*felix.TierInfo) *felix.ToDataplane {
-	return &felix.ToDataplane{Payload: &felix.ToDataplane_HostEndpointUpdate{HostEndpointUpdate: &felix.HostEndpointUpdate{
-		Id:       &felix.HostEndpointID{EndpointId: id},
-		Endpoint: &felix.HostEndpoint{Name: iface, ProfileIds: profiles, Tiers: tiers},
-	}}}
-}
-
-// HostEndpointRemoveMsg is a HostEndpointRemove.
-func HostEndpointRemoveMsg(id string) *felix.ToDataplane {
-	return &felix.ToDataplane{Payload: &felix.ToDataplane_HostEndpointRemove{HostEndpointRemove: &felix.HostEndpointRemove{
-		Id: &felix.HostEndpointID{EndpointId: id},
-	}}}
-}
 
 // A node whose eth0 faces a client: host endpoints on eth0 (by name, then
 // by wildcard) police traffic to and from the node itself, failsafe ports
@@ -137,4 +65,47 @@ func TestHostEndpoints(t *testing.T) {
 	)
 	c.Send(t, HostEndpointRemoveMsg("node-all"))
 	Expect(t, open...)
+}
+
+// Traffic the node forwards between its eth0 and a pod is not the node's
+// own: a host endpoint's normal policy does not touch it, its forward
+// policy (applyOnForward) does.
+func TestHostEndpointForward(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	const nodeIP, clientIP = "192.168.232.1", "192.168.232.2"
+	node := NewNode(t, "hepf", nodeIP)
+	cl := NewNode(t, "hepfc", clientIP)
+	Link(t, node.Name, nodeIP, cl.Name, clientIP, "eth0")
+	clientW := &Workload{Workload: &testutil.Workload{NS: cl.Name, IP: clientIP}, Pod: "client"}
+	pod := node.NewPod(t, "hf1", WorkloadSubnet+"231")
+	pod.Workload().Serve(t, []int{8080, 9090}, nil)
+	testutil.Run(t, "ip", "-n", cl.Name, "route", "add", pod.IP+"/32", "via", nodeIP)
+	// The node's default route faces the client (pods' gateway 169.254.1.1
+	// is answered by proxy ARP only where the node has a route).
+	testutil.Run(t, "ip", "-n", node.Name, "route", "add", "default", "via", clientIP)
+
+	d := node.Start(t)
+	c := d.Connect(t, []*felix.ToDataplane{
+		ConfigMsg(map[string]string{"InterfacePrefix": "cali"}),
+		Profile("allow-all", Rules(Allow()), Rules(Allow())),
+		PodEndpoint(pod, []string{"allow-all"}),
+	})
+	c.WaitInSync(t)
+	c.WaitStatus(t, "up", pod.ID())
+	Expect(t, Allowed(TCP(clientW, pod.IP, 8080)), Allowed(TCP(clientW, pod.IP, 9090)))
+
+	// A deny-all wildcard host endpoint without forward policy: the node
+	// is closed, forwarding to the pod is not.
+	c.Send(t, HostEndpointMsg("all", "*", nil))
+	c.WaitHostStatus(t, "all", "up")
+	Expect(t, Allowed(TCP(clientW, pod.IP, 8080)), Denied(Ping(clientW, nodeIP)))
+
+	// Forward policy allowing TCP 9090 in: the rest forwarded in is denied.
+	fwd := HostEndpointMsg("all", "*", nil)
+	fwd.GetHostEndpointUpdate().Endpoint.ForwardTiers = []*felix.TierInfo{Tier("default", "Deny", []string{"fwd-9090"}, nil)}
+	c.Send(t, Policy("default", "fwd-9090", Rules(Allow(Proto("tcp"), DstPorts(Port(9090)))), nil), fwd)
+	Expect(t, Denied(TCP(clientW, pod.IP, 8080)), Allowed(TCP(clientW, pod.IP, 9090)), Denied(Ping(clientW, nodeIP)))
+
+	c.Send(t, HostEndpointRemoveMsg("all"))
+	Expect(t, Allowed(TCP(clientW, pod.IP, 8080)), Allowed(Ping(clientW, nodeIP)))
 }

@@ -5,6 +5,9 @@ const (
 	// IfHost (dpd_ifstate.flags): one of the node's own interfaces,
 	// policed by the host entry programs; never failed closed.
 	IfHost = 1 << 2
+	// IfFwdShift: dpd_ifstate.flags >> IfFwdShift of a host interface is 1 +
+	// the slot of its forward policy (0: forwarded traffic is not policed).
+	IfFwdShift = 16
 	// StFailsafe (dpd_state.flags, trace only): a failsafe port let the
 	// packet through before any policy.
 	StFailsafe = 1 << 28
