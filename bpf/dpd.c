@@ -198,6 +198,8 @@ int dpd_epilogue(struct __sk_buff *skb)
 	st = bpf_map_lookup_elem(&dpd_state, &zero);
 	if (!st)
 		return TC_ACT_SHOT;
+	if (st->flags & (DPD_ST_HEP_UNTRACKED | DPD_ST_HEP_PREDNAT))
+		return dpd_hep_epilogue(skb, st);
 
 	if (st->trace) {
 		st->flags |= DPD_ST_EPILOGUE;

@@ -113,6 +113,12 @@ type DpdDpdFragVal struct {
 	Pad      uint8
 }
 
+type DpdDpdHepStages struct {
+	_         structs.HostLayout
+	Untracked uint32
+	Prednat   uint32
+}
+
 type DpdDpdIfstate struct {
 	_     structs.HostLayout
 	Slot  uint32
@@ -225,6 +231,7 @@ const (
 	DpdMapDpdEvents       = "dpd_events"
 	DpdMapDpdFailsafes    = "dpd_failsafes"
 	DpdMapDpdFrags        = "dpd_frags"
+	DpdMapDpdHepStages    = "dpd_hep_stages"
 	DpdMapDpdIfstate      = "dpd_ifstate"
 	DpdMapDpdIpsetIds     = "dpd_ipset_ids"
 	DpdMapDpdIpsets       = "dpd_ipsets"
@@ -239,7 +246,9 @@ const (
 	DpdProgDpdEpilogue    = "dpd_epilogue"
 	DpdProgDpdFromWep     = "dpd_from_wep"
 	DpdProgDpdHepIn       = "dpd_hep_in"
+	DpdProgDpdHepInCont   = "dpd_hep_in_cont"
 	DpdProgDpdHepOut      = "dpd_hep_out"
+	DpdProgDpdHepOutCont  = "dpd_hep_out_cont"
 	DpdProgDpdToWep       = "dpd_to_wep"
 	DpdVarDpdFlowEventBtf = "dpd_flow_event_btf"
 )
@@ -286,11 +295,13 @@ type DpdSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type DpdProgramSpecs struct {
-	DpdEpilogue *ebpf.ProgramSpec `ebpf:"dpd_epilogue"`
-	DpdFromWep  *ebpf.ProgramSpec `ebpf:"dpd_from_wep"`
-	DpdHepIn    *ebpf.ProgramSpec `ebpf:"dpd_hep_in"`
-	DpdHepOut   *ebpf.ProgramSpec `ebpf:"dpd_hep_out"`
-	DpdToWep    *ebpf.ProgramSpec `ebpf:"dpd_to_wep"`
+	DpdEpilogue   *ebpf.ProgramSpec `ebpf:"dpd_epilogue"`
+	DpdFromWep    *ebpf.ProgramSpec `ebpf:"dpd_from_wep"`
+	DpdHepIn      *ebpf.ProgramSpec `ebpf:"dpd_hep_in"`
+	DpdHepInCont  *ebpf.ProgramSpec `ebpf:"dpd_hep_in_cont"`
+	DpdHepOut     *ebpf.ProgramSpec `ebpf:"dpd_hep_out"`
+	DpdHepOutCont *ebpf.ProgramSpec `ebpf:"dpd_hep_out_cont"`
+	DpdToWep      *ebpf.ProgramSpec `ebpf:"dpd_to_wep"`
 }
 
 // DpdMapSpecs contains maps before they are loaded into the kernel.
@@ -306,6 +317,7 @@ type DpdMapSpecs struct {
 	DpdEvents    *ebpf.MapSpec `ebpf:"dpd_events"`
 	DpdFailsafes *ebpf.MapSpec `ebpf:"dpd_failsafes"`
 	DpdFrags     *ebpf.MapSpec `ebpf:"dpd_frags"`
+	DpdHepStages *ebpf.MapSpec `ebpf:"dpd_hep_stages"`
 	DpdIfstate   *ebpf.MapSpec `ebpf:"dpd_ifstate"`
 	DpdIpsetIds  *ebpf.MapSpec `ebpf:"dpd_ipset_ids"`
 	DpdIpsets    *ebpf.MapSpec `ebpf:"dpd_ipsets"`
@@ -355,6 +367,7 @@ type DpdMaps struct {
 	DpdEvents    *ebpf.Map `ebpf:"dpd_events"`
 	DpdFailsafes *ebpf.Map `ebpf:"dpd_failsafes"`
 	DpdFrags     *ebpf.Map `ebpf:"dpd_frags"`
+	DpdHepStages *ebpf.Map `ebpf:"dpd_hep_stages"`
 	DpdIfstate   *ebpf.Map `ebpf:"dpd_ifstate"`
 	DpdIpsetIds  *ebpf.Map `ebpf:"dpd_ipset_ids"`
 	DpdIpsets    *ebpf.Map `ebpf:"dpd_ipsets"`
@@ -379,6 +392,7 @@ func (m *DpdMaps) Close() error {
 		m.DpdEvents,
 		m.DpdFailsafes,
 		m.DpdFrags,
+		m.DpdHepStages,
 		m.DpdIfstate,
 		m.DpdIpsetIds,
 		m.DpdIpsets,
@@ -404,11 +418,13 @@ type DpdVariables struct {
 //
 // It can be passed to LoadDpdObjects or ebpf.CollectionSpec.LoadAndAssign.
 type DpdPrograms struct {
-	DpdEpilogue *ebpf.Program `ebpf:"dpd_epilogue"`
-	DpdFromWep  *ebpf.Program `ebpf:"dpd_from_wep"`
-	DpdHepIn    *ebpf.Program `ebpf:"dpd_hep_in"`
-	DpdHepOut   *ebpf.Program `ebpf:"dpd_hep_out"`
-	DpdToWep    *ebpf.Program `ebpf:"dpd_to_wep"`
+	DpdEpilogue   *ebpf.Program `ebpf:"dpd_epilogue"`
+	DpdFromWep    *ebpf.Program `ebpf:"dpd_from_wep"`
+	DpdHepIn      *ebpf.Program `ebpf:"dpd_hep_in"`
+	DpdHepInCont  *ebpf.Program `ebpf:"dpd_hep_in_cont"`
+	DpdHepOut     *ebpf.Program `ebpf:"dpd_hep_out"`
+	DpdHepOutCont *ebpf.Program `ebpf:"dpd_hep_out_cont"`
+	DpdToWep      *ebpf.Program `ebpf:"dpd_to_wep"`
 }
 
 func (p *DpdPrograms) Close() error {
@@ -416,7 +432,9 @@ func (p *DpdPrograms) Close() error {
 		p.DpdEpilogue,
 		p.DpdFromWep,
 		p.DpdHepIn,
+		p.DpdHepInCont,
 		p.DpdHepOut,
+		p.DpdHepOutCont,
 		p.DpdToWep,
 	)
 }

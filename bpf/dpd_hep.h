@@ -42,6 +42,7 @@
 #include "dpd_ct.h"
 #include "dpd_frag.h"
 #include "dpd_nat.h"
+#include "dpd_events.h"
 
 #ifndef AF_INET
 #define AF_INET 2
@@ -56,6 +57,26 @@ struct {
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } dpd_failsafes SEC(".maps");
+
+/* ifindex -> the untracked and pre-DNAT policy slots of a host interface. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1000);
+	__type(key, __u32);
+	__type(value, struct dpd_hep_stages);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dpd_hep_stages SEC(".maps");
+
+/* The policy compiler's counter id of "no rule matched" (rule_id of the
+ * final deny), per DPD_DIR_*: a staged evaluation that ends there goes on.
+ * Tests check them against abi.go and dataplane/tcbpf/polprog. */
+#define DPD_NOMATCH_ID_FROM_WEP 0xc0e77e9198c7edf2ull
+#define DPD_NOMATCH_ID_TO_WEP   0xdce21320d0ec74efull
+
+/* The stages of dpd_hep_entry, in order; a continuation starts at one. */
+#define DPD_HEP_STAGE_UNTRACKED 0
+#define DPD_HEP_STAGE_PREDNAT   1
+#define DPD_HEP_STAGE_MAIN      2
 
 /* dpd_hep_failsafe: is p on a failsafe port? Inbound ports name the
  * destination port with the source as peer; outbound ones the destination
@@ -119,8 +140,9 @@ static __always_inline void dpd_hep_fill(struct dpd_state *st, const struct dpd_
 	st->trace = trace;
 }
 
-static __always_inline int dpd_hep_entry(struct __sk_buff *skb, __u32 dir)
+static __always_inline int dpd_hep_entry(struct __sk_buff *skb, __u32 dir, __u32 stage)
 {
+	struct dpd_hep_stages *sg;
 	struct dpd_ct_key key;
 	struct dpd_pkt p = {};
 	struct dpd_ifstate *ifs;
@@ -128,7 +150,7 @@ static __always_inline int dpd_hep_entry(struct __sk_buff *skb, __u32 dir)
 	struct dpd_state *st;
 	struct ethhdr *eth;
 	void *data, *data_end;
-	__u32 zero = 0, ifindex, slot, flags;
+	__u32 zero = 0, ifindex, slot, flags, untracked = 0, prednat = 0;
 	__u64 now, trace;
 	int fwd;
 
@@ -150,8 +172,13 @@ static __always_inline int dpd_hep_entry(struct __sk_buff *skb, __u32 dir)
 	if ((flags & (DPD_IF_READY | DPD_IF_HOST)) != (DPD_IF_READY | DPD_IF_HOST))
 		return TC_ACT_OK;
 	slot = ifs->slot;
+	sg = bpf_map_lookup_elem(&dpd_hep_stages, &ifindex);
+	if (sg) {
+		untracked = sg->untracked;
+		prednat = sg->prednat;
+	}
 	trace = skb->mark == DPD_TRACE_MARK;
-	if (trace) {
+	if (trace && stage == DPD_HEP_STAGE_UNTRACKED) {
 		struct dpd_state empty = {};
 
 		bpf_map_update_elem(&dpd_trace, &zero, &empty, BPF_ANY);
@@ -160,20 +187,29 @@ static __always_inline int dpd_hep_entry(struct __sk_buff *skb, __u32 dir)
 	if (dpd_parse_ipv4(skb, &p))
 		return TC_ACT_SHOT; /* malformed IPv4 on a policed interface */
 
-	/* Forwarded traffic is not the host's: only forward policy applies. */
+	/* Forwarded traffic is not the host's: of the host endpoint's
+	 * policies, untracked (ingress), pre-DNAT and forward apply to it. */
 	if (dir == DPD_DIR_TO_WEP)
 		fwd = !dpd_hep_to_host(skb, &p, ifindex);
 	else
 		fwd = skb->ingress_ifindex != 0 && !trace;
-	if (fwd) {
-		if (!(flags >> DPD_IF_FWD_SHIFT))
-			return TC_ACT_OK;
-		slot = (flags >> DPD_IF_FWD_SHIFT) - 1;
-	}
 
 	now = bpf_ktime_get_coarse_ns();
 	if (dpd_frag_track(&p, dir, ifindex, now, trace, skb->len))
 		return TC_ACT_SHOT;
+
+	st = bpf_map_lookup_elem(&dpd_state, &zero);
+	if (!st)
+		return TC_ACT_OK;
+
+	/* Untracked: before conntrack, nothing it allows is tracked. */
+	if (stage <= DPD_HEP_STAGE_UNTRACKED && untracked && (dir == DPD_DIR_TO_WEP || !fwd)) {
+		dpd_hep_fill(st, &p, skb, ifindex, dir, trace);
+		st->flags |= DPD_ST_HEP_UNTRACKED;
+		st->dst_route = dpd_route_flags(p.daddr);
+		bpf_tail_call(skb, &dpd_jump, DPD_JUMP_POL_BASE + 2 * (untracked - 1) + dir);
+		/* No program: go on. */
+	}
 
 	dpd_ct_key_fwd(&key, &p, dir, ifindex);
 	ct = bpf_map_lookup_elem(&dpd_ct, &key);
@@ -199,11 +235,21 @@ static __always_inline int dpd_hep_entry(struct __sk_buff *skb, __u32 dir)
 		}
 	}
 
-	st = bpf_map_lookup_elem(&dpd_state, &zero);
-	if (!st)
-		return TC_ACT_OK;
-	dpd_hep_fill(st, &p, skb, ifindex, dir, trace);
+	/* Pre-DNAT: new flows entering through the interface. */
+	if (stage <= DPD_HEP_STAGE_PREDNAT && prednat && dir == DPD_DIR_TO_WEP) {
+		dpd_hep_fill(st, &p, skb, ifindex, dir, trace);
+		st->flags |= DPD_ST_HEP_PREDNAT;
+		st->dst_route = dpd_route_flags(p.daddr);
+		bpf_tail_call(skb, &dpd_jump, DPD_JUMP_POL_BASE + 2 * (prednat - 1) + dir);
+	}
 
+	if (fwd) {
+		if (!(flags >> DPD_IF_FWD_SHIFT))
+			return TC_ACT_OK;
+		slot = (flags >> DPD_IF_FWD_SHIFT) - 1;
+	}
+
+	dpd_hep_fill(st, &p, skb, ifindex, dir, trace);
 	if (!fwd && !(p.flags & DPD_ST_FRAGMENT) && dpd_hep_failsafe(&p, dir)) {
 		if (trace) {
 			st->flags |= DPD_ST_FAILSAFE;
@@ -227,16 +273,76 @@ static __always_inline int dpd_hep_entry(struct __sk_buff *skb, __u32 dir)
 	return TC_ACT_OK;
 }
 
+/* dpd_hep_epilogue ends a staged evaluation (DPD_ST_HEP_*), called by the
+ * epilogue: untracked allow passes untracked, an explicit deny drops, and
+ * no match (or a pre-DNAT allow) goes on to the next stage through the
+ * continuation of the hook. */
+static __always_inline int dpd_hep_epilogue(struct __sk_buff *skb, struct dpd_state *st)
+{
+	__u64 nomatch = st->dir == DPD_DIR_TO_WEP ? DPD_NOMATCH_ID_TO_WEP : DPD_NOMATCH_ID_FROM_WEP;
+	struct dpd_counter *ctr;
+	__u32 zero = 0;
+	int on;
+
+	on = st->rule_id == nomatch ||
+	     ((st->flags & DPD_ST_HEP_PREDNAT) && st->verdict == DPD_VERDICT_ALLOW);
+	if (st->rule_id && st->rule_id != nomatch && !st->trace) {
+		ctr = bpf_map_lookup_elem(&dpd_rule_ctrs, &st->rule_id);
+		if (ctr) {
+			ctr->packets++;
+			ctr->bytes += st->pkt_len;
+		}
+	}
+	if (on) {
+		bpf_tail_call(skb, &dpd_jump, st->dir == DPD_DIR_TO_WEP ? DPD_JUMP_HEP_CONT_TO_WEP : DPD_JUMP_HEP_CONT_FROM_WEP);
+		return TC_ACT_OK; /* no continuation: unpoliced, never closed */
+	}
+	if (st->trace) {
+		st->flags |= DPD_ST_EPILOGUE;
+		bpf_map_update_elem(&dpd_trace, &zero, st, BPF_ANY);
+	} else {
+		dpd_event(st, DPD_EV_DECIDED);
+	}
+	return st->verdict == DPD_VERDICT_ALLOW ? TC_ACT_OK : TC_ACT_SHOT;
+}
+
+/* dpd_hep_cont: the stage after the one dpd_state says just went on. */
+static __always_inline int dpd_hep_cont(struct __sk_buff *skb, __u32 dir)
+{
+	struct dpd_state *st;
+	__u32 zero = 0;
+
+	st = bpf_map_lookup_elem(&dpd_state, &zero);
+	if (!st)
+		return TC_ACT_OK;
+	if (st->flags & DPD_ST_HEP_UNTRACKED)
+		return dpd_hep_entry(skb, dir, DPD_HEP_STAGE_PREDNAT);
+	return dpd_hep_entry(skb, dir, DPD_HEP_STAGE_MAIN);
+}
+
 SEC("tc")
 int dpd_hep_in(struct __sk_buff *skb)
 {
-	return dpd_hep_entry(skb, DPD_DIR_TO_WEP);
+	return dpd_hep_entry(skb, DPD_DIR_TO_WEP, DPD_HEP_STAGE_UNTRACKED);
 }
 
 SEC("tc")
 int dpd_hep_out(struct __sk_buff *skb)
 {
-	return dpd_hep_entry(skb, DPD_DIR_FROM_WEP);
+	return dpd_hep_entry(skb, DPD_DIR_FROM_WEP, DPD_HEP_STAGE_UNTRACKED);
+}
+
+/* At dpd_jump[DPD_JUMP_HEP_CONT_*]: the rest of a staged evaluation. */
+SEC("tc")
+int dpd_hep_in_cont(struct __sk_buff *skb)
+{
+	return dpd_hep_cont(skb, DPD_DIR_TO_WEP);
+}
+
+SEC("tc")
+int dpd_hep_out_cont(struct __sk_buff *skb)
+{
+	return dpd_hep_cont(skb, DPD_DIR_FROM_WEP);
 }
 
 #endif

@@ -397,6 +397,28 @@ struct dpd_failsafe_key {
 	__u8  flags;    /* 7: DPD_FS_* */
 	__u8  addr[4];  /* 8: the peer's IPv4 address, network order */
 };                      /* sizeof == 12 */
+/* dpd_hep_stages: HASH ifindex -> struct dpd_hep_stages, the slots of a
+ * host interface's untracked (doNotTrack) and pre-DNAT policies, each
+ * 1 + slot (0: none). Untracked policy runs first, before conntrack, in
+ * both directions: allow passes without creating a conntrack entry, an
+ * explicit deny drops, no match goes on. Pre-DNAT policy runs next, for
+ * new flows entering through the interface (to the host or forwarded):
+ * deny drops, allow and no match go on to the normal or forward policy. */
+struct dpd_hep_stages {
+	__u32 untracked; /* 0 */
+	__u32 prednat;   /* 4 */
+};                       /* sizeof == 8 */
+
+/* dpd_state.flags of a staged evaluation (the policy tail-calls the
+ * epilogue, which hands it to dpd_hep_epilogue), and which stage. */
+#define DPD_ST_HEP_UNTRACKED (1u << 29)
+#define DPD_ST_HEP_PREDNAT   (1u << 30)
+
+/* dpd_jump entries of the host entry programs' continuations, which run
+ * the stages after a staged evaluation that went on. */
+#define DPD_JUMP_HEP_CONT_FROM_WEP 14
+#define DPD_JUMP_HEP_CONT_TO_WEP   15
+
 #define DPD_FS_KEY_FIXED_BITS 32
 #define DPD_FS_INBOUND  1 /* to the host, through a host interface */
 #define DPD_FS_OUTBOUND 2 /* from the host */

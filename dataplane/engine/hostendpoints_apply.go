@@ -41,7 +41,8 @@ func (e *Engine) applyHostEndpoints(now time.Time, p *pass) {
 			resolved[id] = r
 		}
 		d := &hostDesired{id: id, sets: r.sets, hold: r.missing}
-		d.ep = &model.Endpoint{ID: model.HostIfaceID(id, iface), Iface: iface, Ingress: r.ingress, Egress: r.egress, Forward: r.forward}
+		d.ep = &model.Endpoint{ID: model.HostIfaceID(id, iface), Iface: iface, Ingress: r.ingress, Egress: r.egress,
+			Forward: r.forward, Untracked: r.untracked, PreDNAT: r.prednat}
 		for _, s := range r.sets {
 			if d.hold == "" && !e.ipsets.programmed(s) {
 				d.hold = "ip set " + s + " is not programmed yet"
@@ -145,32 +146,44 @@ func (e *Engine) hostStatuses(enforcing bool, desired map[string]*hostDesired, e
 // hostResolution is a host endpoint's resolved policy.
 type hostResolution struct {
 	*resolution
-	forward *model.HostForward
+	forward, untracked, prednat *model.HostStage
 }
 
 // resolveHostRefs resolves a host endpoint's normal tiers and profiles
 // into the policy for traffic to (ingress) and from (egress) the host, and
-// its forward tiers (no profiles: Felix applies none to forwarded
-// traffic) into the forward policy.
+// its forward, untracked and pre-DNAT tiers (no profiles: Felix applies
+// none to those) into its stages.
 func (e *Engine) resolveHostRefs(sp *model.HostEndpoint) hostResolution {
 	r := e.resolveRefs(&model.WorkloadEndpoint{Tiers: sp.Tiers, Profiles: sp.Profiles})
-	if len(sp.ForwardTiers) == 0 {
-		return hostResolution{resolution: r}
-	}
-	fr := e.resolveRefs(&model.WorkloadEndpoint{Tiers: sp.ForwardTiers})
-	fwd := &model.HostForward{Ingress: fr.ingress, Egress: fr.egress,
-		HasIngress: len(fr.ingress.Tiers) > 0, HasEgress: len(fr.egress.Tiers) > 0}
+	out := hostResolution{resolution: r}
 	merged := *r
-	merged.sets = slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(r.sets), fr.sets...))))
-	if fr.missing != "" {
-		merged.missing = strings.TrimPrefix(strings.Join([]string{r.missing, fr.missing}, "; "), "; ")
+	stage := func(tiers []model.TierRef, ingressOnly bool) *model.HostStage {
+		if len(tiers) == 0 {
+			return nil
+		}
+		sr := e.resolveRefs(&model.WorkloadEndpoint{Tiers: tiers})
+		st := &model.HostStage{Ingress: sr.ingress, Egress: sr.egress,
+			HasIngress: len(sr.ingress.Tiers) > 0, HasEgress: len(sr.egress.Tiers) > 0 && !ingressOnly}
+		if !st.HasIngress && !st.HasEgress {
+			return nil
+		}
+		merged.sets = slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(merged.sets), sr.sets...))))
+		if sr.missing != "" {
+			merged.missing = strings.TrimPrefix(merged.missing+"; "+sr.missing, "; ")
+		}
+		return st
 	}
-	return hostResolution{resolution: &merged, forward: fwd}
+	out.forward = stage(sp.ForwardTiers, false)
+	out.untracked = stage(sp.UntrackedTiers, false)
+	out.prednat = stage(sp.PreDNATTiers, true)
+	out.resolution = &merged
+	return out
 }
 
 // sameHostEndpoint: a and b enforce the same on their interface.
 func sameHostEndpoint(a, b *model.Endpoint) bool {
-	return sameEndpoint(a, b) && model.SameForward(a.Forward, b.Forward)
+	return sameEndpoint(a, b) && model.SameStage(a.Forward, b.Forward) &&
+		model.SameStage(a.Untracked, b.Untracked) && model.SameStage(a.PreDNAT, b.PreDNAT)
 }
 
 // setHostApplied records what the kernel enforces on iface (nil:

@@ -40,6 +40,10 @@ func (e *endpointProgrammer) adopt() (adoption, error) {
 	if err != nil {
 		return a, err
 	}
+	hepStages, err := e.hostStages()
+	if err != nil {
+		return a, err
+	}
 	installed := map[uint32][2]ebpf.ProgramID{}
 	for _, p := range pols {
 		v := installed[p.Slot]
@@ -66,14 +70,8 @@ func (e *endpointProgrammer) adopt() (adoption, error) {
 		st.hostFlags = st.host
 		st.ready = ent.Flags&abi.IfReady != 0
 		st.closed = !st.ready
-		if fwd := ent.Flags >> abi.IfFwdShift; st.host && st.ready && fwd != 0 && e.slots.reserve(fwd-1) {
-			st.fwdSlot, st.hasFwd, st.ifsFwd = fwd-1, true, fwd
-			for _, dir := range []model.Direction{model.Ingress, model.Egress} {
-				if sp := byHead[installed[fwd-1][dir]]; sp != nil && sp.key.dir == dir {
-					st.instFwd[dir] = sp
-					sp.refs++
-				}
-			}
+		if st.host && st.ready {
+			e.adoptStages(st, ent.Flags>>abi.IfFwdShift, hepStages[ifindex], byHead, installed)
 		}
 		if st.ready && e.slots.reserve(ent.Slot) {
 			st.slot, st.hasSlot = ent.Slot, true

@@ -82,12 +82,14 @@ type endpointState struct {
 	// programs for a host endpoint (hostendpoints.go); hostFlags: its
 	// ifstate entry says HOST.
 	host, hostFlags bool
-	// fwd: the host endpoint's forward policy slot and what is installed
-	// there; ifsFwd: 1 + the forward slot the ifstate entry names (0: none).
-	fwdSlot uint32
-	hasFwd  bool
-	instFwd [2]*sharedProg
-	ifsFwd  uint32
+	// stages: the host endpoint's forward, untracked and pre-DNAT policy
+	// slots (hostendpoints.go); ifsFwd: 1 + the forward slot the ifstate
+	// entry names (0: none); ifsStages: what dpd_hep_stages holds for it,
+	// known once written or read.
+	stages      [numStages]stageSlot
+	ifsFwd      uint32
+	ifsStages   tcbpf.HepStages
+	stagesKnown bool
 }
 
 // newState is the state of an interface first seen now.

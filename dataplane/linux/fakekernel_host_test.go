@@ -2,6 +2,7 @@ package linux
 
 import (
 	"fmt"
+	"maps"
 
 	"github.com/vishvananda/netlink"
 
@@ -38,6 +39,32 @@ func (f *fakeKernel) AttachedCurrentHost(ifindex int, ifname string) (tcbpf.Atta
 
 func (f *fakeKernel) SetFailsafes(fs []tcbpf.Failsafe) error {
 	return f.op("SetFailsafes", "%d", len(fs))
+}
+
+func (f *fakeKernel) SetHepStages(ifindex int, s tcbpf.HepStages) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.opLocked("SetHepStages", "%s untracked=%d prednat=%d", f.nameOfLocked(ifindex), s.Untracked, s.PreDNAT); err != nil {
+		return err
+	}
+	if f.hepStages == nil {
+		f.hepStages = map[int]tcbpf.HepStages{}
+	}
+	if s == (tcbpf.HepStages{}) {
+		delete(f.hepStages, ifindex)
+	} else {
+		f.hepStages[ifindex] = s
+	}
+	return nil
+}
+
+func (f *fakeKernel) AllHepStages() (map[int]tcbpf.HepStages, error) {
+	if err := f.read("AllHepStages"); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return maps.Clone(f.hepStages), nil
 }
 
 // hostKernel composes a Kernel over f with the host facility, as New does

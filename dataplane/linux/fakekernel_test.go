@@ -70,6 +70,7 @@ type fakeKernel struct {
 	// hostProgs: the entry programs on ifindex are the host endpoint ones
 	// (fakekernel_host_test.go); guarded by mu.
 	hostProgs map[int]bool
+	hepStages map[int]tcbpf.HepStages
 }
 
 const fakeProgsDir = "/fake/progs"

@@ -326,6 +326,9 @@ func (e *endpointProgrammer) sweepMaps(r *GCReport) error {
 		e.ops.IfStateWrites++
 		r.IfStates++
 	}
+	if err := e.sweepHostStages(live, r); err != nil {
+		errs = append(errs, err)
+	}
 	pols, err := e.entry.Policies()
 	if err != nil {
 		errs = append(errs, err)

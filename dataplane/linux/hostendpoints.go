@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/dpd-dev/dpd/dataplane/model"
 	"github.com/dpd-dev/dpd/dataplane/tcbpf"
 	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
@@ -32,6 +34,31 @@ type hostFacility interface {
 	AttachHost(ifindex int, ifname string) (tcbpf.AttachMode, error)
 	AttachedCurrentHost(ifindex int, ifname string) (tcbpf.AttachMode, bool)
 	SetFailsafes(fs []tcbpf.Failsafe) error
+	SetHepStages(ifindex int, s tcbpf.HepStages) error
+	AllHepStages() (map[int]tcbpf.HepStages, error)
+}
+
+// A host endpoint's extra policy stages, each in a slot of its own.
+const (
+	stageForward = iota
+	stageUntracked
+	stagePreDNAT
+	numStages
+)
+
+// stageSlot is one stage's slot and the programs installed there.
+type stageSlot struct {
+	slot uint32
+	has  bool
+	inst [2]*sharedProg
+}
+
+// stagePolicy is ep's policy of stage i (nil: none).
+func stagePolicy(ep *model.Endpoint, i int) *model.HostStage {
+	if ep == nil {
+		return nil
+	}
+	return [numStages]*model.HostStage{ep.Forward, ep.Untracked, ep.PreDNAT}[i]
 }
 
 var errNoHostFacility = errors.New("host endpoints are not supported by this datapath")
@@ -82,23 +109,33 @@ func (e *endpointProgrammer) applyHost(ep *model.Endpoint) error {
 	if err := e.installBoth(st); err != nil {
 		return err
 	}
-	if err := e.installForward(st); err != nil {
-		return err
+	for i := range numStages {
+		if err := e.installStage(st, i); err != nil {
+			return err
+		}
 	}
-	fwd := uint32(0)
-	if st.hasFwd && hasForward(ep.Forward) {
-		fwd = st.fwdSlot + 1
+	want := tcbpf.HepStages{Untracked: st.stages[stageUntracked].named(ep, stageUntracked),
+		PreDNAT: st.stages[stagePreDNAT].named(ep, stagePreDNAT)}
+	if !st.stagesKnown || st.ifsStages != want {
+		if err := e.host.SetHepStages(ifindex, want); err != nil {
+			return fmt.Errorf("host stages %s: %w", ep.Iface, err)
+		}
+		e.ops.IfStateWrites++
+		st.ifsStages, st.stagesKnown = want, true
 	}
+	fwd := st.stages[stageForward].named(ep, stageForward)
 	if !st.ready || st.ifsSlot != st.slot || !st.hostFlags || st.ifsFwd != fwd {
 		if err := e.setIfState(st, abi.IfHost|abi.IfReady|fwd<<abi.IfFwdShift); err != nil {
 			return fmt.Errorf("ifstate %s: %w", ep.Iface, err)
 		}
 		st.hostFlags, st.ifsFwd = true, fwd
 	}
-	if !hasForward(st.ep.Forward) && st.hasFwd {
-		// The ifstate entry no longer names the forward slot: free it.
-		if err := e.releaseForward(ep.Iface, st); err != nil {
-			return err
+	for i := range numStages {
+		if !hasStage(stagePolicy(ep, i)) && st.stages[i].has {
+			// Nothing names the slot any more: free it.
+			if err := e.releaseStage(ep.Iface, st, i); err != nil {
+				return err
+			}
 		}
 	}
 	st.epIfindex = ifindex
@@ -108,8 +145,16 @@ func (e *endpointProgrammer) applyHost(ep *model.Endpoint) error {
 
 var errNoInterface = errors.New("no such interface")
 
-// hasForward: f polices some direction of forwarded traffic.
-func hasForward(f *model.HostForward) bool { return f != nil && (f.HasIngress || f.HasEgress) }
+// hasStage: f evaluates some direction.
+func hasStage(f *model.HostStage) bool { return f != nil && (f.HasIngress || f.HasEgress) }
+
+// named is what the maps name for stage i of ep: 1 + its slot, or 0.
+func (s *stageSlot) named(ep *model.Endpoint, i int) uint32 {
+	if s.has && hasStage(stagePolicy(ep, i)) {
+		return s.slot + 1
+	}
+	return 0
+}
 
 // removeHost stops policing ep.Iface: its dpd_ifstate entry goes first (the
 // host programs pass everything from then on), then the programs come
@@ -147,75 +192,142 @@ func (e *endpointProgrammer) dropHost(iface string, st *endpointState) error {
 		return err
 	}
 	st.mode, st.attachOK = "", false
+	if st.ifindex != 0 && (!st.stagesKnown || st.ifsStages != (tcbpf.HepStages{})) {
+		if err := e.host.SetHepStages(st.ifindex, tcbpf.HepStages{}); err != nil {
+			return fmt.Errorf("host stages %s: %w", iface, err)
+		}
+		e.ops.IfStateWrites++
+		st.ifsStages, st.stagesKnown = tcbpf.HepStages{}, true
+	}
 	st.ifsFwd = 0
-	return errors.Join(e.releasePolicies(iface, st), e.releaseForward(iface, st))
+	errs := []error{e.releasePolicies(iface, st)}
+	for i := range numStages {
+		errs = append(errs, e.releaseStage(iface, st, i))
+	}
+	return errors.Join(errs...)
 }
 
-// installForward installs the forward policy of each direction that has
-// one into the interface's forward slot (allocated on first need) and
-// clears the directions that have none. It writes nothing that is there.
-func (e *endpointProgrammer) installForward(st *endpointState) error {
-	fw := st.ep.Forward
-	if !hasForward(fw) {
-		return nil // releaseForward frees the slot once the ifstate entry lets go
+// installStage installs stage i's policy of each direction that has one
+// into the stage's slot (allocated on first need) and clears the
+// directions that have none. It writes nothing that is there.
+func (e *endpointProgrammer) installStage(st *endpointState, i int) error {
+	fw := stagePolicy(st.ep, i)
+	if !hasStage(fw) {
+		return nil // releaseStage frees the slot once the maps let go
 	}
-	if !st.hasFwd {
+	ss := &st.stages[i]
+	if !ss.has {
 		s, err := e.slots.get()
 		if err != nil {
 			return err
 		}
-		st.fwdSlot, st.hasFwd = s, true
+		ss.slot, ss.has = s, true
 	}
 	for _, dir := range []model.Direction{model.Ingress, model.Egress} {
 		pol, ok := fw.Policy(dir)
 		if !ok {
-			if st.instFwd[dir] != nil {
-				if err := e.entry.ClearPolicy(st.fwdSlot, int(dir)); err != nil {
-					return fmt.Errorf("clear forward %s policy of %s: %w", dir, st.ep.Iface, err)
+			if ss.inst[dir] != nil {
+				if err := e.entry.ClearPolicy(ss.slot, int(dir)); err != nil {
+					return fmt.Errorf("clear stage %d %s policy of %s: %w", i, dir, st.ep.Iface, err)
 				}
 				e.ops.JumpWrites++
-				e.pols.release(st.instFwd[dir])
-				st.instFwd[dir] = nil
+				e.pols.release(ss.inst[dir])
+				ss.inst[dir] = nil
 			}
 			continue
 		}
 		sp, err := e.pols.acquire(pol, dir)
 		if err != nil {
-			return fmt.Errorf("forward %s policy for %s: %w", dir, st.ep.Iface, err)
+			return fmt.Errorf("stage %d %s policy for %s: %w", i, dir, st.ep.Iface, err)
 		}
-		if st.instFwd[dir] == sp {
+		if ss.inst[dir] == sp {
 			e.pols.release(sp)
 			continue
 		}
-		if err := e.entry.InstallPolicy(st.fwdSlot, int(dir), sp.prog); err != nil {
+		if err := e.entry.InstallPolicy(ss.slot, int(dir), sp.prog); err != nil {
 			e.pols.release(sp)
-			return fmt.Errorf("install forward %s policy for %s: %w", dir, st.ep.Iface, err)
+			return fmt.Errorf("install stage %d %s policy for %s: %w", i, dir, st.ep.Iface, err)
 		}
 		e.ops.JumpWrites++
-		old := st.instFwd[dir]
-		st.instFwd[dir] = sp
+		old := ss.inst[dir]
+		ss.inst[dir] = sp
 		e.pols.release(old)
 	}
 	return nil
 }
 
-// releaseForward clears the forward slot, releases its programs and frees
-// it. The ifstate entry must not name it any more.
-func (e *endpointProgrammer) releaseForward(iface string, st *endpointState) error {
-	if !st.hasFwd {
+// releaseStage clears stage i's slot, releases its programs and frees it.
+// The maps must not name it any more.
+func (e *endpointProgrammer) releaseStage(iface string, st *endpointState, i int) error {
+	ss := &st.stages[i]
+	if !ss.has {
 		return nil
 	}
 	for _, dir := range []model.Direction{model.Ingress, model.Egress} {
-		if err := e.entry.ClearPolicy(st.fwdSlot, int(dir)); err != nil {
-			return fmt.Errorf("clear forward %s policy of %s: %w", dir, iface, err)
+		if err := e.entry.ClearPolicy(ss.slot, int(dir)); err != nil {
+			return fmt.Errorf("clear stage %d %s policy of %s: %w", i, dir, iface, err)
 		}
 		e.ops.JumpWrites++
-		e.pols.release(st.instFwd[dir])
-		st.instFwd[dir] = nil
+		e.pols.release(ss.inst[dir])
+		ss.inst[dir] = nil
 	}
-	e.slots.put(st.fwdSlot)
-	st.hasFwd = false
+	e.slots.put(ss.slot)
+	ss.has = false
 	return nil
+}
+
+// hostStages reads dpd_hep_stages (none without host support).
+func (e *endpointProgrammer) hostStages() (map[int]tcbpf.HepStages, error) {
+	if e.host == nil {
+		return nil, nil
+	}
+	return e.host.AllHepStages()
+}
+
+// adoptStages rebuilds an adopted host interface's stage slots from its
+// ifstate entry's forward slot and its dpd_hep_stages entry, reserving
+// the slots and taking the programs installed there.
+func (e *endpointProgrammer) adoptStages(st *endpointState, fwd uint32, hs tcbpf.HepStages,
+	byHead map[ebpf.ProgramID]*sharedProg, installed map[uint32][2]ebpf.ProgramID) {
+	st.ifsFwd = fwd
+	if e.host != nil {
+		st.ifsStages, st.stagesKnown = hs, true
+	}
+	for i, named := range [numStages]uint32{fwd, hs.Untracked, hs.PreDNAT} {
+		if named == 0 || !e.slots.reserve(named-1) {
+			continue
+		}
+		ss := &st.stages[i]
+		ss.slot, ss.has = named-1, true
+		for _, dir := range []model.Direction{model.Ingress, model.Egress} {
+			if sp := byHead[installed[named-1][dir]]; sp != nil && sp.key.dir == dir {
+				ss.inst[dir] = sp
+				sp.refs++
+			}
+		}
+	}
+}
+
+// sweepHostStages deletes the dpd_hep_stages entries of interfaces no
+// state holds (counted with the ifstate entries).
+func (e *endpointProgrammer) sweepHostStages(live map[int]bool, r *GCReport) error {
+	all, err := e.hostStages()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for ifindex := range all {
+		if live[ifindex] {
+			continue
+		}
+		if err := e.host.SetHepStages(ifindex, tcbpf.HepStages{}); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		e.ops.IfStateWrites++
+		r.IfStates++
+	}
+	return errors.Join(errs...)
 }
 
 // ApplyHostEndpoint implements engine.HostEndpointKernel.

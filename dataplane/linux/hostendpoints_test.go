@@ -168,7 +168,7 @@ func TestHostEndpointForwardSlot(t *testing.T) {
 	idx := f.addLink("eth0")
 	k := f.hostKernel()
 	ep := f.hostEndpoint("h1", "eth0", "deny-all", "deny-all")
-	ep.Forward = &model.HostForward{Ingress: f.policy("fwd-in"), HasIngress: true}
+	ep.Forward = &model.HostStage{Ingress: f.policy("fwd-in"), HasIngress: true}
 	if err := k.ApplyHostEndpoint(ep); err != nil {
 		t.Fatal(err)
 	}

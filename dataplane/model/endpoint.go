@@ -43,9 +43,9 @@ type Endpoint struct {
 	IPv6Nets []netip.Prefix
 	Ingress  DirectionPolicy
 	Egress   DirectionPolicy
-	// Forward is a host endpoint's policy for traffic the host forwards
-	// through its interface (nil: none, and always for workloads).
-	Forward *HostForward
+	// Forward, Untracked and PreDNAT are a host endpoint's extra stages
+	// (nil: none, and always for workloads).
+	Forward, Untracked, PreDNAT *HostStage
 }
 
 // SameInterface reports whether e and o ask the same of their interface

@@ -21,17 +21,20 @@ func HostIfaceID(id, iface string) WorkloadID {
 	return WorkloadID{Orchestrator: HostEndpointOrchestrator, Workload: id, Endpoint: iface}
 }
 
-// HostForward is a host endpoint's forward policy (Felix's forward_tiers,
-// applyOnForward): Ingress for forwarded traffic entering through the
-// interface, Egress for forwarded traffic leaving through it. A direction
-// no forward tier has policies for is not policed (Has* false).
-type HostForward struct {
+// HostStage is one of a host endpoint's extra policy stages, per
+// direction: forward (Felix's forward_tiers, applyOnForward: traffic the
+// host forwards through the interface), untracked (untracked_tiers,
+// doNotTrack: before conntrack, allowed packets are not tracked) or
+// pre-DNAT (pre_dnat_tiers: new flows entering through the interface,
+// ingress only). A direction no tier of the stage has policies for is
+// not evaluated (Has* false).
+type HostStage struct {
 	Ingress, Egress       DirectionPolicy
 	HasIngress, HasEgress bool
 }
 
 // Policy returns the forward policy for direction d and whether there is one.
-func (f *HostForward) Policy(d Direction) (*DirectionPolicy, bool) {
+func (f *HostStage) Policy(d Direction) (*DirectionPolicy, bool) {
 	if f == nil {
 		return nil, false
 	}
@@ -41,8 +44,8 @@ func (f *HostForward) Policy(d Direction) (*DirectionPolicy, bool) {
 	return &f.Egress, f.HasEgress
 }
 
-// SameForward reports whether a and b enforce the same forward policy.
-func SameForward(a, b *HostForward) bool {
+// SameStage reports whether a and b enforce the same forward policy.
+func SameStage(a, b *HostStage) bool {
 	for _, d := range []Direction{Ingress, Egress} {
 		pa, oka := a.Policy(d)
 		pb, okb := b.Policy(d)

@@ -110,3 +110,63 @@ func (d *Datapath) Failsafes() ([]Failsafe, error) {
 	}
 	return out, nil
 }
+
+// installHepContinuations puts the host entry programs' continuations at
+// their dpd_jump entries, leaving equivalent ones a restart finds.
+func (d *Datapath) installHepContinuations() error {
+	for idx, p := range map[uint32]*ebpf.Program{
+		abi.JumpHepContFromWEP: d.objs.DpdHepOutCont,
+		abi.JumpHepContToWEP:   d.objs.DpdHepInCont,
+	} {
+		var cur uint32
+		if err := d.objs.DpdJump.Lookup(idx, &cur); err == nil && d.isCurrent(ebpf.ProgramID(cur), p) {
+			continue
+		}
+		if err := d.objs.DpdJump.Update(idx, p, ebpf.UpdateAny); err != nil {
+			return fmt.Errorf("install host entry continuation %d: %w", idx, err)
+		}
+	}
+	return nil
+}
+
+// HepStages are a host interface's untracked and pre-DNAT policy slots,
+// each 1 + slot (0: none).
+type HepStages struct {
+	Untracked, PreDNAT uint32
+}
+
+// SetHepStages writes ifindex's stage slots; all zero deletes the entry.
+func (d *Datapath) SetHepStages(ifindex int, s HepStages) error {
+	if s == (HepStages{}) {
+		return d.DeleteHepStages(ifindex)
+	}
+	v := [2]uint32{s.Untracked, s.PreDNAT}
+	if err := d.objs.DpdHepStages.Update(uint32(ifindex), v, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("host stages %d: %w", ifindex, err)
+	}
+	return nil
+}
+
+// DeleteHepStages removes ifindex's stage slots; none is not an error.
+func (d *Datapath) DeleteHepStages(ifindex int) error {
+	err := d.objs.DpdHepStages.Delete(uint32(ifindex))
+	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("delete host stages %d: %w", ifindex, err)
+	}
+	return nil
+}
+
+// AllHepStages reads every entry of dpd_hep_stages.
+func (d *Datapath) AllHepStages() (map[int]HepStages, error) {
+	out := map[int]HepStages{}
+	var k uint32
+	var v [2]uint32
+	it := d.objs.DpdHepStages.Iterate()
+	for it.Next(&k, &v) {
+		out[int(k)] = HepStages{Untracked: v[0], PreDNAT: v[1]}
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read %s: %w", abi.MapHepStages, err)
+	}
+	return out, nil
+}

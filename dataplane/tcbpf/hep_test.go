@@ -2,7 +2,10 @@ package tcbpf
 
 import (
 	"net/netip"
+	"os"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -51,6 +54,19 @@ func TestHostAttachAndFailsafes(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	if err := d.SetHepStages(a, HepStages{Untracked: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if all, err := d.AllHepStages(); err != nil || all[a] != (HepStages{Untracked: 3}) {
+		t.Fatalf("stages %v %v", all, err)
+	}
+	if err := d.SetHepStages(a, HepStages{}); err != nil {
+		t.Fatal(err)
+	}
+	if all, err := d.AllHepStages(); err != nil || len(all) != 0 {
+		t.Fatalf("stages after clearing %v %v", all, err)
+	}
+
 	ssh := Failsafe{Inbound: true, Proto: 6, Port: 22, Net: netip.MustParsePrefix("0.0.0.0/0")}
 	dns := Failsafe{Proto: 17, Port: 53, Net: netip.MustParsePrefix("10.0.0.0/8")}
 	bgp := Failsafe{Inbound: true, Proto: 6, Port: 179, Net: netip.MustParsePrefix("0.0.0.0/0")}
@@ -67,6 +83,25 @@ func TestHostAttachAndFailsafes(t *testing.T) {
 		slices.SortFunc(want, func(x, y Failsafe) int { return strings.Compare(key(x), key(y)) })
 		if !slices.Equal(got, want) {
 			t.Fatalf("failsafes %v, want %v", got, want)
+		}
+	}
+}
+
+// dpd_hep.h hard-codes polprog's no-match counter ids; abi.go mirrors them
+// (and a polprog test checks those).
+func TestHepNoMatchDefines(t *testing.T) {
+	b, err := os.ReadFile("../../bpf/dpd_hep.h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]uint64{"DPD_NOMATCH_ID_FROM_WEP": abi.NoMatchIDFromWEP, "DPD_NOMATCH_ID_TO_WEP": abi.NoMatchIDToWEP} {
+		m := regexp.MustCompile(`#define\s+` + name + `\s+0x([0-9a-f]+)ull`).FindSubmatch(b)
+		if m == nil {
+			t.Errorf("%s not in dpd_hep.h", name)
+			continue
+		}
+		if got, _ := strconv.ParseUint(string(m[1]), 16, 64); got != want {
+			t.Errorf("%s = %#x in C, %#x in abi.go", name, got, want)
 		}
 	}
 }

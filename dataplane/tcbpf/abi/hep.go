@@ -27,4 +27,16 @@ const (
 	// ProgHepIn and ProgHepOut are the host entry programs.
 	ProgHepIn  = "dpd_hep_in"
 	ProgHepOut = "dpd_hep_out"
+
+	// dpd_hep_stages: HASH ifindex -> {untracked, prednat} (each 1 + slot).
+	MapHepStages       = "dpd_hep_stages"
+	HepStagesSize      = 8
+	StHepUntracked     = 1 << 29
+	StHepPreDNAT       = 1 << 30
+	JumpHepContFromWEP = 14
+	JumpHepContToWEP   = 15
+	// NoMatchID* are polprog's counter id of "no rule matched" per
+	// direction (checked by a polprog test).
+	NoMatchIDFromWEP uint64 = 0xc0e77e9198c7edf2
+	NoMatchIDToWEP   uint64 = 0xdce21320d0ec74ef
 )
