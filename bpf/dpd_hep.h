@@ -102,6 +102,18 @@ static __always_inline int dpd_hep_failsafe(const struct dpd_pkt *p, __u32 dir)
 	return bpf_map_lookup_elem(&dpd_failsafes, &k) != 0;
 }
 
+/* dpd_hep_failsafe_reply: is p a reply of a failsafe flow of this
+ * interface (approved at the opposite hook)? */
+static __always_inline int dpd_hep_failsafe_reply(const struct dpd_pkt *p, __u32 dir, __u32 ifindex, __u64 now)
+{
+	struct dpd_ct_key k;
+	struct dpd_ct_val *v;
+
+	dpd_ct_key_rev(&k, p, dir, ifindex);
+	v = bpf_map_lookup_elem(&dpd_ct, &k);
+	return v && (v->flags & DPD_CT_F_FAILSAFE) && dpd_ct_live(v, p->proto, now);
+}
+
 /* dpd_hep_to_host: does traffic entering ifindex go to the host itself?
  * The FIB says so for the host's own addresses (and broadcasts): "not
  * forwarded". With forwarding off on the interface nothing is forwarded,
@@ -152,7 +164,7 @@ static __always_inline int dpd_hep_entry(struct __sk_buff *skb, __u32 dir, __u32
 	void *data, *data_end;
 	__u32 zero = 0, ifindex, slot, flags, untracked = 0, prednat = 0;
 	__u64 now, trace;
-	int fwd;
+	int fwd, failsafe;
 
 	if (dpd_linear(skb, ETH_HLEN))
 		return TC_ACT_OK; /* not even Ethernet: the stack decides */
@@ -202,8 +214,12 @@ static __always_inline int dpd_hep_entry(struct __sk_buff *skb, __u32 dir, __u32
 	if (!st)
 		return TC_ACT_OK;
 
-	/* Untracked: before conntrack, nothing it allows is tracked. */
-	if (stage <= DPD_HEP_STAGE_UNTRACKED && untracked && (dir == DPD_DIR_TO_WEP || !fwd)) {
+	failsafe = !fwd && !(p.flags & DPD_ST_FRAGMENT) && dpd_hep_failsafe(&p, dir);
+
+	/* Untracked: before conntrack, nothing it allows is tracked. Failsafe
+	 * traffic, and the replies of failsafe flows, skip it. */
+	if (stage <= DPD_HEP_STAGE_UNTRACKED && untracked && (dir == DPD_DIR_TO_WEP || !fwd) &&
+	    !failsafe && !dpd_hep_failsafe_reply(&p, dir, ifindex, now)) {
 		dpd_hep_fill(st, &p, skb, ifindex, dir, trace);
 		st->flags |= DPD_ST_HEP_UNTRACKED;
 		st->dst_route = dpd_route_flags(p.daddr);
@@ -236,7 +252,7 @@ static __always_inline int dpd_hep_entry(struct __sk_buff *skb, __u32 dir, __u32
 	}
 
 	/* Pre-DNAT: new flows entering through the interface. */
-	if (stage <= DPD_HEP_STAGE_PREDNAT && prednat && dir == DPD_DIR_TO_WEP) {
+	if (stage <= DPD_HEP_STAGE_PREDNAT && prednat && dir == DPD_DIR_TO_WEP && !failsafe) {
 		dpd_hep_fill(st, &p, skb, ifindex, dir, trace);
 		st->flags |= DPD_ST_HEP_PREDNAT;
 		st->dst_route = dpd_route_flags(p.daddr);
@@ -250,7 +266,7 @@ static __always_inline int dpd_hep_entry(struct __sk_buff *skb, __u32 dir, __u32
 	}
 
 	dpd_hep_fill(st, &p, skb, ifindex, dir, trace);
-	if (!fwd && !(p.flags & DPD_ST_FRAGMENT) && dpd_hep_failsafe(&p, dir)) {
+	if (failsafe) {
 		if (trace) {
 			st->flags |= DPD_ST_FAILSAFE;
 			st->verdict = DPD_VERDICT_ALLOW;
@@ -258,6 +274,10 @@ static __always_inline int dpd_hep_entry(struct __sk_buff *skb, __u32 dir, __u32
 			return TC_ACT_OK;
 		}
 		dpd_ct_create(st);
+		dpd_ct_key_fwd(&key, &p, dir, ifindex);
+		ct = bpf_map_lookup_elem(&dpd_ct, &key);
+		if (ct)
+			ct->flags |= DPD_CT_F_FAILSAFE;
 		return TC_ACT_OK;
 	}
 	st->dst_route = dpd_route_flags(p.daddr);

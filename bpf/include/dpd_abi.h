@@ -411,6 +411,11 @@ struct dpd_hep_stages {
 
 /* dpd_state.flags of a staged evaluation (the policy tail-calls the
  * epilogue, which hands it to dpd_hep_epilogue), and which stage. */
+/* dpd_ct_val.flags: a flow a failsafe port let in or out of a host
+ * interface. Its replies pass before untracked policy too: failsafes take
+ * precedence over every policy. */
+#define DPD_CT_F_FAILSAFE (1u << 4)
+
 #define DPD_ST_HEP_UNTRACKED (1u << 29)
 #define DPD_ST_HEP_PREDNAT   (1u << 30)
 

@@ -143,7 +143,7 @@ func TestHeaderDefines(t *testing.T) {
 		"DPD_EV_DECIDED":   abi.EvDecided, "DPD_EV_NO_POLICY": abi.EvNoPolicy, "DPD_EV_CFG_ON": abi.EvCfgOn,
 		"DPD_IF_HOST": abi.IfHost, "DPD_IF_FWD_SHIFT": abi.IfFwdShift, "DPD_ST_FAILSAFE": abi.StFailsafe, "DPD_FS_KEY_FIXED_BITS": abi.FSKeyFixedBits,
 		"DPD_FS_INBOUND": abi.FSInbound, "DPD_FS_OUTBOUND": abi.FSOutbound,
-		"DPD_ST_HEP_UNTRACKED": abi.StHepUntracked, "DPD_ST_HEP_PREDNAT": abi.StHepPreDNAT,
+		"DPD_ST_HEP_UNTRACKED": abi.StHepUntracked, "DPD_CT_F_FAILSAFE": abi.CTFFailsafe, "DPD_ST_HEP_PREDNAT": abi.StHepPreDNAT,
 		"DPD_JUMP_HEP_CONT_FROM_WEP": abi.JumpHepContFromWEP, "DPD_JUMP_HEP_CONT_TO_WEP": abi.JumpHepContToWEP,
 	}
 	f, err := os.Open("../../bpf/include/dpd_abi.h")

@@ -1,12 +1,16 @@
 package e2e
 
 import (
+	"encoding/binary"
+	"path/filepath"
 	"runtime"
 	"testing"
 
+	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
+	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
 	"github.com/dpd-dev/dpd/internal/testutil"
 	"github.com/dpd-dev/dpd/proto/felix"
 )
@@ -80,4 +84,25 @@ func HostEndpointRemoveMsg(id string) *felix.ToDataplane {
 	return &felix.ToDataplane{Payload: &felix.ToDataplane_HostEndpointRemove{HostEndpointRemove: &felix.HostEndpointRemove{
 		Id: &felix.HostEndpointID{EndpointId: id},
 	}}}
+}
+
+// ctPorts lists the destination ports of the live and expired entries of
+// dpd's conntrack map under pinDir.
+func ctPorts(t *testing.T, pinDir string) map[uint16]int {
+	t.Helper()
+	m, err := ebpf.LoadPinnedMap(filepath.Join(pinDir, abi.MapConntrack), nil)
+	if err != nil {
+		t.Fatalf("open conntrack map: %v", err)
+	}
+	defer func() { _ = m.Close() }()
+	out := map[uint16]int{}
+	var k, v []byte
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		out[binary.NativeEndian.Uint16(k[abi.CTKeyDport:])]++
+	}
+	if err := it.Err(); err != nil {
+		t.Fatalf("read conntrack map: %v", err)
+	}
+	return out
 }

@@ -109,3 +109,50 @@ func TestHostEndpointForward(t *testing.T) {
 	c.Send(t, HostEndpointRemoveMsg("all"))
 	Expect(t, Allowed(TCP(clientW, pod.IP, 8080)), Allowed(Ping(clientW, nodeIP)))
 }
+
+// Untracked policy runs first and what it allows leaves no conntrack
+// entry (so its replies need their own rule); pre-DNAT policy denies new
+// flows before the normal policy could allow them; failsafes pass both.
+func TestHostEndpointStages(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	const nodeIP, clientIP = "192.168.234.1", "192.168.234.2"
+	node := NewNode(t, "heps", nodeIP)
+	cl := NewNode(t, "hepsc", clientIP)
+	Link(t, node.Name, nodeIP, cl.Name, clientIP, "eth0")
+	nodeW := &Workload{Workload: &testutil.Workload{NS: node.Name, IP: nodeIP}, Pod: "node"}
+	clientW := &Workload{Workload: &testutil.Workload{NS: cl.Name, IP: clientIP}, Pod: "client"}
+	nodeW.Serve(t, []int{8080, 9090, 22}, nil)
+
+	d := node.Start(t)
+	c := d.Connect(t, []*felix.ToDataplane{ConfigMsg(map[string]string{"InterfacePrefix": "cali"})})
+	c.WaitInSync(t)
+	hep := HostEndpointMsg("eth0", "eth0", nil, Tier("default", "Deny", []string{"allow-9090"}, nil))
+	ep := hep.GetHostEndpointUpdate().Endpoint
+	ep.UntrackedTiers = []*felix.TierInfo{Tier("raw", "Pass", []string{"untracked-8080"}, []string{"untracked-8080"})}
+	ep.PreDnatTiers = []*felix.TierInfo{Tier("pre", "Pass", []string{"prednat-deny-tcp"}, nil)}
+	c.Send(t,
+		Policy("default", "allow-9090", Rules(Allow(Proto("tcp"), DstPorts(Port(9090)))), nil),
+		Policy("raw", "untracked-8080", Rules(Allow(Proto("tcp"), DstPorts(Port(8080)))), Rules(Allow(Proto("tcp"), SrcPorts(Port(8080))))),
+		Policy("pre", "prednat-deny-tcp", Rules(Deny(Proto("tcp"))), nil),
+		hep,
+	)
+	c.WaitHostStatus(t, "eth0", "up")
+	Expect(t,
+		Allowed(TCP(clientW, nodeIP, 8080)), // untracked both ways
+		Denied(TCP(clientW, nodeIP, 9090)),  // pre-DNAT deny beats the normal allow
+		Allowed(TCP(clientW, nodeIP, 22)),   // failsafe beats both
+		Denied(Ping(clientW, nodeIP)),       // no match anywhere: the normal policy denies
+	)
+	ports := ctPorts(t, d.PinDir)
+	if ports[8080] != 0 || ports[22] == 0 {
+		t.Errorf("conntrack entries by destination port %v: want none for the untracked 8080, some for the failsafe 22", ports)
+	}
+
+	// Without the pre-DNAT tier, the normal policy allows 9090 (tracked).
+	ep.PreDnatTiers = nil
+	c.Send(t, hep)
+	Expect(t, Allowed(TCP(clientW, nodeIP, 9090)), Allowed(TCP(clientW, nodeIP, 8080)))
+	if ports := ctPorts(t, d.PinDir); ports[9090] == 0 || ports[8080] != 0 {
+		t.Errorf("conntrack entries by destination port %v: want 9090 tracked, 8080 not", ports)
+	}
+}

@@ -31,6 +31,7 @@ const (
 	// dpd_hep_stages: HASH ifindex -> {untracked, prednat} (each 1 + slot).
 	MapHepStages       = "dpd_hep_stages"
 	HepStagesSize      = 8
+	CTFFailsafe        = 1 << 4 // dpd_ct_val.flags: a failsafe flow
 	StHepUntracked     = 1 << 29
 	StHepPreDNAT       = 1 << 30
 	JumpHepContFromWEP = 14
