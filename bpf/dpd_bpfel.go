@@ -113,6 +113,12 @@ type DpdDpdFragVal struct {
 	Pad      uint8
 }
 
+type DpdDpdHepCfg struct {
+	_      structs.HostLayout
+	ToHost uint32
+	Pad    uint32
+}
+
 type DpdDpdHepStages struct {
 	_         structs.HostLayout
 	Untracked uint32
@@ -231,6 +237,7 @@ const (
 	DpdMapDpdEvents       = "dpd_events"
 	DpdMapDpdFailsafes    = "dpd_failsafes"
 	DpdMapDpdFrags        = "dpd_frags"
+	DpdMapDpdHepCfg       = "dpd_hep_cfg"
 	DpdMapDpdHepStages    = "dpd_hep_stages"
 	DpdMapDpdIfstate      = "dpd_ifstate"
 	DpdMapDpdIpsetIds     = "dpd_ipset_ids"
@@ -317,6 +324,7 @@ type DpdMapSpecs struct {
 	DpdEvents    *ebpf.MapSpec `ebpf:"dpd_events"`
 	DpdFailsafes *ebpf.MapSpec `ebpf:"dpd_failsafes"`
 	DpdFrags     *ebpf.MapSpec `ebpf:"dpd_frags"`
+	DpdHepCfg    *ebpf.MapSpec `ebpf:"dpd_hep_cfg"`
 	DpdHepStages *ebpf.MapSpec `ebpf:"dpd_hep_stages"`
 	DpdIfstate   *ebpf.MapSpec `ebpf:"dpd_ifstate"`
 	DpdIpsetIds  *ebpf.MapSpec `ebpf:"dpd_ipset_ids"`
@@ -367,6 +375,7 @@ type DpdMaps struct {
 	DpdEvents    *ebpf.Map `ebpf:"dpd_events"`
 	DpdFailsafes *ebpf.Map `ebpf:"dpd_failsafes"`
 	DpdFrags     *ebpf.Map `ebpf:"dpd_frags"`
+	DpdHepCfg    *ebpf.Map `ebpf:"dpd_hep_cfg"`
 	DpdHepStages *ebpf.Map `ebpf:"dpd_hep_stages"`
 	DpdIfstate   *ebpf.Map `ebpf:"dpd_ifstate"`
 	DpdIpsetIds  *ebpf.Map `ebpf:"dpd_ipset_ids"`
@@ -392,6 +401,7 @@ func (m *DpdMaps) Close() error {
 		m.DpdEvents,
 		m.DpdFailsafes,
 		m.DpdFrags,
+		m.DpdHepCfg,
 		m.DpdHepStages,
 		m.DpdIfstate,
 		m.DpdIpsetIds,

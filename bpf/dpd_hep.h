@@ -67,6 +67,14 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } dpd_hep_stages SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct dpd_hep_cfg);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dpd_hep_cfg SEC(".maps");
+
 /* The policy compiler's counter id of "no rule matched" (rule_id of the
  * final deny), per DPD_DIR_*: a staged evaluation that ends there goes on.
  * Tests check them against abi.go and dataplane/tcbpf/polprog. */
@@ -291,6 +299,33 @@ static __always_inline int dpd_hep_entry(struct __sk_buff *skb, __u32 dir, __u32
 		bpf_map_update_elem(&dpd_trace, &zero, st, BPF_ANY);
 	}
 	return TC_ACT_OK;
+}
+
+/* dpd_hep_wep_to_host_drop: the epilogue allowed a new flow out of a
+ * workload; is it to the host itself with DefaultEndpointToHostAction Drop? */
+static __always_inline int dpd_hep_wep_to_host_drop(struct __sk_buff *skb, const struct dpd_state *st)
+{
+	struct bpf_fib_lookup fib = {};
+	struct dpd_ifstate *ifs;
+	struct dpd_hep_cfg *cfg;
+	__u32 zero = 0, ifindex = st->ifindex;
+	long rc;
+
+	if (st->dir != DPD_DIR_FROM_WEP || st->family != 4)
+		return 0;
+	cfg = bpf_map_lookup_elem(&dpd_hep_cfg, &zero);
+	if (!cfg || cfg->to_host != DPD_TO_HOST_DROP)
+		return 0;
+	ifs = bpf_map_lookup_elem(&dpd_ifstate, &ifindex);
+	if (!ifs || !(ifs->flags & DPD_IF_WORKLOAD))
+		return 0;
+	fib.family = AF_INET;
+	fib.l4_protocol = st->proto;
+	__builtin_memcpy(&fib.ipv4_src, st->saddr, 4);
+	__builtin_memcpy(&fib.ipv4_dst, st->daddr, 4);
+	fib.ifindex = ifindex;
+	rc = bpf_fib_lookup(skb, &fib, sizeof(fib), 0);
+	return rc == BPF_FIB_LKUP_RET_NOT_FWDED;
 }
 
 /* dpd_hep_epilogue ends a staged evaluation (DPD_ST_HEP_*), called by the

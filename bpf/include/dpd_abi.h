@@ -424,6 +424,18 @@ struct dpd_hep_stages {
 #define DPD_JUMP_HEP_CONT_FROM_WEP 14
 #define DPD_JUMP_HEP_CONT_TO_WEP   15
 
+/* dpd_hep_cfg: ARRAY[1], written by userspace from ConfigUpdate. to_host
+ * is Felix's DefaultEndpointToHostAction for traffic from a workload to the
+ * host itself, after the workload's egress policy allowed it. 0 (a map not
+ * written yet) is Accept, as before the setting existed. */
+struct dpd_hep_cfg {
+	__u32 to_host; /* 0: DPD_TO_HOST_* */
+	__u32 pad;     /* 4 */
+};                     /* sizeof == 8 */
+#define DPD_TO_HOST_ACCEPT 0
+#define DPD_TO_HOST_DROP   1
+#define DPD_TO_HOST_RETURN 2 /* host endpoint policy: not evaluated yet, accepted */
+
 #define DPD_FS_KEY_FIXED_BITS 32
 #define DPD_FS_INBOUND  1 /* to the host, through a host interface */
 #define DPD_FS_OUTBOUND 2 /* from the host */

@@ -10,6 +10,7 @@ import (
 	"github.com/dpd-dev/dpd/dataplane/linux/nl"
 	"github.com/dpd-dev/dpd/dataplane/model"
 	"github.com/dpd-dev/dpd/dataplane/tcbpf"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
 )
 
 // ConfigUpdate keys of the failsafe ports, Felix's, with Felix's defaults.
@@ -17,6 +18,7 @@ const (
 	ConfigFailsafeInbound  = "FailsafeInboundHostPorts"
 	ConfigFailsafeOutbound = "FailsafeOutboundHostPorts"
 
+	ConfigEndpointToHost    = "DefaultEndpointToHostAction"
 	DefaultFailsafeInbound  = "tcp:22,udp:68,tcp:179,tcp:2379,tcp:2380,tcp:5473,tcp:6443,tcp:6666,tcp:6667"
 	DefaultFailsafeOutbound = "udp:53,udp:67,tcp:179,tcp:2379,tcp:2380,tcp:5473,tcp:6443,tcp:6666,tcp:6667"
 )
@@ -108,10 +110,12 @@ func failsafesFromConfig(cfg map[string]string) ([]tcbpf.Failsafe, error) {
 	return all, nil
 }
 
-// configureFailsafesLocked writes the failsafes cfg asks for. An invalid
+// configureFailsafesLocked writes DefaultEndpointToHostAction and the
+// failsafes cfg asks for. An invalid
 // list keeps the failsafes in force (the defaults, before any valid one):
 // a typo must not open or close a node's control plane.
 func (k *Kernel) configureFailsafesLocked(cfg map[string]string) {
+	k.configureToHostLocked(cfg)
 	fs, err := failsafesFromConfig(cfg)
 	if err != nil {
 		k.log.Warn("failsafe ports ignored; keeping the ones in force", "err", err)
@@ -128,6 +132,37 @@ func (k *Kernel) configureFailsafesLocked(cfg map[string]string) {
 		return
 	}
 	k.failsafesSet = true
+}
+
+// toHostAction reads DefaultEndpointToHostAction: Drop (Felix's
+// default, also when unset), Return or Accept.
+func toHostAction(cfg map[string]string) (uint32, error) {
+	switch v := strings.TrimSpace(cfg[ConfigEndpointToHost]); strings.ToLower(v) {
+	case "", "drop":
+		return abi.ToHostDrop, nil
+	case "return":
+		return abi.ToHostReturn, nil
+	case "accept":
+		return abi.ToHostAccept, nil
+	default:
+		return 0, fmt.Errorf("%s %q: want Drop, Return or Accept", ConfigEndpointToHost, v)
+	}
+}
+
+// configureToHostLocked writes DefaultEndpointToHostAction; an invalid
+// value keeps the one in force.
+func (k *Kernel) configureToHostLocked(cfg map[string]string) {
+	a, err := toHostAction(cfg)
+	if err != nil {
+		k.log.Warn("ignored; keeping the action in force", "err", err)
+		return
+	}
+	if k.eps.host == nil {
+		return
+	}
+	if err := k.eps.host.SetToHostAction(a); err != nil {
+		k.log.Warn("write DefaultEndpointToHostAction", "err", err)
+	}
 }
 
 // WatchHostLinks implements engine.HostEndpointKernel: every interface

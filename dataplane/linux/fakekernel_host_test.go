@@ -67,6 +67,10 @@ func (f *fakeKernel) AllHepStages() (map[int]tcbpf.HepStages, error) {
 	return maps.Clone(f.hepStages), nil
 }
 
+func (f *fakeKernel) SetToHostAction(action uint32) error {
+	return f.op("SetToHostAction", "%d", action)
+}
+
 // hostKernel composes a Kernel over f with the host facility, as New does
 // over the real kernel; calling it again is a restart over the same state.
 func (f *fakeKernel) hostKernel() *Kernel {

@@ -36,6 +36,7 @@ type hostFacility interface {
 	SetFailsafes(fs []tcbpf.Failsafe) error
 	SetHepStages(ifindex int, s tcbpf.HepStages) error
 	AllHepStages() (map[int]tcbpf.HepStages, error)
+	SetToHostAction(action uint32) error
 }
 
 // A host endpoint's extra policy stages, each in a slot of its own.

@@ -200,3 +200,14 @@ func TestHostEndpointForwardSlot(t *testing.T) {
 		t.Fatal("forward slot still allocated")
 	}
 }
+
+func TestToHostAction(t *testing.T) {
+	for v, want := range map[string]uint32{"": abi.ToHostDrop, "Drop": abi.ToHostDrop, "RETURN": abi.ToHostReturn, "accept": abi.ToHostAccept} {
+		if got, err := toHostAction(map[string]string{ConfigEndpointToHost: v}); err != nil || got != want {
+			t.Errorf("%q: %d %v, want %d", v, got, err, want)
+		}
+	}
+	if _, err := toHostAction(map[string]string{ConfigEndpointToHost: "Allow"}); err == nil {
+		t.Error("Allow accepted")
+	}
+}

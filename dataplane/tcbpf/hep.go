@@ -170,3 +170,11 @@ func (d *Datapath) AllHepStages() (map[int]HepStages, error) {
 	}
 	return out, nil
 }
+
+// SetToHostAction writes DefaultEndpointToHostAction (abi.ToHost*).
+func (d *Datapath) SetToHostAction(action uint32) error {
+	if err := d.objs.DpdHepCfg.Update(uint32(0), [2]uint32{action, 0}, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("write %s: %w", abi.MapHepCfg, err)
+	}
+	return nil
+}

@@ -77,6 +77,7 @@ func TestHostEndpointForward(t *testing.T) {
 	cl := NewNode(t, "hepfc", clientIP)
 	Link(t, node.Name, nodeIP, cl.Name, clientIP, "eth0")
 	clientW := &Workload{Workload: &testutil.Workload{NS: cl.Name, IP: clientIP}, Pod: "client"}
+	clientW.Serve(t, []int{22}, nil)
 	pod := node.NewPod(t, "hf1", WorkloadSubnet+"231")
 	pod.Workload().Serve(t, []int{8080, 9090}, nil)
 	testutil.Run(t, "ip", "-n", cl.Name, "route", "add", pod.IP+"/32", "via", nodeIP)
@@ -93,6 +94,15 @@ func TestHostEndpointForward(t *testing.T) {
 	c.WaitInSync(t)
 	c.WaitStatus(t, "up", pod.ID())
 	Expect(t, Allowed(TCP(clientW, pod.IP, 8080)), Allowed(TCP(clientW, pod.IP, 9090)))
+
+	// DefaultEndpointToHostAction: Drop unless set (Felix's default) for
+	// the pod's traffic to the node itself, never for the node's to its pod.
+	nodeW := &Workload{Workload: &testutil.Workload{NS: node.Name, IP: nodeIP}, Pod: "node"}
+	nodeW.Serve(t, []int{7070}, nil)
+	podW := pod.Workload()
+	Expect(t, Denied(TCP(podW, nodeIP, 7070)), Allowed(TCP(nodeW, pod.IP, 8080)), Allowed(TCP(podW, clientIP, 22)))
+	c.Send(t, ConfigMsg(map[string]string{"InterfacePrefix": "cali", "DefaultEndpointToHostAction": "Accept"}))
+	Expect(t, Allowed(TCP(podW, nodeIP, 7070)))
 
 	// A deny-all wildcard host endpoint without forward policy: the node
 	// is closed, forwarding to the pod is not.

@@ -40,4 +40,11 @@ const (
 	// direction (checked by a polprog test).
 	NoMatchIDFromWEP uint64 = 0xc0e77e9198c7edf2
 	NoMatchIDToWEP   uint64 = 0xdce21320d0ec74ef
+
+	// dpd_hep_cfg: ARRAY[1] {to_host, pad}: DefaultEndpointToHostAction.
+	MapHepCfg    = "dpd_hep_cfg"
+	HepCfgSize   = 8
+	ToHostAccept = 0
+	ToHostDrop   = 1
+	ToHostReturn = 2
 )
