@@ -1,10 +1,12 @@
 package e2e
 
 import (
+	"context"
 	"strings"
 	"testing"
 
 	"github.com/dpd-dev/dpd/internal/testutil"
+	dpdv1 "github.com/dpd-dev/dpd/proto/dpd/v1"
 	"github.com/dpd-dev/dpd/proto/felix"
 )
 
@@ -40,6 +42,14 @@ func TestHostEndpoints(t *testing.T) {
 		Allowed(TCP(clientW, nodeIP, 22)), // inbound failsafe tcp:22, and its replies
 		Allowed(UDP(nodeW, clientIP, 53)), // outbound failsafe udp:53, and its replies
 	)
+	hl, err := d.Client(t).Inspect().ListHostEndpoints(context.Background(), &dpdv1.ListHostEndpointsRequest{})
+	if err != nil || len(hl.GetHostEndpoints()) != 1 || len(hl.GetHostEndpoints()[0].GetInterfaces()) != 1 {
+		t.Fatalf("ListHostEndpoints: %v %v", hl, err)
+	}
+	if hi := hl.GetHostEndpoints()[0].GetInterfaces()[0]; hi.GetName() != "eth0" || hi.GetIfindex() == 0 ||
+		!hi.GetKernelReady() || hi.GetAttachMode() == "" || hi.GetIngressProgram() == "" {
+		t.Errorf("eth0 in Inspect: %v", hi)
+	}
 	if progs := entryProgsIn(t, node.Name, "eth0"); !strings.Contains(progs, "dpd_hep_in") || !strings.Contains(progs, "dpd_hep_out") {
 		t.Errorf("eth0 carries %q, want the host entry programs", progs)
 	}
