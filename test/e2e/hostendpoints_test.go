@@ -176,3 +176,88 @@ func TestHostEndpointStages(t *testing.T) {
 		t.Errorf("conntrack entries by destination port %v: want 9090 tracked, 8080 not", ports)
 	}
 }
+
+// A host endpoint bound by expected address follows the address to
+// another interface: the old one is unpoliced, the new one policed.
+func TestHostEndpointExpectedIP(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	const ip0, peer0, ip1, peer1 = "192.168.236.1", "192.168.236.2", "192.168.237.1", "192.168.237.2"
+	node := NewNode(t, "hepi", ip0)
+	cl := NewNode(t, "hepic", peer0)
+	Link(t, node.Name, ip0, cl.Name, peer0, "eth0")
+	Link(t, node.Name, ip1, cl.Name, peer1, "eth1")
+	nodeW := &Workload{Workload: &testutil.Workload{NS: node.Name, IP: ip0}, Pod: "node"}
+	clientW := &Workload{Workload: &testutil.Workload{NS: cl.Name, IP: peer0}, Pod: "client"}
+	nodeW.Serve(t, []int{8080}, nil)
+	const moved = "192.168.238.1"
+	testutil.Run(t, "ip", "-n", node.Name, "addr", "add", moved+"/32", "dev", "eth0")
+	testutil.Run(t, "ip", "-n", cl.Name, "route", "add", moved+"/32", "dev", "eth0")
+
+	d := node.Start(t)
+	c := d.Connect(t, []*felix.ToDataplane{ConfigMsg(map[string]string{"InterfacePrefix": "cali"})})
+	c.WaitInSync(t)
+	hep := HostEndpointMsg("by-ip", "", nil)
+	hep.GetHostEndpointUpdate().Endpoint.ExpectedIpv4Addrs = []string{moved}
+	c.Send(t, hep)
+	c.WaitHostStatus(t, "by-ip", "up")
+	Expect(t, Denied(TCP(clientW, ip0, 8080)), Allowed(TCP(clientW, ip1, 8080)))
+
+	testutil.Run(t, "ip", "-n", node.Name, "addr", "del", moved+"/32", "dev", "eth0")
+	testutil.Run(t, "ip", "-n", node.Name, "addr", "add", moved+"/32", "dev", "eth1")
+	Expect(t, Allowed(TCP(clientW, ip0, 8080)), Denied(TCP(clientW, ip1, 8080)))
+	hl, err := d.Client(t).Inspect().ListHostEndpoints(context.Background(), &dpdv1.ListHostEndpointsRequest{})
+	if err != nil || len(hl.GetHostEndpoints()) != 1 || len(hl.GetHostEndpoints()[0].GetInterfaces()) != 1 ||
+		hl.GetHostEndpoints()[0].GetInterfaces()[0].GetName() != "eth1" {
+		t.Errorf("after the move: %v %v", hl, err)
+	}
+}
+
+// kill -9 leaves a host interface policed as it was (failsafes open, the
+// rest denied) until the restarted dpd's first apply, which writes
+// nothing for it; a failsafe connection loses no segment throughout.
+func TestHostEndpointRestart(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	const nodeIP, clientIP = "192.168.239.1", "192.168.239.2"
+	node := NewNode(t, "hepr", nodeIP)
+	cl := NewNode(t, "heprc", clientIP)
+	Link(t, node.Name, nodeIP, cl.Name, clientIP, "eth0")
+	nodeW := &Workload{Workload: &testutil.Workload{NS: node.Name, IP: nodeIP}, Pod: "node"}
+	clientW := &Workload{Workload: &testutil.Workload{NS: cl.Name, IP: clientIP}, Pod: "client"}
+	nodeW.Serve(t, []int{8080, 22}, nil)
+	snap := []*felix.ToDataplane{ConfigMsg(map[string]string{"InterfacePrefix": "cali"}), HostEndpointMsg("node", "eth0", nil)}
+
+	d := node.Start(t)
+	c := d.Connect(t, snap)
+	c.WaitHostStatus(t, "node", "up")
+	enforced := []Expectation{Denied(TCP(clientW, nodeIP, 8080)), Allowed(TCP(clientW, nodeIP, 22))}
+	Expect(t, enforced...)
+	tr := startTCP(t, clientW, nodeW, 2379) // inbound failsafe tcp:2379
+	before := entryProgsIn(t, node.Name, "eth0")
+
+	d.Kill(t)
+	Expect(t, enforced...) // no dpd at all: still policed, failsafes open
+	d2 := node.Start(t)
+	c2 := d2.Connect(t, snap)
+	c2.WaitHostStatus(t, "node", "up")
+	c2.WaitInSync(t)
+	Expect(t, enforced...)
+	if after := entryProgsIn(t, node.Name, "eth0"); after != before {
+		t.Errorf("eth0 programs changed across the restart:\n%s\n%s", before, after)
+	}
+	f, ok := firstApplyOf(d2)
+	if !ok {
+		t.Fatal("no first-apply report in the dpd log")
+	}
+	for _, k := range []string{"program_loads", "jump_writes", "ifstate_writes", "attaches", "garbage_collected"} {
+		if f[k] != "0" {
+			t.Errorf("first apply after the restart: %s=%s, want 0 (%v)", k, f[k], f)
+		}
+	}
+	r := tr.stop()
+	if r.Err != nil || r.ClientRetrans != 0 || r.SrvRetrans != 0 || r.Rounds == 0 {
+		t.Errorf("failsafe connection across kill -9: %d rounds, err %v, retransmits %d/%d", r.Rounds, r.Err, r.ClientRetrans, r.SrvRetrans)
+	}
+}
+
+// firstApplyOf is the first-apply report of d (survival_kit_test.go).
+func firstApplyOf(d *Daemon) (map[string]string, bool) { return (&node{}).firstApply(d) }
