@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/dpd-dev/dpd/dataplane/model"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf"
 	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
 )
 
@@ -209,5 +210,54 @@ func TestToHostAction(t *testing.T) {
 	}
 	if _, err := toHostAction(map[string]string{ConfigEndpointToHost: "Allow"}); err == nil {
 		t.Error("Allow accepted")
+	}
+}
+
+// Untracked and pre-DNAT policies get a slot each, named in
+// dpd_hep_stages before anything can reach them; a restart adopts them;
+// removing the host endpoint clears the entry first and frees every slot.
+func TestHostEndpointStageSlots(t *testing.T) {
+	f := newFakeKernel(t)
+	idx := f.addLink("eth0")
+	k := f.hostKernel()
+	ep := f.hostEndpoint("h1", "eth0", "deny-all", "deny-all")
+	ep.Untracked = &model.HostStage{Ingress: f.policy("raw-in"), Egress: f.policy("raw-out"), HasIngress: true, HasEgress: true}
+	ep.PreDNAT = &model.HostStage{Ingress: f.policy("pre-in"), HasIngress: true}
+	if err := k.ApplyHostEndpoint(ep); err != nil {
+		t.Fatal(err)
+	}
+	ops := f.take()
+	for _, w := range []string{"InstallPolicy slot=1 dir=1 ingress:raw-in", "InstallPolicy slot=1 dir=0 egress:raw-out",
+		"InstallPolicy slot=2 dir=1 ingress:pre-in", "SetHepStages eth0 untracked=2 prednat=3"} {
+		if !hasOp(ops, w) {
+			t.Fatalf("ops %q lack %q", ops, w)
+		}
+	}
+	if f.hepStages[idx] != (tcbpf.HepStages{Untracked: 2, PreDNAT: 3}) {
+		t.Fatalf("stages %+v", f.hepStages[idx])
+	}
+	k2 := f.hostKernel()
+	if err := k2.ApplyHostEndpoint(ep); err != nil {
+		t.Fatal(err)
+	}
+	if ops := f.take(); len(ops) != 0 {
+		t.Fatalf("adopted stages rewritten: %q", ops)
+	}
+	if err := k2.RemoveHostEndpoint(ep); err != nil {
+		t.Fatal(err)
+	}
+	ops = f.take()
+	i := slices.Index(ops, "SetHepStages eth0 untracked=0 prednat=0")
+	j := slices.IndexFunc(ops, func(o string) bool { return strings.HasPrefix(o, "ClearPolicy slot=1") })
+	if i < 0 || j < 0 || j < i {
+		t.Fatalf("remove wrote %q: want the stages entry cleared before the slots", ops)
+	}
+	for s := uint32(0); s < 3; s++ {
+		if k2.eps.slots.inUse(s) {
+			t.Errorf("slot %d still allocated", s)
+		}
+	}
+	if len(f.hepStages) != 0 {
+		t.Errorf("stages left: %v", f.hepStages)
 	}
 }
