@@ -217,7 +217,7 @@ int dpd_epilogue(struct __sk_buff *skb)
 	dpd_event(st, DPD_EV_DECIDED);
 	if (st->verdict != DPD_VERDICT_ALLOW)
 		return TC_ACT_SHOT;
-	if (dpd_hep_wep_to_host_drop(skb, st))
+	if (dpd_hep_wep_to_host(skb, st))
 		return TC_ACT_SHOT;
 	dpd_ct_create(st);
 	/* A hairpinned request goes straight back into the workload. */

@@ -114,9 +114,9 @@ type DpdDpdFragVal struct {
 }
 
 type DpdDpdHepCfg struct {
-	_      structs.HostLayout
-	ToHost uint32
-	Pad    uint32
+	_          structs.HostLayout
+	ToHost     uint32
+	ToHostSlot uint32
 }
 
 type DpdDpdHepStages struct {

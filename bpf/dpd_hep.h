@@ -301,21 +301,27 @@ static __always_inline int dpd_hep_entry(struct __sk_buff *skb, __u32 dir, __u32
 	return TC_ACT_OK;
 }
 
-/* dpd_hep_wep_to_host_drop: the epilogue allowed a new flow out of a
- * workload; is it to the host itself with DefaultEndpointToHostAction Drop? */
-static __always_inline int dpd_hep_wep_to_host_drop(struct __sk_buff *skb, const struct dpd_state *st)
+/* dpd_hep_wep_to_host: the epilogue allowed a new flow out of a workload;
+ * if it goes to the host itself, DefaultEndpointToHostAction decides:
+ * Accept (0: go on), Drop (1: drop), Return: the wildcard host endpoint's
+ * ingress policy, tail-called with DPD_ST_HEP_TOHOST so its epilogue
+ * passes here only once (no such policy: go on). */
+static __always_inline int dpd_hep_wep_to_host(struct __sk_buff *skb, struct dpd_state *st)
 {
 	struct bpf_fib_lookup fib = {};
 	struct dpd_ifstate *ifs;
 	struct dpd_hep_cfg *cfg;
-	__u32 zero = 0, ifindex = st->ifindex;
+	__u32 zero = 0, ifindex = st->ifindex, slot;
 	long rc;
 
-	if (st->dir != DPD_DIR_FROM_WEP || st->family != 4)
+	if (st->dir != DPD_DIR_FROM_WEP || st->family != 4 || (st->flags & DPD_ST_HEP_TOHOST))
 		return 0;
 	cfg = bpf_map_lookup_elem(&dpd_hep_cfg, &zero);
-	if (!cfg || cfg->to_host != DPD_TO_HOST_DROP)
+	if (!cfg || cfg->to_host == DPD_TO_HOST_ACCEPT)
 		return 0;
+	if (cfg->to_host == DPD_TO_HOST_RETURN && !cfg->to_host_slot)
+		return 0;
+	slot = cfg->to_host_slot;
 	ifs = bpf_map_lookup_elem(&dpd_ifstate, &ifindex);
 	if (!ifs || !(ifs->flags & DPD_IF_WORKLOAD))
 		return 0;
@@ -325,7 +331,17 @@ static __always_inline int dpd_hep_wep_to_host_drop(struct __sk_buff *skb, const
 	__builtin_memcpy(&fib.ipv4_dst, st->daddr, 4);
 	fib.ifindex = ifindex;
 	rc = bpf_fib_lookup(skb, &fib, sizeof(fib), 0);
-	return rc == BPF_FIB_LKUP_RET_NOT_FWDED;
+	if (rc != BPF_FIB_LKUP_RET_NOT_FWDED)
+		return 0;
+	if (cfg->to_host == DPD_TO_HOST_DROP)
+		return 1;
+	st->flags |= DPD_ST_HEP_TOHOST;
+	st->verdict = DPD_VERDICT_NONE;
+	st->rule_id = 0;
+	st->chain_pos = 0; /* the compiler's own state starts afresh */
+	__builtin_memset(st->pol_scratch, 0, sizeof(st->pol_scratch));
+	bpf_tail_call(skb, &dpd_jump, DPD_JUMP_POL_BASE + 2 * (slot - 1) + DPD_DIR_TO_WEP);
+	return 0; /* no program: accepted */
 }
 
 /* dpd_hep_epilogue ends a staged evaluation (DPD_ST_HEP_*), called by the

@@ -429,12 +429,15 @@ struct dpd_hep_stages {
  * host itself, after the workload's egress policy allowed it. 0 (a map not
  * written yet) is Accept, as before the setting existed. */
 struct dpd_hep_cfg {
-	__u32 to_host; /* 0: DPD_TO_HOST_* */
-	__u32 pad;     /* 4 */
-};                     /* sizeof == 8 */
+	__u32 to_host;      /* 0: DPD_TO_HOST_* */
+	__u32 to_host_slot; /* 4: Return: 1 + the slot of the wildcard host endpoint's ingress policy (0: none, accept) */
+};                          /* sizeof == 8 */
 #define DPD_TO_HOST_ACCEPT 0
 #define DPD_TO_HOST_DROP   1
-#define DPD_TO_HOST_RETURN 2 /* host endpoint policy: not evaluated yet, accepted */
+#define DPD_TO_HOST_RETURN 2 /* the wildcard host endpoint's ingress policy decides */
+
+/* dpd_state.flags: the to-host policy of Return is deciding this packet. */
+#define DPD_ST_HEP_TOHOST (1u << 31)
 
 #define DPD_FS_KEY_FIXED_BITS 32
 #define DPD_FS_INBOUND  1 /* to the host, through a host interface */

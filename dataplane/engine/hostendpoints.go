@@ -41,6 +41,12 @@ type hostEndpointManager struct {
 	// bound is the interface -> host endpoint id of the last apply, for
 	// Inspect.
 	bound map[string]string
+	// toHost is the wildcard's ingress policy the kernel applies to
+	// workload traffic to the host (ToHostKernel), with its sets;
+	// toHostSent: the kernel has been told (nil included).
+	toHost     *model.DirectionPolicy
+	toHostSets []string
+	toHostSent bool
 }
 
 func (m *hostEndpointManager) init() {
@@ -49,6 +55,9 @@ func (m *hostEndpointManager) init() {
 	m.applied = map[string]*model.Endpoint{}
 	m.appliedSets = map[string][]string{}
 	m.bound = map[string]string{}
+	// The first pass tells the kernel there is no to-host policy yet (an
+	// earlier dpd's stays until then).
+	m.dirty = true
 }
 
 func (m *hostEndpointManager) count() int {

@@ -86,6 +86,11 @@ func (e *Engine) applyHostEndpoints(now time.Time, p *pass) {
 			e.setHostApplied(iface, d.ep, d.sets)
 		}
 	}
+	if err := e.applyToHost(resolved); err != nil {
+		anyFailed = true
+		p.did = true
+		p.fail("host_endpoint", "to-host", err)
+	}
 	if anyFailed {
 		m.retry.fail(now, e.opts.RetryMin, e.opts.RetryMax)
 	} else {
@@ -95,6 +100,67 @@ func (e *Engine) applyHostEndpoints(now time.Time, p *pass) {
 	m.bound = bind
 	e.hostStatuses(hk != nil, desired, excluded, failed)
 	e.publishHosts()
+}
+
+// applyToHost hands the kernel the wildcard host endpoint's ingress
+// policy for workload traffic to the host (DefaultEndpointToHostAction
+// Return), when it changed. One that cannot be resolved keeps what the
+// kernel has.
+func (e *Engine) applyToHost(resolved map[string]hostResolution) error {
+	m := &e.heps
+	tk, ok := e.k.(ToHostKernel)
+	if !ok {
+		return nil
+	}
+	var pol *model.DirectionPolicy
+	var sets []string
+	for _, id := range m.sortedIDs(false) {
+		if m.eps[id].spec.Iface != "*" {
+			continue
+		}
+		r, ok := resolved[id]
+		if !ok {
+			r = e.resolveHostRefs(m.eps[id].spec)
+		}
+		if r.missing != "" {
+			return nil
+		}
+		for _, s := range r.sets {
+			if !e.ipsets.programmed(s) {
+				return nil
+			}
+		}
+		in := r.ingress
+		pol, sets = &in, r.sets
+		break
+	}
+	if m.toHostSent && !m.force && ((pol == nil && m.toHost == nil) ||
+		(pol != nil && m.toHost != nil && pol.Hash() == m.toHost.Hash())) {
+		return nil
+	}
+	if err := tk.ApplyToHostPolicy(pol); err != nil {
+		return err
+	}
+	e.swapSetRefs(sets, m.toHostSets)
+	m.toHost, m.toHostSets, m.toHostSent = pol, sets, true
+	return nil
+}
+
+// swapSetRefs counts add as applied references and drops old's, shared
+// with workload endpoints: a removed set leaves the kernel only when
+// nothing applied references it.
+func (e *Engine) swapSetRefs(add, old []string) {
+	refs := e.weps.appliedSetRefs
+	for _, s := range add {
+		refs[s]++
+	}
+	for _, s := range old {
+		refs[s]--
+		if refs[s] <= 0 {
+			delete(refs, s)
+			e.ipsets.undefer(s)
+		}
+	}
 }
 
 // hostStatuses sets every host endpoint's status after an apply, and
@@ -191,17 +257,7 @@ func sameHostEndpoint(a, b *model.Endpoint) bool {
 // removals, shared with workload endpoints.
 func (e *Engine) setHostApplied(iface string, ep *model.Endpoint, sets []string) {
 	m := &e.heps
-	refs := e.weps.appliedSetRefs
-	for _, s := range sets {
-		refs[s]++
-	}
-	for _, s := range m.appliedSets[iface] {
-		refs[s]--
-		if refs[s] <= 0 {
-			delete(refs, s)
-			e.ipsets.undefer(s)
-		}
-	}
+	e.swapSetRefs(sets, m.appliedSets[iface])
 	if ep == nil {
 		delete(m.applied, iface)
 		delete(m.appliedSets, iface)

@@ -216,3 +216,27 @@ func TestHostEndpointForward(t *testing.T) {
 	}
 	h.noViolations()
 }
+
+// The wildcard's ingress policy is what DefaultEndpointToHostAction Return
+// applies to workload traffic to the host: handed to the kernel when it
+// changes, withdrawn (nil) when the wildcard goes.
+func TestHostEndpointToHostPolicy(t *testing.T) {
+	h := newHarness(t)
+	h.session()
+	h.hostLinks(map[string][]string{"eth0": {"10.0.0.1"}})
+	h.send(policy("p1", denyPort(80)), hepName("all", "*", "p1"), inSync())
+	pol := h.k.ToHostPolicy()
+	if pol == nil || len(pol.Tiers) != 1 || pol.Tiers[0].Policies[0].Name != "default/p1" {
+		t.Fatalf("to-host policy %+v", pol)
+	}
+	h.k.ResetCalls()
+	h.send(hepName("all", "*", "p1"))
+	if n := h.k.Calls()[memkernel.MethodApplyToHostPolicy]; n != 0 {
+		t.Fatalf("unchanged wildcard re-sent: %d to-host applies", n)
+	}
+	h.send(hepRemove("all"))
+	if pol := h.k.ToHostPolicy(); pol != nil || h.k.Calls()[memkernel.MethodApplyToHostPolicy] != 1 {
+		t.Fatalf("after the wildcard went: %+v, %v", pol, h.k.Calls())
+	}
+	h.noViolations()
+}

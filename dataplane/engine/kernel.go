@@ -121,3 +121,12 @@ type HostEndpointKernel interface {
 	// no longer policed.
 	RemoveHostEndpoint(ep *model.Endpoint) error
 }
+
+// ToHostKernel is implemented by kernels that apply
+// DefaultEndpointToHostAction Return: traffic from a workload to the host
+// itself is decided by the wildcard host endpoint's ingress policy (as its
+// "host-facing side"), which the engine hands over here (nil: there is no
+// wildcard host endpoint, and Return accepts).
+type ToHostKernel interface {
+	ApplyToHostPolicy(pol *model.DirectionPolicy) error
+}

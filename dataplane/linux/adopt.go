@@ -50,6 +50,7 @@ func (e *endpointProgrammer) adopt() (adoption, error) {
 		v[p.Dir] = p.Prog
 		installed[p.Slot] = v
 	}
+	e.adoptToHost(byHead, installed)
 	for ifindex, ent := range states {
 		name, err := e.links.LinkName(ifindex)
 		if isNoDevice(err) {

@@ -28,6 +28,8 @@ type endpointProgrammer struct {
 	log   *slog.Logger
 	ops   *Ops
 	host  hostFacility // nil: host endpoints are not supported
+	// toHost is DefaultEndpointToHostAction and its Return policy.
+	toHost toHostState
 	queue *attachQueue // the interfaces waiting for the attach worker
 	// afterAttach is Options.AfterAttach.
 	afterAttach func(iface string)

@@ -160,7 +160,7 @@ func (k *Kernel) configureToHostLocked(cfg map[string]string) {
 	if k.eps.host == nil {
 		return
 	}
-	if err := k.eps.host.SetToHostAction(a); err != nil {
+	if err := k.eps.writeToHost(a, k.eps.toHost.named); err != nil {
 		k.log.Warn("write DefaultEndpointToHostAction", "err", err)
 	}
 }

@@ -67,8 +67,20 @@ func (f *fakeKernel) AllHepStages() (map[int]tcbpf.HepStages, error) {
 	return maps.Clone(f.hepStages), nil
 }
 
-func (f *fakeKernel) SetToHostAction(action uint32) error {
-	return f.op("SetToHostAction", "%d", action)
+func (f *fakeKernel) SetToHostAction(action, slot uint32) error {
+	if err := f.op("SetToHostAction", "%d slot=%d", action, slot); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.toHost = [2]uint32{action, slot}
+	return nil
+}
+
+func (f *fakeKernel) ToHostAction() (action, slot uint32, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.toHost[0], f.toHost[1], nil
 }
 
 // hostKernel composes a Kernel over f with the host facility, as New does

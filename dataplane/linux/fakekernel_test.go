@@ -71,6 +71,7 @@ type fakeKernel struct {
 	// (fakekernel_host_test.go); guarded by mu.
 	hostProgs map[int]bool
 	hepStages map[int]tcbpf.HepStages
+	toHost    [2]uint32 // dpd_hep_cfg: action, 1 + slot
 }
 
 const fakeProgsDir = "/fake/progs"

@@ -36,7 +36,8 @@ type hostFacility interface {
 	SetFailsafes(fs []tcbpf.Failsafe) error
 	SetHepStages(ifindex int, s tcbpf.HepStages) error
 	AllHepStages() (map[int]tcbpf.HepStages, error)
-	SetToHostAction(action uint32) error
+	SetToHostAction(action, slot uint32) error
+	ToHostAction() (action, slot uint32, err error)
 }
 
 // A host endpoint's extra policy stages, each in a slot of its own.
@@ -329,6 +330,121 @@ func (e *endpointProgrammer) sweepHostStages(live map[int]bool, r *GCReport) err
 		r.IfStates++
 	}
 	return errors.Join(errs...)
+}
+
+// toHostState is DefaultEndpointToHostAction as the kernel holds it: the
+// action, and the wildcard host endpoint's ingress policy Return applies
+// in a slot of its own.
+type toHostState struct {
+	action uint32 // abi.ToHost*
+	stage  stageSlot
+	named  uint32 // 1 + the slot dpd_hep_cfg names (0: none)
+	known  bool   // dpd_hep_cfg was read or written
+}
+
+// writeToHost writes dpd_hep_cfg when it differs from what it holds.
+func (e *endpointProgrammer) writeToHost(action, named uint32) error {
+	th := &e.toHost
+	if th.known && th.action == action && th.named == named {
+		return nil
+	}
+	if err := e.host.SetToHostAction(action, named); err != nil {
+		return err
+	}
+	e.ops.IfStateWrites++
+	th.action, th.named, th.known = action, named, true
+	return nil
+}
+
+// applyToHost installs pol (nil: none) as the policy Return applies to
+// workload traffic to the host, then names it in dpd_hep_cfg; without
+// one, the entry goes first and the slot after.
+func (e *endpointProgrammer) applyToHost(pol *model.DirectionPolicy) error {
+	if e.host == nil {
+		return errNoHostFacility
+	}
+	th := &e.toHost
+	if pol == nil {
+		if err := e.writeToHost(th.action, 0); err != nil {
+			return err
+		}
+		return e.releaseSlot("to-host", &th.stage)
+	}
+	ss := &th.stage
+	if !ss.has {
+		s, err := e.slots.get()
+		if err != nil {
+			return err
+		}
+		ss.slot, ss.has = s, true
+	}
+	sp, err := e.pols.acquire(pol, model.Ingress)
+	if err != nil {
+		return fmt.Errorf("to-host policy: %w", err)
+	}
+	if ss.inst[model.Ingress] == sp {
+		e.pols.release(sp)
+	} else {
+		if err := e.entry.InstallPolicy(ss.slot, int(model.Ingress), sp.prog); err != nil {
+			e.pols.release(sp)
+			return fmt.Errorf("install to-host policy: %w", err)
+		}
+		e.ops.JumpWrites++
+		old := ss.inst[model.Ingress]
+		ss.inst[model.Ingress] = sp
+		e.pols.release(old)
+	}
+	return e.writeToHost(th.action, ss.slot+1)
+}
+
+// adoptToHost takes over the to-host policy an earlier dpd installed.
+func (e *endpointProgrammer) adoptToHost(byHead map[ebpf.ProgramID]*sharedProg, installed map[uint32][2]ebpf.ProgramID) {
+	if e.host == nil {
+		return
+	}
+	action, named, err := e.host.ToHostAction()
+	if err != nil {
+		e.log.Warn("read DefaultEndpointToHostAction", "err", err)
+		return
+	}
+	th := &e.toHost
+	th.action, th.named, th.known = action, named, true
+	if named == 0 || !e.slots.reserve(named-1) {
+		return
+	}
+	th.stage.slot, th.stage.has = named-1, true
+	if sp := byHead[installed[named-1][model.Ingress]]; sp != nil && sp.key.dir == model.Ingress {
+		th.stage.inst[model.Ingress] = sp
+		sp.refs++
+	}
+}
+
+// releaseSlot clears a stage slot that nothing names any more and frees it.
+func (e *endpointProgrammer) releaseSlot(what string, ss *stageSlot) error {
+	if !ss.has {
+		return nil
+	}
+	for _, dir := range []model.Direction{model.Ingress, model.Egress} {
+		if err := e.entry.ClearPolicy(ss.slot, int(dir)); err != nil {
+			return fmt.Errorf("clear %s %s policy: %w", what, dir, err)
+		}
+		e.ops.JumpWrites++
+		e.pols.release(ss.inst[dir])
+		ss.inst[dir] = nil
+	}
+	e.slots.put(ss.slot)
+	ss.has = false
+	return nil
+}
+
+// ApplyToHostPolicy implements engine.ToHostKernel.
+func (k *Kernel) ApplyToHostPolicy(pol *model.DirectionPolicy) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.closed {
+		return errKernelClosed
+	}
+	return k.eps.applyToHost(pol)
 }
 
 // ApplyHostEndpoint implements engine.HostEndpointKernel.

@@ -261,3 +261,37 @@ func TestHostEndpointStageSlots(t *testing.T) {
 		t.Errorf("stages left: %v", f.hepStages)
 	}
 }
+
+// Return's to-host policy: installed in a slot of its own before
+// dpd_hep_cfg names it; withdrawn, the entry lets go before the slot is
+// cleared; Configure's action keeps the slot named.
+func TestToHostPolicySlot(t *testing.T) {
+	f := newFakeKernel(t)
+	k := f.hostKernel()
+	pol := f.policy("to-host")
+	if err := k.ApplyToHostPolicy(&pol); err != nil {
+		t.Fatal(err)
+	}
+	ops := f.take()
+	i := slices.IndexFunc(ops, func(o string) bool { return strings.HasPrefix(o, "InstallPolicy slot=0 dir=1 ingress:to-host") })
+	j := slices.Index(ops, "SetToHostAction 0 slot=1")
+	if i < 0 || j < i {
+		t.Fatalf("ops %q", ops)
+	}
+	k.mu.Lock()
+	k.configureToHostLocked(map[string]string{ConfigEndpointToHost: "Return"})
+	k.mu.Unlock()
+	if f.toHost != [2]uint32{abi.ToHostReturn, 1} {
+		t.Fatalf("dpd_hep_cfg %v", f.toHost)
+	}
+	f.take()
+	if err := k.ApplyToHostPolicy(nil); err != nil {
+		t.Fatal(err)
+	}
+	ops = f.take()
+	i = slices.Index(ops, "SetToHostAction 2 slot=0")
+	j = slices.IndexFunc(ops, func(o string) bool { return strings.HasPrefix(o, "ClearPolicy slot=0") })
+	if i < 0 || j < i || k.eps.slots.inUse(0) {
+		t.Fatalf("ops %q", ops)
+	}
+}

@@ -23,6 +23,7 @@ type hostState struct {
 	enforced map[string]*model.Endpoint // by interface
 	watchers map[int]func(model.HostLinkUpdate)
 	next     int
+	toHost   *model.DirectionPolicy
 }
 
 func (h *hostState) init() {
@@ -138,4 +139,31 @@ func (k *Kernel) HostIfaces() []string {
 	l := slices.Collect(maps.Keys(k.hep.enforced))
 	sort.Strings(l)
 	return l
+}
+
+// MethodApplyToHostPolicy is the name of ApplyToHostPolicy in Calls.
+const MethodApplyToHostPolicy = "ApplyToHostPolicy"
+
+// ApplyToHostPolicy records the policy Return applies to workload traffic
+// to the host (nil: none).
+func (k *Kernel) ApplyToHostPolicy(pol *model.DirectionPolicy) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if err := k.callLocked(MethodApplyToHostPolicy, ""); err != nil {
+		return err
+	}
+	if pol == nil {
+		k.hep.toHost = nil
+		return nil
+	}
+	cp := *pol
+	k.hep.toHost = &cp
+	return nil
+}
+
+// ToHostPolicy returns what ApplyToHostPolicy recorded last.
+func (k *Kernel) ToHostPolicy() *model.DirectionPolicy {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.hep.toHost
 }

@@ -171,10 +171,21 @@ func (d *Datapath) AllHepStages() (map[int]HepStages, error) {
 	return out, nil
 }
 
-// SetToHostAction writes DefaultEndpointToHostAction (abi.ToHost*).
-func (d *Datapath) SetToHostAction(action uint32) error {
-	if err := d.objs.DpdHepCfg.Update(uint32(0), [2]uint32{action, 0}, ebpf.UpdateAny); err != nil {
+// SetToHostAction writes DefaultEndpointToHostAction (abi.ToHost*) and,
+// for Return, 1 + the slot of the wildcard host endpoint's ingress policy
+// (0: none).
+func (d *Datapath) SetToHostAction(action, slot uint32) error {
+	if err := d.objs.DpdHepCfg.Update(uint32(0), [2]uint32{action, slot}, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("write %s: %w", abi.MapHepCfg, err)
 	}
 	return nil
+}
+
+// ToHostAction reads what SetToHostAction wrote.
+func (d *Datapath) ToHostAction() (action, slot uint32, err error) {
+	var v [2]uint32
+	if err := d.objs.DpdHepCfg.Lookup(uint32(0), &v); err != nil {
+		return 0, 0, fmt.Errorf("read %s: %w", abi.MapHepCfg, err)
+	}
+	return v[0], v[1], nil
 }

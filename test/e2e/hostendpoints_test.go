@@ -113,12 +113,18 @@ func TestHostEndpointForward(t *testing.T) {
 	Expect(t, Denied(TCP(podW, nodeIP, 7070)), Allowed(TCP(nodeW, pod.IP, 8080)), Allowed(TCP(podW, clientIP, 22)))
 	c.Send(t, ConfigMsg(map[string]string{"InterfacePrefix": "cali", "DefaultEndpointToHostAction": "Accept"}))
 	Expect(t, Allowed(TCP(podW, nodeIP, 7070)))
+	// Return: the wildcard host endpoint's ingress policy decides (none
+	// yet: accepted).
+	c.Send(t, ConfigMsg(map[string]string{"InterfacePrefix": "cali", "DefaultEndpointToHostAction": "Return"}))
+	Expect(t, Allowed(TCP(podW, nodeIP, 7070)))
 
 	// A deny-all wildcard host endpoint without forward policy: the node
 	// is closed, forwarding to the pod is not.
 	c.Send(t, HostEndpointMsg("all", "*", nil))
 	c.WaitHostStatus(t, "all", "up")
-	Expect(t, Allowed(TCP(clientW, pod.IP, 8080)), Denied(Ping(clientW, nodeIP)))
+	Expect(t, Allowed(TCP(clientW, pod.IP, 8080)), Denied(Ping(clientW, nodeIP)),
+		Denied(TCP(podW, nodeIP, 7070)), // Return: the wildcard's (deny-all) ingress policy
+		Allowed(TCP(nodeW, pod.IP, 8080)))
 
 	// Forward policy allowing TCP 9090 in: the rest forwarded in is denied.
 	fwd := HostEndpointMsg("all", "*", nil)
@@ -127,7 +133,7 @@ func TestHostEndpointForward(t *testing.T) {
 	Expect(t, Denied(TCP(clientW, pod.IP, 8080)), Allowed(TCP(clientW, pod.IP, 9090)), Denied(Ping(clientW, nodeIP)))
 
 	c.Send(t, HostEndpointRemoveMsg("all"))
-	Expect(t, Allowed(TCP(clientW, pod.IP, 8080)), Allowed(Ping(clientW, nodeIP)))
+	Expect(t, Allowed(TCP(clientW, pod.IP, 8080)), Allowed(Ping(clientW, nodeIP)), Allowed(TCP(podW, nodeIP, 7070)))
 }
 
 // Untracked policy runs first and what it allows leaves no conntrack

@@ -41,10 +41,12 @@ const (
 	NoMatchIDFromWEP uint64 = 0xc0e77e9198c7edf2
 	NoMatchIDToWEP   uint64 = 0xdce21320d0ec74ef
 
-	// dpd_hep_cfg: ARRAY[1] {to_host, pad}: DefaultEndpointToHostAction.
+	// dpd_hep_cfg: ARRAY[1] {to_host, to_host_slot}: DefaultEndpointToHostAction
+	// and, for Return, 1 + the slot of the wildcard's ingress policy.
 	MapHepCfg    = "dpd_hep_cfg"
 	HepCfgSize   = 8
 	ToHostAccept = 0
 	ToHostDrop   = 1
 	ToHostReturn = 2
+	StHepToHost  = 1 << 31
 )
