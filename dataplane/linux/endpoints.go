@@ -30,7 +30,7 @@ type endpointProgrammer struct {
 	host  hostFacility // nil: host endpoints are not supported
 	// toHost is DefaultEndpointToHostAction and its Return policy.
 	toHost toHostState
-	queue *attachQueue // the interfaces waiting for the attach worker
+	queue  *attachQueue // the interfaces waiting for the attach worker
 	// afterAttach is Options.AfterAttach.
 	afterAttach func(iface string)
 
