@@ -55,9 +55,6 @@ func (m *hostEndpointManager) init() {
 	m.applied = map[string]*model.Endpoint{}
 	m.appliedSets = map[string][]string{}
 	m.bound = map[string]string{}
-	// The first pass tells the kernel there is no to-host policy yet (an
-	// earlier dpd's stays until then).
-	m.dirty = true
 }
 
 func (m *hostEndpointManager) count() int {

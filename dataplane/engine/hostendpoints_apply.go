@@ -134,6 +134,9 @@ func (e *Engine) applyToHost(resolved map[string]hostResolution) error {
 		pol, sets = &in, r.sets
 		break
 	}
+	if !m.toHostSent && pol == nil {
+		return nil // nothing to withdraw (the kernel collects an earlier dpd's)
+	}
 	if m.toHostSent && !m.force && ((pol == nil && m.toHost == nil) ||
 		(pol != nil && m.toHost != nil && pol.Hash() == m.toHost.Hash())) {
 		return nil

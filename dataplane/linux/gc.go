@@ -104,6 +104,7 @@ func (c *collector) collect() (GCReport, error) {
 		}
 	}
 	note(c.eps.sweepUnclaimed(&r))
+	note(c.eps.sweepToHost(&r))
 	note(c.eps.sweepAttachments(&r))
 	note(c.eps.sweepMaps(&r))
 	c.pols.releasePreloadsBefore(time.Now().Add(-c.interval))

@@ -340,6 +340,9 @@ type toHostState struct {
 	stage  stageSlot
 	named  uint32 // 1 + the slot dpd_hep_cfg names (0: none)
 	known  bool   // dpd_hep_cfg was read or written
+	// claimed: the engine said what it wants (ApplyToHostPolicy); an
+	// adopted policy it never claimed is collected after the first apply.
+	claimed bool
 }
 
 // writeToHost writes dpd_hep_cfg when it differs from what it holds.
@@ -364,6 +367,7 @@ func (e *endpointProgrammer) applyToHost(pol *model.DirectionPolicy) error {
 		return errNoHostFacility
 	}
 	th := &e.toHost
+	th.claimed = true
 	if pol == nil {
 		if err := e.writeToHost(th.action, 0); err != nil {
 			return err
@@ -417,6 +421,42 @@ func (e *endpointProgrammer) adoptToHost(byHead map[ebpf.ProgramID]*sharedProg, 
 		th.stage.inst[model.Ingress] = sp
 		sp.refs++
 	}
+}
+
+// sweepToHost withdraws an adopted to-host policy the engine did not
+// claim: no wildcard host endpoint wants it any more.
+func (e *endpointProgrammer) sweepToHost(r *GCReport) error {
+	th := &e.toHost
+	if e.host == nil || th.claimed || !th.stage.has {
+		return nil
+	}
+	if err := e.applyToHost(nil); err != nil {
+		return err
+	}
+	th.claimed = false
+	r.Programs++
+	return nil
+}
+
+// hostJumpEntries counts the dpd_jump entries of host endpoints beyond
+// their interface slots: the two continuations (tcbpf installs them at
+// open), the stage slots and the to-host slot, for MapUsage.
+func (e *endpointProgrammer) hostJumpEntries() int {
+	n := 2
+	count := func(ss *stageSlot) {
+		for _, sp := range ss.inst {
+			if sp != nil {
+				n++
+			}
+		}
+	}
+	for _, st := range e.eps {
+		for i := range st.stages {
+			count(&st.stages[i])
+		}
+	}
+	count(&e.toHost.stage)
+	return n
 }
 
 // releaseSlot clears a stage slot that nothing names any more and frees it.
