@@ -39,6 +39,7 @@
 #include "dpd_frag.h"
 #include "dpd_ipv6.h"
 #include "dpd_events.h"
+#include "dpd_hep.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -213,6 +214,8 @@ int dpd_epilogue(struct __sk_buff *skb)
 	st = bpf_map_lookup_elem(&dpd_state, &zero);
 	if (!st)
 		return TC_ACT_SHOT;
+	if (st->flags & (DPD_ST_HEP_UNTRACKED | DPD_ST_HEP_PREDNAT))
+		return dpd_hep_epilogue(skb, st);
 
 	if (st->trace) {
 		st->flags |= DPD_ST_EPILOGUE;
@@ -229,6 +232,8 @@ int dpd_epilogue(struct __sk_buff *skb)
 	}
 	dpd_event(st, DPD_EV_DECIDED);
 	if (st->verdict != DPD_VERDICT_ALLOW)
+		return TC_ACT_SHOT;
+	if (dpd_hep_wep_to_host(skb, st))
 		return TC_ACT_SHOT;
 	dpd_ct_create(st);
 	/* A hairpinned request goes straight back into the workload. */

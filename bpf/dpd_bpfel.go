@@ -57,6 +57,15 @@ type DpdDpdEvDeny struct {
 	Count  uint64
 }
 
+type DpdDpdFailsafeKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Port      uint16
+	Proto     uint8
+	Flags     uint8
+	Addr      [4]uint8
+}
+
 type DpdDpdFlowEvent struct {
 	_          structs.HostLayout
 	TsNs       uint64
@@ -103,6 +112,18 @@ type DpdDpdFragVal struct {
 	IcmpCode uint8
 	Proto    uint8
 	Pad      uint8
+}
+
+type DpdDpdHepCfg struct {
+	_          structs.HostLayout
+	ToHost     uint32
+	ToHostSlot uint32
+}
+
+type DpdDpdHepStages struct {
+	_         structs.HostLayout
+	Untracked uint32
+	Prednat   uint32
 }
 
 type DpdDpdIfstate struct {
@@ -215,7 +236,10 @@ const (
 	DpdMapDpdEvDeny       = "dpd_ev_deny"
 	DpdMapDpdEvDrops      = "dpd_ev_drops"
 	DpdMapDpdEvents       = "dpd_events"
+	DpdMapDpdFailsafes    = "dpd_failsafes"
 	DpdMapDpdFrags        = "dpd_frags"
+	DpdMapDpdHepCfg       = "dpd_hep_cfg"
+	DpdMapDpdHepStages    = "dpd_hep_stages"
 	DpdMapDpdIfstate      = "dpd_ifstate"
 	DpdMapDpdIpsetIds     = "dpd_ipset_ids"
 	DpdMapDpdIpsets       = "dpd_ipsets"
@@ -229,6 +253,10 @@ const (
 	DpdMapDpdTrace        = "dpd_trace"
 	DpdProgDpdEpilogue    = "dpd_epilogue"
 	DpdProgDpdFromWep     = "dpd_from_wep"
+	DpdProgDpdHepIn       = "dpd_hep_in"
+	DpdProgDpdHepInCont   = "dpd_hep_in_cont"
+	DpdProgDpdHepOut      = "dpd_hep_out"
+	DpdProgDpdHepOutCont  = "dpd_hep_out_cont"
 	DpdProgDpdToWep       = "dpd_to_wep"
 	DpdVarDpdFlowEventBtf = "dpd_flow_event_btf"
 )
@@ -275,9 +303,13 @@ type DpdSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type DpdProgramSpecs struct {
-	DpdEpilogue *ebpf.ProgramSpec `ebpf:"dpd_epilogue"`
-	DpdFromWep  *ebpf.ProgramSpec `ebpf:"dpd_from_wep"`
-	DpdToWep    *ebpf.ProgramSpec `ebpf:"dpd_to_wep"`
+	DpdEpilogue   *ebpf.ProgramSpec `ebpf:"dpd_epilogue"`
+	DpdFromWep    *ebpf.ProgramSpec `ebpf:"dpd_from_wep"`
+	DpdHepIn      *ebpf.ProgramSpec `ebpf:"dpd_hep_in"`
+	DpdHepInCont  *ebpf.ProgramSpec `ebpf:"dpd_hep_in_cont"`
+	DpdHepOut     *ebpf.ProgramSpec `ebpf:"dpd_hep_out"`
+	DpdHepOutCont *ebpf.ProgramSpec `ebpf:"dpd_hep_out_cont"`
+	DpdToWep      *ebpf.ProgramSpec `ebpf:"dpd_to_wep"`
 }
 
 // DpdMapSpecs contains maps before they are loaded into the kernel.
@@ -291,7 +323,10 @@ type DpdMapSpecs struct {
 	DpdEvDeny    *ebpf.MapSpec `ebpf:"dpd_ev_deny"`
 	DpdEvDrops   *ebpf.MapSpec `ebpf:"dpd_ev_drops"`
 	DpdEvents    *ebpf.MapSpec `ebpf:"dpd_events"`
+	DpdFailsafes *ebpf.MapSpec `ebpf:"dpd_failsafes"`
 	DpdFrags     *ebpf.MapSpec `ebpf:"dpd_frags"`
+	DpdHepCfg    *ebpf.MapSpec `ebpf:"dpd_hep_cfg"`
+	DpdHepStages *ebpf.MapSpec `ebpf:"dpd_hep_stages"`
 	DpdIfstate   *ebpf.MapSpec `ebpf:"dpd_ifstate"`
 	DpdIpsetIds  *ebpf.MapSpec `ebpf:"dpd_ipset_ids"`
 	DpdIpsets    *ebpf.MapSpec `ebpf:"dpd_ipsets"`
@@ -339,7 +374,10 @@ type DpdMaps struct {
 	DpdEvDeny    *ebpf.Map `ebpf:"dpd_ev_deny"`
 	DpdEvDrops   *ebpf.Map `ebpf:"dpd_ev_drops"`
 	DpdEvents    *ebpf.Map `ebpf:"dpd_events"`
+	DpdFailsafes *ebpf.Map `ebpf:"dpd_failsafes"`
 	DpdFrags     *ebpf.Map `ebpf:"dpd_frags"`
+	DpdHepCfg    *ebpf.Map `ebpf:"dpd_hep_cfg"`
+	DpdHepStages *ebpf.Map `ebpf:"dpd_hep_stages"`
 	DpdIfstate   *ebpf.Map `ebpf:"dpd_ifstate"`
 	DpdIpsetIds  *ebpf.Map `ebpf:"dpd_ipset_ids"`
 	DpdIpsets    *ebpf.Map `ebpf:"dpd_ipsets"`
@@ -362,7 +400,10 @@ func (m *DpdMaps) Close() error {
 		m.DpdEvDeny,
 		m.DpdEvDrops,
 		m.DpdEvents,
+		m.DpdFailsafes,
 		m.DpdFrags,
+		m.DpdHepCfg,
+		m.DpdHepStages,
 		m.DpdIfstate,
 		m.DpdIpsetIds,
 		m.DpdIpsets,
@@ -388,15 +429,23 @@ type DpdVariables struct {
 //
 // It can be passed to LoadDpdObjects or ebpf.CollectionSpec.LoadAndAssign.
 type DpdPrograms struct {
-	DpdEpilogue *ebpf.Program `ebpf:"dpd_epilogue"`
-	DpdFromWep  *ebpf.Program `ebpf:"dpd_from_wep"`
-	DpdToWep    *ebpf.Program `ebpf:"dpd_to_wep"`
+	DpdEpilogue   *ebpf.Program `ebpf:"dpd_epilogue"`
+	DpdFromWep    *ebpf.Program `ebpf:"dpd_from_wep"`
+	DpdHepIn      *ebpf.Program `ebpf:"dpd_hep_in"`
+	DpdHepInCont  *ebpf.Program `ebpf:"dpd_hep_in_cont"`
+	DpdHepOut     *ebpf.Program `ebpf:"dpd_hep_out"`
+	DpdHepOutCont *ebpf.Program `ebpf:"dpd_hep_out_cont"`
+	DpdToWep      *ebpf.Program `ebpf:"dpd_to_wep"`
 }
 
 func (p *DpdPrograms) Close() error {
 	return _DpdClose(
 		p.DpdEpilogue,
 		p.DpdFromWep,
+		p.DpdHepIn,
+		p.DpdHepInCont,
+		p.DpdHepOut,
+		p.DpdHepOutCont,
 		p.DpdToWep,
 	)
 }

@@ -38,6 +38,9 @@ type Config struct {
 	// does not read them (0: the engine's default); past it the session
 	// ends (engine.Options.MaxPendingStatuses).
 	MaxPendingStatuses int
+	// InterfaceExclude is engine.Options.InterfaceExclude: the interfaces
+	// host endpoints never bind until a ConfigUpdate says otherwise.
+	InterfaceExclude string
 	// Version is reported by Inspect/GetStatus.
 	Version string
 	// DrainTimeout bounds the graceful stop of the gRPC servers.

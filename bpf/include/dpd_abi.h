@@ -393,4 +393,79 @@ struct dpd_ev_deny {
 	__u64 count;    /* 8: denied packets since, not reported */
 };                      /* sizeof == 16 */
 
+/* ---- Added by the host-endpoint work; mirrored in abi.go. ---- */
+
+/* dpd_ifstate.flags: the interface is one of the node's own, policed by
+ * dpd_hep_in/dpd_hep_out (bpf/dpd_hep.h) for the host endpoint bound to
+ * it. Host interfaces are never failed closed: without a READY|HOST entry
+ * their traffic passes unpoliced. */
+#define DPD_IF_HOST (1u << 2)
+/* dpd_ifstate.flags of a host interface, bits 16..31: 1 + the slot of its
+ * host endpoint's forward policy (applyOnForward: traffic the host
+ * forwards through the interface); 0: forwarded traffic is not policed. */
+#define DPD_IF_FWD_SHIFT 16
+
+/* dpd_state.flags, trace only: a failsafe port let the packet through
+ * before any policy. */
+#define DPD_ST_FAILSAFE (1u << 28)
+
+/* dpd_failsafes: LPM_TRIE of FailsafeInboundHostPorts/OutboundHostPorts.
+ * prefixlen counts the fixed 32 bits of port, proto and flags, then the
+ * bits of the peer's address (inbound: the source; outbound: the
+ * destination): "tcp:22" is prefixlen 32 with address 0, "tcp:10.0.0.0/8:22"
+ * prefixlen 40. Checked on a host interface before conntrack's policy
+ * path, so no host endpoint policy can cut the node off its control plane. */
+struct dpd_failsafe_key {
+	__u32 prefixlen;
+	__u16 port;     /* 4: destination port, host order */
+	__u8  proto;    /* 6: IPPROTO_TCP or IPPROTO_UDP */
+	__u8  flags;    /* 7: DPD_FS_* */
+	__u8  addr[4];  /* 8: the peer's IPv4 address, network order */
+};                      /* sizeof == 12 */
+/* dpd_hep_stages: HASH ifindex -> struct dpd_hep_stages, the slots of a
+ * host interface's untracked (doNotTrack) and pre-DNAT policies, each
+ * 1 + slot (0: none). Untracked policy runs first, before conntrack, in
+ * both directions: allow passes without creating a conntrack entry, an
+ * explicit deny drops, no match goes on. Pre-DNAT policy runs next, for
+ * new flows entering through the interface (to the host or forwarded):
+ * deny drops, allow and no match go on to the normal or forward policy. */
+struct dpd_hep_stages {
+	__u32 untracked; /* 0 */
+	__u32 prednat;   /* 4 */
+};                       /* sizeof == 8 */
+
+/* dpd_state.flags of a staged evaluation (the policy tail-calls the
+ * epilogue, which hands it to dpd_hep_epilogue), and which stage. */
+/* dpd_ct_val.flags: a flow a failsafe port let in or out of a host
+ * interface. Its replies pass before untracked policy too: failsafes take
+ * precedence over every policy. */
+#define DPD_CT_F_FAILSAFE (1u << 4)
+
+#define DPD_ST_HEP_UNTRACKED (1u << 29)
+#define DPD_ST_HEP_PREDNAT   (1u << 30)
+
+/* dpd_jump entries of the host entry programs' continuations, which run
+ * the stages after a staged evaluation that went on. */
+#define DPD_JUMP_HEP_CONT_FROM_WEP 14
+#define DPD_JUMP_HEP_CONT_TO_WEP   15
+
+/* dpd_hep_cfg: ARRAY[1], written by userspace from ConfigUpdate. to_host
+ * is Felix's DefaultEndpointToHostAction for traffic from a workload to the
+ * host itself, after the workload's egress policy allowed it. 0 (a map not
+ * written yet) is Accept, as before the setting existed. */
+struct dpd_hep_cfg {
+	__u32 to_host;      /* 0: DPD_TO_HOST_* */
+	__u32 to_host_slot; /* 4: Return: 1 + the slot of the wildcard host endpoint's ingress policy (0: none, accept) */
+};                          /* sizeof == 8 */
+#define DPD_TO_HOST_ACCEPT 0
+#define DPD_TO_HOST_DROP   1
+#define DPD_TO_HOST_RETURN 2 /* the wildcard host endpoint's ingress policy decides */
+
+/* dpd_state.flags: the to-host policy of Return is deciding this packet. */
+#define DPD_ST_HEP_TOHOST (1u << 31)
+
+#define DPD_FS_KEY_FIXED_BITS 32
+#define DPD_FS_INBOUND  1 /* to the host, through a host interface */
+#define DPD_FS_OUTBOUND 2 /* from the host */
+
 #endif

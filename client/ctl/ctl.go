@@ -18,6 +18,7 @@ Commands (each takes -o json for scripts):
   status               dpd's summary
   endpoints            workload endpoints with status
   endpoint ID          one endpoint: kernel state, programs, rule counters
+  hostendpoints        host endpoints, the interfaces they bind, their programs
   policies             active policies and profiles
   ipsets [--id ID] [--members N]
                        IP sets with member counts (members truncated)
@@ -90,17 +91,18 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cmds := map[string]func(*globals, []string, io.Writer) error{
-		"status":    runStatus,
-		"endpoints": runEndpoints,
-		"endpoint":  runEndpoint,
-		"policies":  runPolicies,
-		"ipsets":    runIPSets,
-		"services":  runServices,
-		"routes":    runRoutes,
-		"counters":  runCounters,
-		"trace":     runTrace,
-		"observe":   runObserve,
-		"apply":     runApply,
+		"status":        runStatus,
+		"endpoints":     runEndpoints,
+		"endpoint":      runEndpoint,
+		"hostendpoints": runHostEndpoints,
+		"policies":      runPolicies,
+		"ipsets":        runIPSets,
+		"services":      runServices,
+		"routes":        runRoutes,
+		"counters":      runCounters,
+		"trace":         runTrace,
+		"observe":       runObserve,
+		"apply":         runApply,
 	}
 	cmd, ok := cmds[fs.Arg(0)]
 	if !ok {

@@ -49,6 +49,10 @@ func TestApplyThenInspect(t *testing.T) {
 		t.Errorf("endpoints -o json exit %d, %v: %s", code, err, out)
 	}
 
+	code, out, _ = run("--socket", d.Socket, "hostendpoints")
+	if code != 0 || !strings.Contains(out, "HOST ENDPOINT") {
+		t.Errorf("hostendpoints exit %d:\n%s", code, out)
+	}
 	code, out, _ = run("--socket", d.Socket, "status")
 	if code != 0 || !regexp.MustCompile(`dataplane in sync:\s+true`).MatchString(out) || !strings.Contains(out, "memory") {
 		t.Errorf("status exit %d:\n%s", code, out)

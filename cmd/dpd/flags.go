@@ -76,6 +76,7 @@ func parseInto(lo *linux.Options, mem *memorySize, gc *gcPercent, st *startFlags
 	fs.IntVar(&cfg.PolicySyncMaxWorkloads, "policysync-max-workloads", policysync.DefaultMaxWorkloads, "most workloads --policysync-dir serves at once (each costs descriptors); further credentials files are refused, logged and counted until others go")
 	fs.TextVar(&cfg.PolicySyncEncoding, "policysync-encoding", policysync.EncodingAuto, "the Felix generation --policysync-dir serves: "+policysync.Encodings+"; auto follows the controller, since a node's Dikastes comes from its Felix's release")
 	fs.BoolVar(&cfg.RuleMetrics, "rule-metrics", false, "export per-rule packet and byte counters (dpd_rule_*) of the busiest rules")
+	fs.StringVar(&cfg.InterfaceExclude, "interface-exclude", engine.DefaultInterfaceExclude, "interfaces host endpoints never bind, as Felix's InterfaceExclude (comma-separated names, or /regexp/); a ConfigUpdate's InterfaceExclude replaces it")
 	fs.IntVar(&cfg.RuleMetricsLimit, "rule-metrics-limit", server.DefaultRuleMetricsLimit, "how many rules --rule-metrics exports, busiest first")
 	flowEvents := fs.Bool("flow-events", true, "record each new flow's decision with its rule (dpdctl observe, dpd.v1.Inspect/Observe); off leaves the programs' events switched off")
 	fs.IntVar(&lo.Flows.History, "flow-history", 10000, "flow events kept in memory for Observe")
@@ -118,6 +119,9 @@ func parseInto(lo *linux.Options, mem *memorySize, gc *gcPercent, st *startFlags
 		return cfg, level, fmt.Errorf("--policysync-max-workloads must be positive")
 	case cfg.RuleMetricsLimit <= 0:
 		return cfg, level, fmt.Errorf("--rule-metrics-limit must be positive")
+	}
+	if err := engine.ValidateInterfaceExclude(cfg.InterfaceExclude); err != nil {
+		return cfg, level, fmt.Errorf("--interface-exclude: %w", err)
 	}
 	lo.Flows.Off = !*flowEvents
 	switch {

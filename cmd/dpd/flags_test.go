@@ -21,7 +21,7 @@ func TestParseFlags(t *testing.T) {
 		{
 			name: "defaults",
 			check: func(t *testing.T, c server.Config, level slog.Level) {
-				want := server.Config{Socket: "/run/dpd/dpd.sock", MetricsAddr: "127.0.0.1:9091", Dataplane: "linux", MaxRecvMsgSize: 16 << 20, RuleMetricsLimit: 100, PolicySyncMaxWorkloads: 1024, MaxPendingStatuses: 16384, FlowLogInterval: time.Minute}
+				want := server.Config{Socket: "/run/dpd/dpd.sock", MetricsAddr: "127.0.0.1:9091", Dataplane: "linux", MaxRecvMsgSize: 16 << 20, RuleMetricsLimit: 100, PolicySyncMaxWorkloads: 1024, MaxPendingStatuses: 16384, FlowLogInterval: time.Minute, InterfaceExclude: "kube-ipvs0"}
 				if c != want || level != slog.LevelInfo {
 					t.Errorf("defaults = %+v %v", c, level)
 				}
@@ -33,7 +33,7 @@ func TestParseFlags(t *testing.T) {
 				"DPD_MAX_MSG_SIZE": "1024", "DPD_LISTEN_TCP": "127.0.0.1:9443", "DPD_INSECURE_TCP": "true",
 				"DPD_POLICYSYNC_MAX_WORKLOADS": "7"},
 			check: func(t *testing.T, c server.Config, level slog.Level) {
-				want := server.Config{Socket: "/tmp/x.sock", ListenTCP: "127.0.0.1:9443", InsecureTCP: true, MetricsAddr: "127.0.0.1:9091", Dataplane: "memory", MaxRecvMsgSize: 1024, RuleMetricsLimit: 100, PolicySyncMaxWorkloads: 7, MaxPendingStatuses: 16384, FlowLogInterval: time.Minute}
+				want := server.Config{Socket: "/tmp/x.sock", ListenTCP: "127.0.0.1:9443", InsecureTCP: true, MetricsAddr: "127.0.0.1:9091", Dataplane: "memory", MaxRecvMsgSize: 1024, RuleMetricsLimit: 100, PolicySyncMaxWorkloads: 7, MaxPendingStatuses: 16384, FlowLogInterval: time.Minute, InterfaceExclude: "kube-ipvs0"}
 				if c != want || level != slog.LevelDebug {
 					t.Errorf("env = %+v %v", c, level)
 				}

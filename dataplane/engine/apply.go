@@ -144,7 +144,7 @@ func (e *Engine) apply(now time.Time) {
 		p.phase("ipsets")
 		e.applyEndpointUpserts(now, p)
 		p.phase("endpoints")
-		e.applyHostEndpoints()
+		e.applyHostEndpoints(now, p)
 		e.hostMeta.applyUpserts(e, now, p, e.k.ApplyHostMetadata)
 		e.vteps.applyUpserts(e, now, p, e.k.ApplyVTEP)
 		e.routes.applyUpserts(e, now, p, e.k.ApplyRoute)

@@ -23,6 +23,11 @@ type configManager struct {
 	// Parsed values the engine itself uses.
 	reportInterval  time.Duration
 	interfacePrefix []string
+	// interfaceExclude: ConfigUpdate's InterfaceExclude, else
+	// defaultExclude (Options.InterfaceExclude).
+	interfaceExclude ifaceMatcher
+	defaultExclude   ifaceMatcher
+	excludeErr       string // the last InterfaceExclude that did not parse
 }
 
 func (c *configManager) init() {
@@ -51,6 +56,14 @@ func (c *configManager) update(cfg map[string]string) bool {
 			c.interfacePrefix = append(c.interfacePrefix, p)
 		}
 	}
+	c.interfaceExclude, c.excludeErr = c.defaultExclude, ""
+	if v, ok := c.cfg["InterfaceExclude"]; ok {
+		if m, err := parseIfaceMatcher(v); err != nil {
+			c.excludeErr = err.Error()
+		} else {
+			c.interfaceExclude = m
+		}
+	}
 	return true
 }
 
@@ -72,6 +85,10 @@ func (e *Engine) onConfigUpdate(u *model.ConfigUpdate) {
 	if e.cfg.update(u.Config) {
 		if e.cfg.reportInterval != old {
 			e.rescheduleHeartbeat()
+		}
+		e.heps.refChanged()
+		if e.cfg.excludeErr != "" {
+			e.log.Warn("InterfaceExclude ignored; keeping the default", "err", e.cfg.excludeErr)
 		}
 		e.log.Info("config updated", "keys", len(e.cfg.cfg),
 			"reporting_interval", e.cfg.reportInterval, "interface_prefix", e.cfg.interfacePrefix)

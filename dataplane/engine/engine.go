@@ -31,12 +31,13 @@ type Engine struct {
 	met     *metrics
 	started time.Time
 
-	inbox    chan item
-	wake     chan struct{} // cap 1: nudges the loop (session change, link update)
-	links    linkQueue
-	stop     chan struct{} // closed when Run returns
-	stopOnce sync.Once
-	running  atomic.Bool
+	inbox     chan item
+	wake      chan struct{} // cap 1: nudges the loop (session change, link update)
+	links     linkQueue
+	hostLinks hostLinkQueue
+	stop      chan struct{} // closed when Run returns
+	stopOnce  sync.Once
+	running   atomic.Bool
 
 	mu            sync.Mutex // guards sess and nextSessionID
 	sess          *session   // latest session; guarded by mu
@@ -58,6 +59,7 @@ type Engine struct {
 	profiles rulesStore[string]
 	weps     endpointManager
 	heps     hostEndpointManager
+	hepSnap  hostSnapshot
 	routes   *objectManager[routeKey, model.Route]
 	services serviceManager
 	hostMeta *objectManager[string, model.HostMetadata]
@@ -105,6 +107,11 @@ func New(opts Options) *Engine {
 		limiter: rate.NewLimiter(rate.Every(opts.ApplyInterval), opts.ApplyBurst),
 	}
 	e.cfg.init()
+	ex, err := parseIfaceMatcher(opts.InterfaceExclude)
+	if err != nil {
+		panic("dataplane: " + err.Error())
+	}
+	e.cfg.defaultExclude, e.cfg.interfaceExclude = ex, ex
 	e.ipsets.init()
 	e.policies.init()
 	e.profiles.init()
@@ -164,6 +171,9 @@ func withDefaults(o Options) Options {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	if o.InterfaceExclude == "" {
+		o.InterfaceExclude = DefaultInterfaceExclude
+	}
 	return o
 }
 
@@ -191,6 +201,13 @@ func (e *Engine) Run(ctx context.Context) error {
 		defer wg.Done()
 		e.watchLinks(wctx)
 	}()
+	if hk, ok := e.k.(HostEndpointKernel); ok {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e.watchHostLinks(wctx, hk)
+		}()
+	}
 	defer func() {
 		cancel()
 		wg.Wait()
@@ -250,6 +267,7 @@ drain:
 func (e *Engine) step(now time.Time) {
 	e.syncSession()
 	e.takeLinks()
+	e.takeHostLinks()
 	e.heartbeat(now)
 	if !now.Before(e.resyncAt) {
 		e.resyncAt = now.Add(e.opts.ResyncInterval)

@@ -46,6 +46,18 @@ type Options struct {
 	// 1 s, at most 10 s); later ones follow ReportingIntervalSecs (default 30).
 	HeartbeatFirst time.Duration
 	Now            func() time.Time
+	// InterfaceExclude lists the interfaces host endpoints never bind, as
+	// Felix's InterfaceExclude (names, or regular expressions between
+	// slashes), until a ConfigUpdate carries InterfaceExclude. Empty:
+	// DefaultInterfaceExclude. Invalid: New panics (check it with
+	// ValidateInterfaceExclude).
+	InterfaceExclude string
+}
+
+// ValidateInterfaceExclude checks an InterfaceExclude value.
+func ValidateInterfaceExclude(s string) error {
+	_, err := parseIfaceMatcher(s)
+	return err
 }
 
 // DefaultMaxPendingStatuses is Options.MaxPendingStatuses when unset.

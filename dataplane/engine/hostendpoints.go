@@ -1,32 +1,60 @@
 package engine
 
 import (
-	"log/slog"
 	"reflect"
 	"sort"
+	"time"
 
 	"github.com/dpd-dev/dpd/dataplane/model"
 )
 
-// hepEntry is one host endpoint. dpd stores host endpoints and reports
-// their status but does not enforce their policy yet.
+// hepEntry is one host endpoint.
 type hepEntry struct {
 	id      string
 	spec    *model.HostEndpoint
 	stale   bool
 	removed bool
 	status  string
+	reason  string   // why the status is "error" or "down"
+	ifaces  []string // the interfaces it bound at the last apply, sorted
 }
 
+// hostEndpointManager holds host endpoints, the node's interfaces (from
+// the host link monitor) and what the kernel enforces per interface.
+// Binding depends on every host endpoint and every interface at once (the
+// wildcard takes what no other binds), and a node has few of both, so one
+// dirty flag re-resolves them all; the kernel is written only where the
+// result differs from what it enforces.
 type hostEndpointManager struct {
-	eps    map[string]*hepEntry
-	dirty  map[string]struct{}
-	logged bool // "not yet enforced" was logged
+	eps   map[string]*hepEntry
+	links map[string]model.HostLinkUpdate // present interfaces by name
+
+	// dirty: the binding or a host endpoint's policy may have changed.
+	dirty bool
+	force bool // resync: re-apply every bound interface
+	retry retryState
+
+	// applied is what the kernel enforces per interface, with the IP sets
+	// its policy references (counted in weps.appliedSetRefs).
+	applied     map[string]*model.Endpoint
+	appliedSets map[string][]string
+	// bound is the interface -> host endpoint id of the last apply, for
+	// Inspect.
+	bound map[string]string
+	// toHost is the wildcard's ingress policy the kernel applies to
+	// workload traffic to the host (ToHostKernel), with its sets;
+	// toHostSent: the kernel has been told (nil included).
+	toHost     *model.DirectionPolicy
+	toHostSets []string
+	toHostSent bool
 }
 
 func (m *hostEndpointManager) init() {
 	m.eps = map[string]*hepEntry{}
-	m.dirty = map[string]struct{}{}
+	m.links = map[string]model.HostLinkUpdate{}
+	m.applied = map[string]*model.Endpoint{}
+	m.appliedSets = map[string][]string{}
+	m.bound = map[string]string{}
 }
 
 func (m *hostEndpointManager) count() int {
@@ -39,13 +67,22 @@ func (m *hostEndpointManager) count() int {
 	return n
 }
 
-func (m *hostEndpointManager) linkChanged(iface string) {
-	for id, h := range m.eps {
-		if h.spec.Iface == iface {
-			m.dirty[id] = struct{}{}
-		}
+// live reports whether any host endpoint exists or the kernel enforces
+// one: only then do policy, profile, set and link changes concern it.
+func (m *hostEndpointManager) live() bool { return len(m.eps) > 0 || len(m.applied) > 0 }
+
+// refChanged: a policy, profile or IP set changed; a host endpoint may
+// use it.
+func (m *hostEndpointManager) refChanged() {
+	if m.live() {
+		m.dirty = true
 	}
 }
+
+// linkChanged: the workload link monitor reports only workload
+// interfaces, which host endpoints never bind; host interfaces come from
+// the host link monitor (onHostLink).
+func (m *hostEndpointManager) linkChanged(string) {}
 
 func (m *hostEndpointManager) markStale() {
 	for _, h := range m.eps {
@@ -57,10 +94,10 @@ func (m *hostEndpointManager) markStale() {
 
 func (m *hostEndpointManager) sweep() int {
 	n := 0
-	for id, h := range m.eps {
+	for _, h := range m.eps {
 		if h.stale && !h.removed {
 			h.removed, h.stale = true, false
-			m.dirty[id] = struct{}{}
+			m.dirty = true
 			n++
 		}
 	}
@@ -68,21 +105,19 @@ func (m *hostEndpointManager) sweep() int {
 }
 
 func (m *hostEndpointManager) markAllForResync() {
-	for id, h := range m.eps {
-		if !h.removed {
-			m.dirty[id] = struct{}{}
-		}
+	if m.live() {
+		m.dirty, m.force = true, true
 	}
 }
 
+func (m *hostEndpointManager) readyWork(now time.Time) bool { return m.dirty && m.retry.due(now) }
+func (m *hostEndpointManager) failing() int                 { return singleFailing(&m.retry) }
+func (m *hostEndpointManager) nextRetry() time.Time         { return singleNextRetry(&m.retry) }
+
 func (m *hostEndpointManager) sortedIDs(all bool) []string {
 	var ids []string
-	if all {
-		for id := range m.eps {
-			ids = append(ids, id)
-		}
-	} else {
-		for id := range m.dirty {
+	for id, h := range m.eps {
+		if all || !h.removed {
 			ids = append(ids, id)
 		}
 	}
@@ -94,7 +129,6 @@ func (e *Engine) onHostEndpointUpdate(u *model.HostEndpointUpdate) {
 	sp := &u.Endpoint
 	id := sp.ID
 	m := &e.heps
-	logOnce(e.log, &m.logged, "host endpoints are stored and reported but not yet enforced", "first", id)
 	h := m.eps[id]
 	if h != nil && !h.removed && reflect.DeepEqual(h.spec, sp) {
 		h.stale = false
@@ -105,42 +139,31 @@ func (e *Engine) onHostEndpointUpdate(u *model.HostEndpointUpdate) {
 		m.eps[id] = h
 	}
 	h.spec, h.stale, h.removed = sp, false, false
-	m.dirty[id] = struct{}{}
+	m.dirty = true
+	m.retry.reset()
 }
 
 func (e *Engine) onHostEndpointRemove(r *model.HostEndpointRemove) {
 	if h := e.heps.eps[r.ID]; h != nil && !h.removed {
 		h.removed = true
-		e.heps.dirty[r.ID] = struct{}{}
+		e.heps.dirty = true
+		e.heps.retry.reset()
 	}
 }
 
-// applyHostEndpoints only evaluates status: "up" when the interface is up
-// (or the endpoint names none or "*", all interfaces), else "down".
-func (e *Engine) applyHostEndpoints() {
-	m := &e.heps
-	for _, id := range m.sortedIDs(false) {
-		h := m.eps[id]
-		delete(m.dirty, id)
-		if h.removed {
-			delete(m.eps, id)
-			e.emitHostRemove(id)
-			continue
+// onHostLink records an interface change from the host link monitor.
+func (m *hostEndpointManager) onHostLink(u model.HostLinkUpdate) {
+	old, had := m.links[u.Name]
+	if u.State == model.LinkAbsent {
+		if had {
+			delete(m.links, u.Name)
+			m.refChanged()
 		}
-		st := statusUp
-		if name := h.spec.Iface; name != "" && name != "*" && e.k.Link(name) != model.LinkUp {
-			st = statusDown
-		}
-		if st != h.status {
-			h.status = st
-			e.emitHostStatus(id, h)
-		}
+		return
 	}
-}
-
-func logOnce(log *slog.Logger, done *bool, msg string, args ...any) {
-	if !*done {
-		*done = true
-		log.Info(msg, args...)
+	if had && old.State == u.State && reflect.DeepEqual(old.Addrs, u.Addrs) {
+		return
 	}
+	m.links[u.Name] = u
+	m.refChanged()
 }

@@ -169,6 +169,7 @@ func (e *Engine) onIPSetUpdate(u *model.IPSetUpdate) {
 	typeChanged := old != nil && old.present() && old.typ != u.Type
 	if e.ipsets.update(u.ID, u.Type, u.Members) || typeChanged {
 		e.weps.dirtySetUsers(u.ID)
+		e.heps.refChanged()
 	}
 }
 
@@ -198,6 +199,7 @@ func (e *Engine) onIPSetDelta(u *model.IPSetDeltaUpdate) error {
 func (e *Engine) onIPSetRemove(r *model.IPSetRemove) {
 	if e.ipsets.remove(r.ID) {
 		e.weps.dirtySetUsers(r.ID)
+		e.heps.refChanged()
 	}
 }
 
@@ -242,6 +244,7 @@ func (e *Engine) applyIPSetUpserts(now time.Time, p *pass) {
 		delete(e.ipsets.dirty, id)
 		if first {
 			e.weps.dirtySetUsers(id)
+			e.heps.refChanged()
 		}
 	}
 }

@@ -101,3 +101,32 @@ type TunnelKernel interface {
 	// RemoveHostMetadata forgets hostname's addresses.
 	RemoveHostMetadata(hostname string) error
 }
+
+// HostEndpointKernel is implemented by kernels that enforce host
+// endpoints. The engine binds host endpoints to the interfaces the host
+// link monitor reports and applies, per bound interface, a model.Endpoint
+// whose ID is model.HostIfaceID(host endpoint id, interface) and whose
+// Ingress/Egress are the policy for traffic to/from the host itself
+// through that interface. Without it, host endpoints are stored and
+// reported "error" (not enforced).
+type HostEndpointKernel interface {
+	// WatchHostLinks reports every interface of the node (any name) with
+	// its addresses, all of them first, then changes, until ctx ends.
+	WatchHostLinks(ctx context.Context, report func(model.HostLinkUpdate)) error
+	// ApplyHostEndpoint makes the kernel enforce ep on the host interface
+	// ep.Iface. It never fails an interface closed: a host interface that
+	// dpd does not (yet) police passes traffic.
+	ApplyHostEndpoint(ep *model.Endpoint) error
+	// RemoveHostEndpoint stops enforcing ep on ep.Iface: its traffic is
+	// no longer policed.
+	RemoveHostEndpoint(ep *model.Endpoint) error
+}
+
+// ToHostKernel is implemented by kernels that apply
+// DefaultEndpointToHostAction Return: traffic from a workload to the host
+// itself is decided by the wildcard host endpoint's ingress policy (as its
+// "host-facing side"), which the engine hands over here (nil: there is no
+// wildcard host endpoint, and Return accepts).
+type ToHostKernel interface {
+	ApplyToHostPolicy(pol *model.DirectionPolicy) error
+}

@@ -85,8 +85,3 @@ func (a *endApply) readyWork(now time.Time) bool { return singleRetry(a.pending,
 func (a *endApply) failing() int                 { return singleFailing(&a.retry) }
 func (a *endApply) nextRetry() time.Time         { return singleNextRetry(&a.retry) }
 func (a *endApply) markAllForResync()            {}
-
-// Host endpoints only have their status evaluated: nothing fails.
-func (m *hostEndpointManager) readyWork(time.Time) bool { return len(m.dirty) > 0 }
-func (m *hostEndpointManager) failing() int             { return 0 }
-func (m *hostEndpointManager) nextRetry() time.Time     { return time.Time{} }

@@ -279,27 +279,3 @@ func TestParseSeconds(t *testing.T) {
 		t.Fatalf("prefixes %v", c.interfacePrefix)
 	}
 }
-
-func TestHostEndpointStatus(t *testing.T) {
-	h := newHarness(t)
-	s := h.session()
-	hep := func(id, iface string) *felix.ToDataplane {
-		return td(&felix.HostEndpointUpdate{Id: &felix.HostEndpointID{EndpointId: id}, Endpoint: &felix.HostEndpoint{Name: iface}})
-	}
-	h.k.SetLink("eth1", model.LinkDown)
-	h.send(hep("h0", "eth0"), hep("h1", "eth1"), hep("all", "*"), inSync())
-	h.send(td(&felix.HostEndpointRemove{Id: &felix.HostEndpointID{EndpointId: "h0"}}))
-	got := s.waitFor(t, "host statuses", func(m []Status) bool {
-		return count(m, func(m Status) bool { _, ok := m.(*HostRemoved); return ok }) == 1
-	})
-	want := map[string]string{"h0": "up", "h1": "down", "all": "up"}
-	seen := map[string]string{}
-	for _, m := range got {
-		if u, ok := m.(*HostStatus); ok {
-			seen[u.ID] = u.Status
-		}
-	}
-	if !reflect.DeepEqual(seen, want) {
-		t.Fatalf("host statuses %v, want %v", seen, want)
-	}
-}

@@ -8,6 +8,7 @@ func (e *Engine) onPolicyUpdate(u *model.ActivePolicyUpdate) {
 	pol := &u.Policy
 	if e.policies.update(pol.Key, pol.Inbound, pol.Outbound) {
 		e.weps.dirtyUsers(e.weps.polUsers.users(pol.Key))
+		e.heps.refChanged()
 	}
 }
 
@@ -16,5 +17,6 @@ func (e *Engine) onPolicyUpdate(u *model.ActivePolicyUpdate) {
 func (e *Engine) onPolicyRemove(r *model.ActivePolicyRemove) {
 	if e.policies.remove(r.Key) {
 		e.weps.dirtyUsers(e.weps.polUsers.users(r.Key))
+		e.heps.refChanged()
 	}
 }

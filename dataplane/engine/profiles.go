@@ -8,6 +8,7 @@ func (e *Engine) onProfileUpdate(u *model.ActiveProfileUpdate) {
 	pr := &u.Profile
 	if e.profiles.update(pr.Name, pr.Inbound, pr.Outbound) {
 		e.weps.dirtyUsers(e.weps.profUsers.users(pr.Name))
+		e.heps.refChanged()
 	}
 }
 
@@ -16,5 +17,6 @@ func (e *Engine) onProfileUpdate(u *model.ActiveProfileUpdate) {
 func (e *Engine) onProfileRemove(r *model.ActiveProfileRemove) {
 	if e.profiles.remove(r.Name) {
 		e.weps.dirtyUsers(e.weps.profUsers.users(r.Name))
+		e.heps.refChanged()
 	}
 }

@@ -40,12 +40,17 @@ func (e *endpointProgrammer) adopt() (adoption, error) {
 	if err != nil {
 		return a, err
 	}
+	hepStages, err := e.hostStages()
+	if err != nil {
+		return a, err
+	}
 	installed := map[uint32][2]ebpf.ProgramID{}
 	for _, p := range pols {
 		v := installed[p.Slot]
 		v[p.Dir] = p.Prog
 		installed[p.Slot] = v
 	}
+	e.adoptToHost(byHead, installed)
 	for ifindex, ent := range states {
 		name, err := e.links.LinkName(ifindex)
 		if isNoDevice(err) {
@@ -62,8 +67,13 @@ func (e *endpointProgrammer) adopt() (adoption, error) {
 			continue
 		}
 		st := &endpointState{ifindex: ifindex, adopted: true, ifsSlot: ent.Slot}
+		st.host = ent.Flags&abi.IfHost != 0
+		st.hostFlags = st.host
 		st.ready = ent.Flags&abi.IfReady != 0
 		st.closed = !st.ready
+		if st.host && st.ready {
+			e.adoptStages(st, ent.Flags>>abi.IfFwdShift, hepStages[ifindex], byHead, installed)
+		}
 		if st.ready && e.slots.reserve(ent.Slot) {
 			st.slot, st.hasSlot = ent.Slot, true
 			for _, dir := range []model.Direction{model.Ingress, model.Egress} {
@@ -73,7 +83,13 @@ func (e *endpointProgrammer) adopt() (adoption, error) {
 				}
 			}
 		}
-		if mode, ok := e.entry.AttachedCurrent(ifindex, name); ok {
+		if st.host {
+			if e.host != nil {
+				if mode, ok := e.host.AttachedCurrentHost(ifindex, name); ok {
+					st.mode = mode
+				}
+			}
+		} else if mode, ok := e.entry.AttachedCurrent(ifindex, name); ok {
 			st.mode = mode
 		}
 		e.eps[name] = st

@@ -27,7 +27,10 @@ type endpointProgrammer struct {
 	pols  *policyProgrammer
 	log   *slog.Logger
 	ops   *Ops
-	queue *attachQueue // the interfaces waiting for the attach worker
+	host  hostFacility // nil: host endpoints are not supported
+	// toHost is DefaultEndpointToHostAction and its Return policy.
+	toHost toHostState
+	queue  *attachQueue // the interfaces waiting for the attach worker
 	// afterAttach is Options.AfterAttach.
 	afterAttach func(iface string)
 
@@ -77,6 +80,18 @@ type endpointState struct {
 	// interface may be re-created (a new ifindex, failed closed) before
 	// the endpoint's removal arrives.
 	epIfindex int
+	// host: one of the node's own interfaces, policed by the host entry
+	// programs for a host endpoint (hostendpoints.go); hostFlags: its
+	// ifstate entry says HOST.
+	host, hostFlags bool
+	// stages: the host endpoint's forward, untracked and pre-DNAT policy
+	// slots (hostendpoints.go); ifsFwd: 1 + the forward slot the ifstate
+	// entry names (0: none); ifsStages: what dpd_hep_stages holds for it,
+	// known once written or read.
+	stages      [numStages]stageSlot
+	ifsFwd      uint32
+	ifsStages   tcbpf.HepStages
+	stagesKnown bool
 }
 
 // newState is the state of an interface first seen now.

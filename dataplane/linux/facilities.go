@@ -169,6 +169,7 @@ type bpfFacilities struct {
 	ipsets   ipsetMaps
 	routes   routeMaps
 	nat      natMaps
+	host     hostFacility // host endpoints (hostendpoints.go); nil: unsupported
 }
 
 // netFacilities are the netlink side as the programmers see it.

@@ -16,7 +16,7 @@ import (
 
 // realBPF binds the BPF facilities to an opened datapath.
 func realBPF(d *tcbpf.Datapath) bpfFacilities {
-	return bpfFacilities{entry: entryMaps{d}, programs: polprogFacility{d}, sweep: d, ipsets: d, routes: d, nat: d}
+	return bpfFacilities{entry: entryMaps{d}, programs: polprogFacility{d}, sweep: d, ipsets: d, routes: d, nat: d, host: d}
 }
 
 // realNet binds the netlink facilities to the monitor and configurer.

@@ -67,6 +67,11 @@ type fakeKernel struct {
 	// attachHook, when set, runs at the start of every Attach, before it
 	// touches anything: tests block an attach there.
 	attachHook func(ifname string)
+	// hostProgs: the entry programs on ifindex are the host endpoint ones
+	// (fakekernel_host_test.go); guarded by mu.
+	hostProgs map[int]bool
+	hepStages map[int]tcbpf.HepStages
+	toHost    [2]uint32 // dpd_hep_cfg: action, 1 + slot
 }
 
 const fakeProgsDir = "/fake/progs"

@@ -104,6 +104,7 @@ func (c *collector) collect() (GCReport, error) {
 		}
 	}
 	note(c.eps.sweepUnclaimed(&r))
+	note(c.eps.sweepToHost(&r))
 	note(c.eps.sweepAttachments(&r))
 	note(c.eps.sweepMaps(&r))
 	c.pols.releasePreloadsBefore(time.Now().Add(-c.interval))
@@ -155,6 +156,16 @@ func (e *endpointProgrammer) sweepUnclaimed(r *GCReport) error {
 		if st.ep != nil {
 			continue
 		}
+		if st.host {
+			// No host endpoint binds it any more: unpoliced, detached.
+			if err := e.dropHost(name, st); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			delete(e.eps, name)
+			r.Endpoints++
+			continue
+		}
 		ifindex, exists := e.links.Ifindex(name)
 		workload := e.links.Matches(name)
 		if exists && ifindex == st.ifindex && st.closed && workload {
@@ -199,7 +210,9 @@ func (e *endpointProgrammer) routedNets(ifindex int, exists bool) ([]netip.Prefi
 	}
 	var out []netip.Prefix
 	for _, rt := range routes {
-		if rt.LinkIndex != ifindex || rt.Dst == nil {
+		if rt.LinkIndex != ifindex || rt.Dst == nil || rt.Gw != nil {
+			// Routes via a gateway are to other nodes (remote.go), not
+			// an endpoint's own.
 			continue
 		}
 		if a, ok := netip.AddrFromSlice(rt.Dst.IP); ok {
@@ -313,6 +326,9 @@ func (e *endpointProgrammer) sweepMaps(r *GCReport) error {
 		}
 		e.ops.IfStateWrites++
 		r.IfStates++
+	}
+	if err := e.sweepHostStages(live, r); err != nil {
+		errs = append(errs, err)
 	}
 	pols, err := e.entry.Policies()
 	if err != nil {

@@ -192,7 +192,7 @@ func (k *Kernel) MapUsage() ([]model.MapUsage, error) {
 			model.MapUsage{Name: "dpd_ct", Entries: ct, Capacity: capOf(m.Conntrack)},
 			model.MapUsage{Name: "dpd_frags", Entries: k.ctCount.frags, Capacity: capOf(m.Frags)})
 	}
-	ifstate, jump := 0, 1 // the epilogue sits at abi.JumpEpilogue
+	ifstate, jump := 0, 1+k.eps.hostJumpEntries() // the epilogue sits at abi.JumpEpilogue
 	for _, st := range k.eps.eps {
 		if st.ifindex != 0 && (st.ready || st.closed) {
 			ifstate++

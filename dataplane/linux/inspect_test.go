@@ -97,8 +97,9 @@ func TestInspectKernel(t *testing.T) {
 	for _, u := range usage {
 		got[u.Name] = u
 	}
-	// Two interfaces, each with a policy per direction, after the epilogue.
-	if got["dpd_ifstate"].Entries != 2 || got["dpd_jump"].Entries != 5 || got["dpd_ct"].Capacity == 0 {
+	// Two interfaces, each with a policy per direction, after the epilogue
+	// and the host entry programs' two continuations.
+	if got["dpd_ifstate"].Entries != 2 || got["dpd_jump"].Entries != 7 || got["dpd_ct"].Capacity == 0 {
 		t.Errorf("map usage: %+v", usage)
 	}
 

@@ -93,6 +93,7 @@ type Kernel struct {
 	logged       map[string]bool // one-time warnings given; guarded by mu
 	ctCount      ctCount         // the last conntrack count (inspect.go); guarded by mu
 	flows        *flowWatcher    // flow events (flows.go); set by the first open, guarded by mu
+	failsafesSet bool            // dpd_failsafes holds a valid list; guarded by mu
 
 	attach tcbpf.AttachChoice // the attach mode in force and why; immutable
 }
@@ -225,6 +226,7 @@ func (k *Kernel) attachBPFLocked(fac bpfFacilities, slots uint32) error {
 	k.pols = newPolicyProgrammer(fac.programs, k.log, &k.ops)
 	k.eps = newEndpointProgrammer(fac.entry, k.netFac.endpoint, k.links, k.pols, slots, k.attachQ, k.log, &k.ops)
 	k.eps.afterAttach = k.opts.AfterAttach
+	k.eps.host = fac.host
 	k.eps.applied = k.applied
 	k.gc.eps, k.gc.pols, k.gc.sweep = k.eps, k.pols, fac.sweep
 	a, err := k.eps.adopt()
@@ -305,6 +307,7 @@ func (k *Kernel) Configure(cfg map[string]string) error {
 		k.opsBase.Netlink = k.netStats()
 	}
 	if sizes == k.sizes {
+		k.configureFailsafesLocked(cfg)
 		return nil
 	}
 	if k.eps.claimed() || len(k.routes.routes) > 0 || len(k.svcs.services) > 0 {
@@ -318,7 +321,11 @@ func (k *Kernel) Configure(cfg map[string]string) error {
 	if err := k.bpf.Close(); err != nil {
 		k.log.Warn("close bpf dataplane before resize", "err", err)
 	}
-	return k.openBPFLocked()
+	if err := k.openBPFLocked(); err != nil {
+		return err
+	}
+	k.configureFailsafesLocked(cfg)
+	return nil
 }
 
 // Link reports an interface's state from the monitor's cache.

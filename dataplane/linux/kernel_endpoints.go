@@ -76,3 +76,5 @@ func (k *Kernel) ProgramCount() int {
 	defer k.mu.Unlock()
 	return len(k.pols.progs)
 }
+
+var _ engine.HostEndpointKernel = (*Kernel)(nil)

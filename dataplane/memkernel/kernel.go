@@ -69,6 +69,8 @@ type Kernel struct {
 	failNext   map[string][]error
 	failAlways map[string]error
 	violations []string
+
+	hep hostState // host endpoints and host links (hostendpoints.go)
 }
 
 // New returns an empty kernel in which every interface is present and up.

@@ -43,6 +43,9 @@ type Endpoint struct {
 	IPv6Nets []netip.Prefix
 	Ingress  DirectionPolicy
 	Egress   DirectionPolicy
+	// Forward, Untracked and PreDNAT are a host endpoint's extra stages
+	// (nil: none, and always for workloads).
+	Forward, Untracked, PreDNAT *HostStage
 }
 
 // SameInterface reports whether e and o ask the same of their interface

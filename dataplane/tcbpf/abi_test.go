@@ -73,6 +73,12 @@ func TestBTFLayout(t *testing.T) {
 			"nat_svc": abi.EvNATSvc, "icmp_code": abi.EvICMPCode,
 		}},
 		{"dpd_ev_cfg", abi.EvCfgSize, map[string]uint32{"flags": 0, "deny_interval_ns": 8}},
+		{"dpd_hep_cfg", abi.HepCfgSize, map[string]uint32{"to_host": 0, "to_host_slot": 4}},
+		{"dpd_hep_stages", abi.HepStagesSize, map[string]uint32{"untracked": 0, "prednat": 4}},
+		{"dpd_failsafe_key", abi.FailsafeKeySize, map[string]uint32{
+			"prefixlen": abi.FailsafeKeyPrefixlen, "port": abi.FailsafeKeyPort, "proto": abi.FailsafeKeyProto,
+			"flags": abi.FailsafeKeyFlags, "addr": abi.FailsafeKeyAddr,
+		}},
 		{"dpd_ev_deny", abi.EvDenySize, map[string]uint32{"last_ns": 0, "count": 8}},
 	}
 	for _, tc := range tests {
@@ -139,6 +145,11 @@ func TestHeaderDefines(t *testing.T) {
 		"DPD_HAIRPIN_ADDR6_0": int64(abi.HairpinAddr6[0]), "DPD_HAIRPIN_ADDR6_1": int64(abi.HairpinAddr6[1]),
 		"DPD_HAIRPIN_ADDR6_2": int64(abi.HairpinAddr6[2]), "DPD_HAIRPIN_ADDR6_3": int64(abi.HairpinAddr6[3]),
 		"DPD_EV_DECIDED": abi.EvDecided, "DPD_EV_NO_POLICY": abi.EvNoPolicy, "DPD_EV_CFG_ON": abi.EvCfgOn,
+		"DPD_IF_HOST": abi.IfHost, "DPD_IF_FWD_SHIFT": abi.IfFwdShift, "DPD_ST_FAILSAFE": abi.StFailsafe, "DPD_FS_KEY_FIXED_BITS": abi.FSKeyFixedBits,
+		"DPD_FS_INBOUND": abi.FSInbound, "DPD_FS_OUTBOUND": abi.FSOutbound,
+		"DPD_ST_HEP_UNTRACKED": abi.StHepUntracked, "DPD_CT_F_FAILSAFE": abi.CTFFailsafe,
+		"DPD_TO_HOST_ACCEPT": abi.ToHostAccept, "DPD_TO_HOST_DROP": abi.ToHostDrop, "DPD_TO_HOST_RETURN": abi.ToHostReturn, "DPD_ST_HEP_TOHOST": abi.StHepToHost, "DPD_ST_HEP_PREDNAT": abi.StHepPreDNAT,
+		"DPD_JUMP_HEP_CONT_FROM_WEP": abi.JumpHepContFromWEP, "DPD_JUMP_HEP_CONT_TO_WEP": abi.JumpHepContToWEP,
 	}
 	f, err := os.Open("../../bpf/include/dpd_abi.h")
 	if err != nil {

@@ -107,8 +107,18 @@ func (d *Datapath) CounterIDs() ([]uint64, error) {
 // would leave them (TCX links pinned, or legacy filters) with nothing of
 // the other mode left. When it says yes, Attach would write nothing.
 func (d *Datapath) AttachedCurrent(ifindex int, ifname string) (AttachMode, bool) {
-	tcx, tcxOK := d.tcxCurrent(ifindex, ifname)
-	tc, tcOK := d.tcCurrent(ifindex)
+	return d.attachedCurrent(ifindex, ifname, false)
+}
+
+// AttachedCurrentHost is AttachedCurrent for the host endpoint entry
+// programs (AttachHost).
+func (d *Datapath) AttachedCurrentHost(ifindex int, ifname string) (AttachMode, bool) {
+	return d.attachedCurrent(ifindex, ifname, true)
+}
+
+func (d *Datapath) attachedCurrent(ifindex int, ifname string, host bool) (AttachMode, bool) {
+	tcx, tcxOK := d.tcxCurrent(ifindex, ifname, host)
+	tc, tcOK := d.tcCurrent(ifindex, host)
 	switch {
 	case !d.opts.ForceLegacyTC && tcx == len(d.hooks()) && tcxOK && tc == 0 && tcOK:
 		return AttachTCX, true
@@ -121,7 +131,7 @@ func (d *Datapath) AttachedCurrent(ifindex int, ifname string) (AttachMode, bool
 // tcxCurrent counts the hooks with exactly one dpd TCX link, current and
 // pinned; ok is false when a hook has some other dpd link (stale or
 // duplicate) or cannot be read.
-func (d *Datapath) tcxCurrent(ifindex int, ifname string) (n int, ok bool) {
+func (d *Datapath) tcxCurrent(ifindex int, ifname string, host bool) (n int, ok bool) {
 	for _, h := range d.hooks() {
 		links, progs, err := d.ourTCXLinks(ifindex, h)
 		if errors.Is(err, ebpf.ErrNotSupported) {
@@ -133,7 +143,7 @@ func (d *Datapath) tcxCurrent(ifindex int, ifname string) (n int, ok bool) {
 		switch {
 		case len(links) == 0:
 		case len(links) == 1:
-			prog, _ := d.entryProgram(h.dir)
+			prog := d.entryFor(h, host)
 			if !d.isCurrent(progs[0], prog) || !pinnedIs(d.linkPin(ifname, h), links[0]) {
 				return n, false
 			}
@@ -147,7 +157,7 @@ func (d *Datapath) tcxCurrent(ifindex int, ifname string) (n int, ok bool) {
 
 // tcCurrent counts the hooks with a current dpd filter; ok is false when a
 // hook has a stale dpd filter or cannot be read.
-func (d *Datapath) tcCurrent(ifindex int) (n int, ok bool) {
+func (d *Datapath) tcCurrent(ifindex int, host bool) (n int, ok bool) {
 	l, err := d.nl.LinkByIndex(ifindex)
 	if err != nil {
 		return 0, false
@@ -157,7 +167,7 @@ func (d *Datapath) tcCurrent(ifindex int) (n int, ok bool) {
 		if err != nil {
 			return n, false
 		}
-		prog, _ := d.entryProgram(h.dir)
+		prog := d.entryFor(h, host)
 		for _, f := range filters {
 			bf, ours := isOurFilter(f)
 			if !ours {

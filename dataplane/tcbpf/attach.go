@@ -89,12 +89,24 @@ func isEntryName(name string) bool { return strings.HasPrefix(name, "dpd_") }
 // current attachments are left alone, older ones are replaced in place, and
 // leftovers of the other attach mode are removed after the new one is in.
 func (d *Datapath) Attach(ifindex int, ifname string) (AttachMode, error) {
+	return d.attach(ifindex, ifname, false)
+}
+
+// AttachHost attaches the host endpoint entry programs (dpd_hep_in,
+// dpd_hep_out) to one of the node's own interfaces, as Attach does the
+// workload ones: at the same hooks and pins, replacing in place whatever
+// dpd entry program is there.
+func (d *Datapath) AttachHost(ifindex int, ifname string) (AttachMode, error) {
+	return d.attach(ifindex, ifname, true)
+}
+
+func (d *Datapath) attach(ifindex int, ifname string, host bool) (AttachMode, error) {
 	if ifindex <= 0 || ifname == "" || strings.ContainsRune(ifname, '/') {
 		return "", fmt.Errorf("attach %q (%d): bad interface", ifname, ifindex)
 	}
 	start := time.Now()
 	if !d.opts.ForceLegacyTC {
-		err := d.attachTCX(ifindex, ifname)
+		err := d.attachTCX(ifindex, ifname, host)
 		if err == nil {
 			if err := d.detachTC(ifindex); err != nil {
 				return "", fmt.Errorf("attach %s: remove legacy filters: %w", ifname, err)
@@ -107,7 +119,7 @@ func (d *Datapath) Attach(ifindex int, ifname string) (AttachMode, error) {
 		}
 		d.log.Info("TCX not supported, using legacy TC", "iface", ifname, "err", err)
 	}
-	if err := d.attachTC(ifindex); err != nil {
+	if err := d.attachTC(ifindex, host); err != nil {
 		return "", fmt.Errorf("attach %s: %w", ifname, err)
 	}
 	if err := d.detachTCX(ifindex, ifname); err != nil {
@@ -192,9 +204,9 @@ func ourTCXLinksKnown(ifindex int, h hook, known map[ebpf.ProgramID]bool) ([]lin
 	return links, progs, nil
 }
 
-func (d *Datapath) attachTCX(ifindex int, ifname string) error {
+func (d *Datapath) attachTCX(ifindex int, ifname string, host bool) error {
 	for _, h := range d.hooks() {
-		prog, _ := d.entryProgram(h.dir)
+		prog := d.entryFor(h, host)
 		if err := d.attachTCXHook(ifindex, ifname, h, prog); err != nil {
 			return err
 		}

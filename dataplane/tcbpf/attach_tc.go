@@ -43,7 +43,7 @@ func (d *Datapath) ensureClsact(ifindex int) error {
 	return nil
 }
 
-func (d *Datapath) attachTC(ifindex int) error {
+func (d *Datapath) attachTC(ifindex int, host bool) error {
 	l, err := d.nl.LinkByIndex(ifindex)
 	if err != nil {
 		return fmt.Errorf("link %d: %w", ifindex, err)
@@ -52,7 +52,7 @@ func (d *Datapath) attachTC(ifindex int) error {
 		return err
 	}
 	for _, h := range d.hooks() {
-		prog, _ := d.entryProgram(h.dir)
+		prog := d.entryFor(h, host)
 		if err := d.attachTCHook(l, h, prog); err != nil {
 			return err
 		}

@@ -162,7 +162,7 @@ func Open(opts Options) (*Datapath, error) {
 
 func (d *Datapath) init() error {
 	d.want = map[*ebpf.Program]progIdentity{}
-	for _, p := range []*ebpf.Program{d.objs.DpdFromWep, d.objs.DpdToWep, d.objs.DpdEpilogue} {
+	for _, p := range []*ebpf.Program{d.objs.DpdFromWep, d.objs.DpdToWep, d.objs.DpdEpilogue, d.objs.DpdHepIn, d.objs.DpdHepOut, d.objs.DpdHepInCont, d.objs.DpdHepOutCont} {
 		id, err := identify(p)
 		if err != nil {
 			return err
@@ -191,6 +191,9 @@ func (d *Datapath) init() error {
 		if err := d.objs.DpdJump.Update(uint32(abi.JumpEpilogue), d.objs.DpdEpilogue, ebpf.UpdateAny); err != nil {
 			return fmt.Errorf("install epilogue: %w", err)
 		}
+	}
+	if err := d.installHepContinuations(); err != nil {
+		return err
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()

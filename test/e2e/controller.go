@@ -82,6 +82,11 @@ func (c *Controller) recvLoop(done chan<- struct{}) {
 		case msg.GetWorkloadEndpointStatusRemove() != nil:
 			k := endpointKey(msg.GetWorkloadEndpointStatusRemove().GetId())
 			c.status[k] = endpointStatus{removed: true}
+		case msg.GetHostEndpointStatusUpdate() != nil:
+			u := msg.GetHostEndpointStatusUpdate()
+			c.status[hostKey(u.GetId().GetEndpointId())] = endpointStatus{status: u.GetStatus().GetStatus()}
+		case msg.GetHostEndpointStatusRemove() != nil:
+			c.status[hostKey(msg.GetHostEndpointStatusRemove().GetId().GetEndpointId())] = endpointStatus{removed: true}
 		case msg.GetDataplaneInSync() != nil:
 			c.inSyncCount++
 		}

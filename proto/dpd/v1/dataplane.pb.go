@@ -2656,6 +2656,276 @@ func (x *FlowPeer) GetEndpoint() string {
 	return ""
 }
 
+type ListHostEndpointsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListHostEndpointsRequest) Reset() {
+	*x = ListHostEndpointsRequest{}
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListHostEndpointsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListHostEndpointsRequest) ProtoMessage() {}
+
+func (x *ListHostEndpointsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListHostEndpointsRequest.ProtoReflect.Descriptor instead.
+func (*ListHostEndpointsRequest) Descriptor() ([]byte, []int) {
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{34}
+}
+
+type ListHostEndpointsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	HostEndpoints []*HostEndpoint        `protobuf:"bytes,1,rep,name=host_endpoints,json=hostEndpoints,proto3" json:"host_endpoints,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListHostEndpointsResponse) Reset() {
+	*x = ListHostEndpointsResponse{}
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListHostEndpointsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListHostEndpointsResponse) ProtoMessage() {}
+
+func (x *ListHostEndpointsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListHostEndpointsResponse.ProtoReflect.Descriptor instead.
+func (*ListHostEndpointsResponse) Descriptor() ([]byte, []int) {
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ListHostEndpointsResponse) GetHostEndpoints() []*HostEndpoint {
+	if x != nil {
+		return x.HostEndpoints
+	}
+	return nil
+}
+
+type HostEndpoint struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The interface it names; "*" for the wildcard; empty when it binds the
+	// interfaces carrying its expected addresses.
+	Name        string   `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	ExpectedIps []string `protobuf:"bytes,3,rep,name=expected_ips,json=expectedIps,proto3" json:"expected_ips,omitempty"`
+	// "up" (enforced on every interface it binds), "down" (it binds none)
+	// or "error".
+	Status        string           `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
+	Reason        string           `protobuf:"bytes,5,opt,name=reason,proto3" json:"reason,omitempty"`
+	Tiers         []string         `protobuf:"bytes,6,rep,name=tiers,proto3" json:"tiers,omitempty"`
+	ProfileIds    []string         `protobuf:"bytes,7,rep,name=profile_ids,json=profileIds,proto3" json:"profile_ids,omitempty"`
+	Interfaces    []*HostInterface `protobuf:"bytes,8,rep,name=interfaces,proto3" json:"interfaces,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HostEndpoint) Reset() {
+	*x = HostEndpoint{}
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostEndpoint) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostEndpoint) ProtoMessage() {}
+
+func (x *HostEndpoint) ProtoReflect() protoreflect.Message {
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostEndpoint.ProtoReflect.Descriptor instead.
+func (*HostEndpoint) Descriptor() ([]byte, []int) {
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *HostEndpoint) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *HostEndpoint) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *HostEndpoint) GetExpectedIps() []string {
+	if x != nil {
+		return x.ExpectedIps
+	}
+	return nil
+}
+
+func (x *HostEndpoint) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
+func (x *HostEndpoint) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *HostEndpoint) GetTiers() []string {
+	if x != nil {
+		return x.Tiers
+	}
+	return nil
+}
+
+func (x *HostEndpoint) GetProfileIds() []string {
+	if x != nil {
+		return x.ProfileIds
+	}
+	return nil
+}
+
+func (x *HostEndpoint) GetInterfaces() []*HostInterface {
+	if x != nil {
+		return x.Interfaces
+	}
+	return nil
+}
+
+// HostInterface is one interface a host endpoint binds, as programmed.
+type HostInterface struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// Filled by the linux dataplane.
+	Ifindex        int32  `protobuf:"varint,2,opt,name=ifindex,proto3" json:"ifindex,omitempty"`
+	AttachMode     string `protobuf:"bytes,3,opt,name=attach_mode,json=attachMode,proto3" json:"attach_mode,omitempty"`
+	IngressProgram string `protobuf:"bytes,4,opt,name=ingress_program,json=ingressProgram,proto3" json:"ingress_program,omitempty"`
+	EgressProgram  string `protobuf:"bytes,5,opt,name=egress_program,json=egressProgram,proto3" json:"egress_program,omitempty"`
+	KernelReady    bool   `protobuf:"varint,6,opt,name=kernel_ready,json=kernelReady,proto3" json:"kernel_ready,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *HostInterface) Reset() {
+	*x = HostInterface{}
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HostInterface) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HostInterface) ProtoMessage() {}
+
+func (x *HostInterface) ProtoReflect() protoreflect.Message {
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HostInterface.ProtoReflect.Descriptor instead.
+func (*HostInterface) Descriptor() ([]byte, []int) {
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *HostInterface) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *HostInterface) GetIfindex() int32 {
+	if x != nil {
+		return x.Ifindex
+	}
+	return 0
+}
+
+func (x *HostInterface) GetAttachMode() string {
+	if x != nil {
+		return x.AttachMode
+	}
+	return ""
+}
+
+func (x *HostInterface) GetIngressProgram() string {
+	if x != nil {
+		return x.IngressProgram
+	}
+	return ""
+}
+
+func (x *HostInterface) GetEgressProgram() string {
+	if x != nil {
+		return x.EgressProgram
+	}
+	return ""
+}
+
+func (x *HostInterface) GetKernelReady() bool {
+	if x != nil {
+		return x.KernelReady
+	}
+	return false
+}
+
 var File_dpd_v1_dataplane_proto protoreflect.FileDescriptor
 
 const file_dpd_v1_dataplane_proto_rawDesc = "" +
@@ -2879,9 +3149,32 @@ const file_dpd_v1_dataplane_proto_rawDesc = "" +
 	"\bFlowPeer\x12\x0e\n" +
 	"\x02ip\x18\x01 \x01(\tR\x02ip\x12\x12\n" +
 	"\x04port\x18\x02 \x01(\rR\x04port\x12\x1a\n" +
-	"\bendpoint\x18\x03 \x01(\tR\bendpoint2A\n" +
+	"\bendpoint\x18\x03 \x01(\tR\bendpoint\"\x1a\n" +
+	"\x18ListHostEndpointsRequest\"X\n" +
+	"\x19ListHostEndpointsResponse\x12;\n" +
+	"\x0ehost_endpoints\x18\x01 \x03(\v2\x14.dpd.v1.HostEndpointR\rhostEndpoints\"\xf3\x01\n" +
+	"\fHostEndpoint\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12!\n" +
+	"\fexpected_ips\x18\x03 \x03(\tR\vexpectedIps\x12\x16\n" +
+	"\x06status\x18\x04 \x01(\tR\x06status\x12\x16\n" +
+	"\x06reason\x18\x05 \x01(\tR\x06reason\x12\x14\n" +
+	"\x05tiers\x18\x06 \x03(\tR\x05tiers\x12\x1f\n" +
+	"\vprofile_ids\x18\a \x03(\tR\n" +
+	"profileIds\x125\n" +
+	"\n" +
+	"interfaces\x18\b \x03(\v2\x15.dpd.v1.HostInterfaceR\n" +
+	"interfaces\"\xd1\x01\n" +
+	"\rHostInterface\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x18\n" +
+	"\aifindex\x18\x02 \x01(\x05R\aifindex\x12\x1f\n" +
+	"\vattach_mode\x18\x03 \x01(\tR\n" +
+	"attachMode\x12'\n" +
+	"\x0fingress_program\x18\x04 \x01(\tR\x0eingressProgram\x12%\n" +
+	"\x0eegress_program\x18\x05 \x01(\tR\regressProgram\x12!\n" +
+	"\fkernel_ready\x18\x06 \x01(\bR\vkernelReady2A\n" +
 	"\tDataplane\x124\n" +
-	"\x04Sync\x12\x12.felix.ToDataplane\x1a\x14.felix.FromDataplane(\x010\x012\xb2\x05\n" +
+	"\x04Sync\x12\x12.felix.ToDataplane\x1a\x14.felix.FromDataplane(\x010\x012\x8c\x06\n" +
 	"\aInspect\x12@\n" +
 	"\tGetStatus\x12\x18.dpd.v1.GetStatusRequest\x1a\x19.dpd.v1.GetStatusResponse\x12L\n" +
 	"\rListEndpoints\x12\x1c.dpd.v1.ListEndpointsRequest\x1a\x1d.dpd.v1.ListEndpointsResponse\x12;\n" +
@@ -2894,7 +3187,8 @@ const file_dpd_v1_dataplane_proto_rawDesc = "" +
 	"ListRoutes\x12\x19.dpd.v1.ListRoutesRequest\x1a\x1a.dpd.v1.ListRoutesResponse\x12F\n" +
 	"\vGetCounters\x12\x1a.dpd.v1.GetCountersRequest\x1a\x1b.dpd.v1.GetCountersResponse\x124\n" +
 	"\x05Trace\x12\x14.dpd.v1.TraceRequest\x1a\x15.dpd.v1.TraceResponse\x12<\n" +
-	"\aObserve\x12\x16.dpd.v1.ObserveRequest\x1a\x17.dpd.v1.ObserveResponse0\x01B+Z)github.com/dpd-dev/dpd/proto/dpd/v1;dpdv1b\x06proto3"
+	"\aObserve\x12\x16.dpd.v1.ObserveRequest\x1a\x17.dpd.v1.ObserveResponse0\x01\x12X\n" +
+	"\x11ListHostEndpoints\x12 .dpd.v1.ListHostEndpointsRequest\x1a!.dpd.v1.ListHostEndpointsResponseB+Z)github.com/dpd-dev/dpd/proto/dpd/v1;dpdv1b\x06proto3"
 
 var (
 	file_dpd_v1_dataplane_proto_rawDescOnce sync.Once
@@ -2908,58 +3202,62 @@ func file_dpd_v1_dataplane_proto_rawDescGZIP() []byte {
 	return file_dpd_v1_dataplane_proto_rawDescData
 }
 
-var file_dpd_v1_dataplane_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_dpd_v1_dataplane_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_dpd_v1_dataplane_proto_goTypes = []any{
-	(*GetStatusRequest)(nil),         // 0: dpd.v1.GetStatusRequest
-	(*GetStatusResponse)(nil),        // 1: dpd.v1.GetStatusResponse
-	(*AttachInfo)(nil),               // 2: dpd.v1.AttachInfo
-	(*KernelCost)(nil),               // 3: dpd.v1.KernelCost
-	(*ControllerSession)(nil),        // 4: dpd.v1.ControllerSession
-	(*Counts)(nil),                   // 5: dpd.v1.Counts
-	(*ListEndpointsRequest)(nil),     // 6: dpd.v1.ListEndpointsRequest
-	(*ListEndpointsResponse)(nil),    // 7: dpd.v1.ListEndpointsResponse
-	(*GetEndpointRequest)(nil),       // 8: dpd.v1.GetEndpointRequest
-	(*Endpoint)(nil),                 // 9: dpd.v1.Endpoint
-	(*ListPoliciesRequest)(nil),      // 10: dpd.v1.ListPoliciesRequest
-	(*ListPoliciesResponse)(nil),     // 11: dpd.v1.ListPoliciesResponse
-	(*Policy)(nil),                   // 12: dpd.v1.Policy
-	(*ListIPSetsRequest)(nil),        // 13: dpd.v1.ListIPSetsRequest
-	(*ListIPSetsResponse)(nil),       // 14: dpd.v1.ListIPSetsResponse
-	(*IPSet)(nil),                    // 15: dpd.v1.IPSet
-	(*ListServicesRequest)(nil),      // 16: dpd.v1.ListServicesRequest
-	(*ListServicesResponse)(nil),     // 17: dpd.v1.ListServicesResponse
-	(*Service)(nil),                  // 18: dpd.v1.Service
-	(*ServicePort)(nil),              // 19: dpd.v1.ServicePort
-	(*ServiceBackend)(nil),           // 20: dpd.v1.ServiceBackend
-	(*ListRoutesRequest)(nil),        // 21: dpd.v1.ListRoutesRequest
-	(*ListRoutesResponse)(nil),       // 22: dpd.v1.ListRoutesResponse
-	(*Route)(nil),                    // 23: dpd.v1.Route
-	(*RuleRef)(nil),                  // 24: dpd.v1.RuleRef
-	(*RuleCounter)(nil),              // 25: dpd.v1.RuleCounter
-	(*GetCountersRequest)(nil),       // 26: dpd.v1.GetCountersRequest
-	(*GetCountersResponse)(nil),      // 27: dpd.v1.GetCountersResponse
-	(*TraceRequest)(nil),             // 28: dpd.v1.TraceRequest
-	(*TraceResponse)(nil),            // 29: dpd.v1.TraceResponse
-	(*ObserveRequest)(nil),           // 30: dpd.v1.ObserveRequest
-	(*ObserveResponse)(nil),          // 31: dpd.v1.ObserveResponse
-	(*Flow)(nil),                     // 32: dpd.v1.Flow
-	(*FlowPeer)(nil),                 // 33: dpd.v1.FlowPeer
-	(*timestamppb.Timestamp)(nil),    // 34: google.protobuf.Timestamp
-	(*felix.WorkloadEndpointID)(nil), // 35: felix.WorkloadEndpointID
-	(*felix.ToDataplane)(nil),        // 36: felix.ToDataplane
-	(*felix.FromDataplane)(nil),      // 37: felix.FromDataplane
+	(*GetStatusRequest)(nil),          // 0: dpd.v1.GetStatusRequest
+	(*GetStatusResponse)(nil),         // 1: dpd.v1.GetStatusResponse
+	(*AttachInfo)(nil),                // 2: dpd.v1.AttachInfo
+	(*KernelCost)(nil),                // 3: dpd.v1.KernelCost
+	(*ControllerSession)(nil),         // 4: dpd.v1.ControllerSession
+	(*Counts)(nil),                    // 5: dpd.v1.Counts
+	(*ListEndpointsRequest)(nil),      // 6: dpd.v1.ListEndpointsRequest
+	(*ListEndpointsResponse)(nil),     // 7: dpd.v1.ListEndpointsResponse
+	(*GetEndpointRequest)(nil),        // 8: dpd.v1.GetEndpointRequest
+	(*Endpoint)(nil),                  // 9: dpd.v1.Endpoint
+	(*ListPoliciesRequest)(nil),       // 10: dpd.v1.ListPoliciesRequest
+	(*ListPoliciesResponse)(nil),      // 11: dpd.v1.ListPoliciesResponse
+	(*Policy)(nil),                    // 12: dpd.v1.Policy
+	(*ListIPSetsRequest)(nil),         // 13: dpd.v1.ListIPSetsRequest
+	(*ListIPSetsResponse)(nil),        // 14: dpd.v1.ListIPSetsResponse
+	(*IPSet)(nil),                     // 15: dpd.v1.IPSet
+	(*ListServicesRequest)(nil),       // 16: dpd.v1.ListServicesRequest
+	(*ListServicesResponse)(nil),      // 17: dpd.v1.ListServicesResponse
+	(*Service)(nil),                   // 18: dpd.v1.Service
+	(*ServicePort)(nil),               // 19: dpd.v1.ServicePort
+	(*ServiceBackend)(nil),            // 20: dpd.v1.ServiceBackend
+	(*ListRoutesRequest)(nil),         // 21: dpd.v1.ListRoutesRequest
+	(*ListRoutesResponse)(nil),        // 22: dpd.v1.ListRoutesResponse
+	(*Route)(nil),                     // 23: dpd.v1.Route
+	(*RuleRef)(nil),                   // 24: dpd.v1.RuleRef
+	(*RuleCounter)(nil),               // 25: dpd.v1.RuleCounter
+	(*GetCountersRequest)(nil),        // 26: dpd.v1.GetCountersRequest
+	(*GetCountersResponse)(nil),       // 27: dpd.v1.GetCountersResponse
+	(*TraceRequest)(nil),              // 28: dpd.v1.TraceRequest
+	(*TraceResponse)(nil),             // 29: dpd.v1.TraceResponse
+	(*ObserveRequest)(nil),            // 30: dpd.v1.ObserveRequest
+	(*ObserveResponse)(nil),           // 31: dpd.v1.ObserveResponse
+	(*Flow)(nil),                      // 32: dpd.v1.Flow
+	(*FlowPeer)(nil),                  // 33: dpd.v1.FlowPeer
+	(*ListHostEndpointsRequest)(nil),  // 34: dpd.v1.ListHostEndpointsRequest
+	(*ListHostEndpointsResponse)(nil), // 35: dpd.v1.ListHostEndpointsResponse
+	(*HostEndpoint)(nil),              // 36: dpd.v1.HostEndpoint
+	(*HostInterface)(nil),             // 37: dpd.v1.HostInterface
+	(*timestamppb.Timestamp)(nil),     // 38: google.protobuf.Timestamp
+	(*felix.WorkloadEndpointID)(nil),  // 39: felix.WorkloadEndpointID
+	(*felix.ToDataplane)(nil),         // 40: felix.ToDataplane
+	(*felix.FromDataplane)(nil),       // 41: felix.FromDataplane
 }
 var file_dpd_v1_dataplane_proto_depIdxs = []int32{
-	34, // 0: dpd.v1.GetStatusResponse.started:type_name -> google.protobuf.Timestamp
+	38, // 0: dpd.v1.GetStatusResponse.started:type_name -> google.protobuf.Timestamp
 	4,  // 1: dpd.v1.GetStatusResponse.session:type_name -> dpd.v1.ControllerSession
 	5,  // 2: dpd.v1.GetStatusResponse.counts:type_name -> dpd.v1.Counts
-	34, // 3: dpd.v1.GetStatusResponse.last_apply:type_name -> google.protobuf.Timestamp
+	38, // 3: dpd.v1.GetStatusResponse.last_apply:type_name -> google.protobuf.Timestamp
 	2,  // 4: dpd.v1.GetStatusResponse.attach:type_name -> dpd.v1.AttachInfo
 	3,  // 5: dpd.v1.AttachInfo.costs:type_name -> dpd.v1.KernelCost
-	34, // 6: dpd.v1.ControllerSession.since:type_name -> google.protobuf.Timestamp
+	38, // 6: dpd.v1.ControllerSession.since:type_name -> google.protobuf.Timestamp
 	9,  // 7: dpd.v1.ListEndpointsResponse.endpoints:type_name -> dpd.v1.Endpoint
-	35, // 8: dpd.v1.Endpoint.id:type_name -> felix.WorkloadEndpointID
-	34, // 9: dpd.v1.Endpoint.last_programmed:type_name -> google.protobuf.Timestamp
+	39, // 8: dpd.v1.Endpoint.id:type_name -> felix.WorkloadEndpointID
+	38, // 9: dpd.v1.Endpoint.last_programmed:type_name -> google.protobuf.Timestamp
 	25, // 10: dpd.v1.Endpoint.counters:type_name -> dpd.v1.RuleCounter
 	12, // 11: dpd.v1.ListPoliciesResponse.policies:type_name -> dpd.v1.Policy
 	15, // 12: dpd.v1.ListIPSetsResponse.ip_sets:type_name -> dpd.v1.IPSet
@@ -2970,39 +3268,43 @@ var file_dpd_v1_dataplane_proto_depIdxs = []int32{
 	24, // 17: dpd.v1.RuleCounter.rule:type_name -> dpd.v1.RuleRef
 	25, // 18: dpd.v1.GetCountersResponse.counters:type_name -> dpd.v1.RuleCounter
 	24, // 19: dpd.v1.TraceResponse.rule:type_name -> dpd.v1.RuleRef
-	34, // 20: dpd.v1.ObserveRequest.since:type_name -> google.protobuf.Timestamp
+	38, // 20: dpd.v1.ObserveRequest.since:type_name -> google.protobuf.Timestamp
 	32, // 21: dpd.v1.ObserveResponse.flow:type_name -> dpd.v1.Flow
-	34, // 22: dpd.v1.Flow.time:type_name -> google.protobuf.Timestamp
+	38, // 22: dpd.v1.Flow.time:type_name -> google.protobuf.Timestamp
 	33, // 23: dpd.v1.Flow.source:type_name -> dpd.v1.FlowPeer
 	33, // 24: dpd.v1.Flow.destination:type_name -> dpd.v1.FlowPeer
 	24, // 25: dpd.v1.Flow.rule:type_name -> dpd.v1.RuleRef
-	36, // 26: dpd.v1.Dataplane.Sync:input_type -> felix.ToDataplane
-	0,  // 27: dpd.v1.Inspect.GetStatus:input_type -> dpd.v1.GetStatusRequest
-	6,  // 28: dpd.v1.Inspect.ListEndpoints:input_type -> dpd.v1.ListEndpointsRequest
-	8,  // 29: dpd.v1.Inspect.GetEndpoint:input_type -> dpd.v1.GetEndpointRequest
-	10, // 30: dpd.v1.Inspect.ListPolicies:input_type -> dpd.v1.ListPoliciesRequest
-	13, // 31: dpd.v1.Inspect.ListIPSets:input_type -> dpd.v1.ListIPSetsRequest
-	16, // 32: dpd.v1.Inspect.ListServices:input_type -> dpd.v1.ListServicesRequest
-	21, // 33: dpd.v1.Inspect.ListRoutes:input_type -> dpd.v1.ListRoutesRequest
-	26, // 34: dpd.v1.Inspect.GetCounters:input_type -> dpd.v1.GetCountersRequest
-	28, // 35: dpd.v1.Inspect.Trace:input_type -> dpd.v1.TraceRequest
-	30, // 36: dpd.v1.Inspect.Observe:input_type -> dpd.v1.ObserveRequest
-	37, // 37: dpd.v1.Dataplane.Sync:output_type -> felix.FromDataplane
-	1,  // 38: dpd.v1.Inspect.GetStatus:output_type -> dpd.v1.GetStatusResponse
-	7,  // 39: dpd.v1.Inspect.ListEndpoints:output_type -> dpd.v1.ListEndpointsResponse
-	9,  // 40: dpd.v1.Inspect.GetEndpoint:output_type -> dpd.v1.Endpoint
-	11, // 41: dpd.v1.Inspect.ListPolicies:output_type -> dpd.v1.ListPoliciesResponse
-	14, // 42: dpd.v1.Inspect.ListIPSets:output_type -> dpd.v1.ListIPSetsResponse
-	17, // 43: dpd.v1.Inspect.ListServices:output_type -> dpd.v1.ListServicesResponse
-	22, // 44: dpd.v1.Inspect.ListRoutes:output_type -> dpd.v1.ListRoutesResponse
-	27, // 45: dpd.v1.Inspect.GetCounters:output_type -> dpd.v1.GetCountersResponse
-	29, // 46: dpd.v1.Inspect.Trace:output_type -> dpd.v1.TraceResponse
-	31, // 47: dpd.v1.Inspect.Observe:output_type -> dpd.v1.ObserveResponse
-	37, // [37:48] is the sub-list for method output_type
-	26, // [26:37] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	36, // 26: dpd.v1.ListHostEndpointsResponse.host_endpoints:type_name -> dpd.v1.HostEndpoint
+	37, // 27: dpd.v1.HostEndpoint.interfaces:type_name -> dpd.v1.HostInterface
+	40, // 28: dpd.v1.Dataplane.Sync:input_type -> felix.ToDataplane
+	0,  // 29: dpd.v1.Inspect.GetStatus:input_type -> dpd.v1.GetStatusRequest
+	6,  // 30: dpd.v1.Inspect.ListEndpoints:input_type -> dpd.v1.ListEndpointsRequest
+	8,  // 31: dpd.v1.Inspect.GetEndpoint:input_type -> dpd.v1.GetEndpointRequest
+	10, // 32: dpd.v1.Inspect.ListPolicies:input_type -> dpd.v1.ListPoliciesRequest
+	13, // 33: dpd.v1.Inspect.ListIPSets:input_type -> dpd.v1.ListIPSetsRequest
+	16, // 34: dpd.v1.Inspect.ListServices:input_type -> dpd.v1.ListServicesRequest
+	21, // 35: dpd.v1.Inspect.ListRoutes:input_type -> dpd.v1.ListRoutesRequest
+	26, // 36: dpd.v1.Inspect.GetCounters:input_type -> dpd.v1.GetCountersRequest
+	28, // 37: dpd.v1.Inspect.Trace:input_type -> dpd.v1.TraceRequest
+	30, // 38: dpd.v1.Inspect.Observe:input_type -> dpd.v1.ObserveRequest
+	34, // 39: dpd.v1.Inspect.ListHostEndpoints:input_type -> dpd.v1.ListHostEndpointsRequest
+	41, // 40: dpd.v1.Dataplane.Sync:output_type -> felix.FromDataplane
+	1,  // 41: dpd.v1.Inspect.GetStatus:output_type -> dpd.v1.GetStatusResponse
+	7,  // 42: dpd.v1.Inspect.ListEndpoints:output_type -> dpd.v1.ListEndpointsResponse
+	9,  // 43: dpd.v1.Inspect.GetEndpoint:output_type -> dpd.v1.Endpoint
+	11, // 44: dpd.v1.Inspect.ListPolicies:output_type -> dpd.v1.ListPoliciesResponse
+	14, // 45: dpd.v1.Inspect.ListIPSets:output_type -> dpd.v1.ListIPSetsResponse
+	17, // 46: dpd.v1.Inspect.ListServices:output_type -> dpd.v1.ListServicesResponse
+	22, // 47: dpd.v1.Inspect.ListRoutes:output_type -> dpd.v1.ListRoutesResponse
+	27, // 48: dpd.v1.Inspect.GetCounters:output_type -> dpd.v1.GetCountersResponse
+	29, // 49: dpd.v1.Inspect.Trace:output_type -> dpd.v1.TraceResponse
+	31, // 50: dpd.v1.Inspect.Observe:output_type -> dpd.v1.ObserveResponse
+	35, // 51: dpd.v1.Inspect.ListHostEndpoints:output_type -> dpd.v1.ListHostEndpointsResponse
+	40, // [40:52] is the sub-list for method output_type
+	28, // [28:40] is the sub-list for method input_type
+	28, // [28:28] is the sub-list for extension type_name
+	28, // [28:28] is the sub-list for extension extendee
+	0,  // [0:28] is the sub-list for field type_name
 }
 
 func init() { file_dpd_v1_dataplane_proto_init() }
@@ -3017,7 +3319,7 @@ func file_dpd_v1_dataplane_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dpd_v1_dataplane_proto_rawDesc), len(file_dpd_v1_dataplane_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   34,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

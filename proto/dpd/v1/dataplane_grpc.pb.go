@@ -130,16 +130,17 @@ var Dataplane_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	Inspect_GetStatus_FullMethodName     = "/dpd.v1.Inspect/GetStatus"
-	Inspect_ListEndpoints_FullMethodName = "/dpd.v1.Inspect/ListEndpoints"
-	Inspect_GetEndpoint_FullMethodName   = "/dpd.v1.Inspect/GetEndpoint"
-	Inspect_ListPolicies_FullMethodName  = "/dpd.v1.Inspect/ListPolicies"
-	Inspect_ListIPSets_FullMethodName    = "/dpd.v1.Inspect/ListIPSets"
-	Inspect_ListServices_FullMethodName  = "/dpd.v1.Inspect/ListServices"
-	Inspect_ListRoutes_FullMethodName    = "/dpd.v1.Inspect/ListRoutes"
-	Inspect_GetCounters_FullMethodName   = "/dpd.v1.Inspect/GetCounters"
-	Inspect_Trace_FullMethodName         = "/dpd.v1.Inspect/Trace"
-	Inspect_Observe_FullMethodName       = "/dpd.v1.Inspect/Observe"
+	Inspect_GetStatus_FullMethodName         = "/dpd.v1.Inspect/GetStatus"
+	Inspect_ListEndpoints_FullMethodName     = "/dpd.v1.Inspect/ListEndpoints"
+	Inspect_GetEndpoint_FullMethodName       = "/dpd.v1.Inspect/GetEndpoint"
+	Inspect_ListPolicies_FullMethodName      = "/dpd.v1.Inspect/ListPolicies"
+	Inspect_ListIPSets_FullMethodName        = "/dpd.v1.Inspect/ListIPSets"
+	Inspect_ListServices_FullMethodName      = "/dpd.v1.Inspect/ListServices"
+	Inspect_ListRoutes_FullMethodName        = "/dpd.v1.Inspect/ListRoutes"
+	Inspect_GetCounters_FullMethodName       = "/dpd.v1.Inspect/GetCounters"
+	Inspect_Trace_FullMethodName             = "/dpd.v1.Inspect/Trace"
+	Inspect_Observe_FullMethodName           = "/dpd.v1.Inspect/Observe"
+	Inspect_ListHostEndpoints_FullMethodName = "/dpd.v1.Inspect/ListHostEndpoints"
 )
 
 // InspectClient is the client API for Inspect service.
@@ -186,6 +187,9 @@ type InspectClient interface {
 	// streams at once; one more fails with RESOURCE_EXHAUSTED
 	// (--dataplane=linux).
 	Observe(ctx context.Context, in *ObserveRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ObserveResponse], error)
+	// ListHostEndpoints lists the host endpoints with the interfaces each
+	// binds and what the kernel has programmed on them.
+	ListHostEndpoints(ctx context.Context, in *ListHostEndpointsRequest, opts ...grpc.CallOption) (*ListHostEndpointsResponse, error)
 }
 
 type inspectClient struct {
@@ -305,6 +309,16 @@ func (c *inspectClient) Observe(ctx context.Context, in *ObserveRequest, opts ..
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Inspect_ObserveClient = grpc.ServerStreamingClient[ObserveResponse]
 
+func (c *inspectClient) ListHostEndpoints(ctx context.Context, in *ListHostEndpointsRequest, opts ...grpc.CallOption) (*ListHostEndpointsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListHostEndpointsResponse)
+	err := c.cc.Invoke(ctx, Inspect_ListHostEndpoints_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // InspectServer is the server API for Inspect service.
 // All implementations must embed UnimplementedInspectServer
 // for forward compatibility.
@@ -349,6 +363,9 @@ type InspectServer interface {
 	// streams at once; one more fails with RESOURCE_EXHAUSTED
 	// (--dataplane=linux).
 	Observe(*ObserveRequest, grpc.ServerStreamingServer[ObserveResponse]) error
+	// ListHostEndpoints lists the host endpoints with the interfaces each
+	// binds and what the kernel has programmed on them.
+	ListHostEndpoints(context.Context, *ListHostEndpointsRequest) (*ListHostEndpointsResponse, error)
 	mustEmbedUnimplementedInspectServer()
 }
 
@@ -388,6 +405,9 @@ func (UnimplementedInspectServer) Trace(context.Context, *TraceRequest) (*TraceR
 }
 func (UnimplementedInspectServer) Observe(*ObserveRequest, grpc.ServerStreamingServer[ObserveResponse]) error {
 	return status.Error(codes.Unimplemented, "method Observe not implemented")
+}
+func (UnimplementedInspectServer) ListHostEndpoints(context.Context, *ListHostEndpointsRequest) (*ListHostEndpointsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListHostEndpoints not implemented")
 }
 func (UnimplementedInspectServer) mustEmbedUnimplementedInspectServer() {}
 func (UnimplementedInspectServer) testEmbeddedByValue()                 {}
@@ -583,6 +603,24 @@ func _Inspect_Observe_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Inspect_ObserveServer = grpc.ServerStreamingServer[ObserveResponse]
 
+func _Inspect_ListHostEndpoints_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListHostEndpointsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(InspectServer).ListHostEndpoints(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Inspect_ListHostEndpoints_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(InspectServer).ListHostEndpoints(ctx, req.(*ListHostEndpointsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Inspect_ServiceDesc is the grpc.ServiceDesc for Inspect service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -625,6 +663,10 @@ var Inspect_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Trace",
 			Handler:    _Inspect_Trace_Handler,
+		},
+		{
+			MethodName: "ListHostEndpoints",
+			Handler:    _Inspect_ListHostEndpoints_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

@@ -1,0 +1,172 @@
+package linux
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+
+	"github.com/dpd-dev/dpd/dataplane/linux/nl"
+	"github.com/dpd-dev/dpd/dataplane/model"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
+)
+
+// ConfigUpdate keys of the failsafe ports, Felix's, with Felix's defaults.
+const (
+	ConfigFailsafeInbound  = "FailsafeInboundHostPorts"
+	ConfigFailsafeOutbound = "FailsafeOutboundHostPorts"
+
+	ConfigEndpointToHost    = "DefaultEndpointToHostAction"
+	DefaultFailsafeInbound  = "tcp:22,udp:68,tcp:179,tcp:2379,tcp:2380,tcp:5473,tcp:6443,tcp:6666,tcp:6667"
+	DefaultFailsafeOutbound = "udp:53,udp:67,tcp:179,tcp:2379,tcp:2380,tcp:5473,tcp:6443,tcp:6666,tcp:6667"
+)
+
+// ParseFailsafes reads a Felix failsafe port list: comma-separated
+// "proto:port" or "proto:cidr:port" (an address alone is a /32; IPv6 in
+// brackets, "tcp:[fd00::/8]:22"), or "none". IPv6 entries are returned
+// apart: host interfaces police IPv4 only, so they are not needed yet.
+func ParseFailsafes(s string, inbound bool) (v4 []tcbpf.Failsafe, v6 int, err error) {
+	s = strings.TrimSpace(s)
+	if s == "" || strings.EqualFold(s, "none") {
+		return nil, 0, nil
+	}
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		proto, rest, ok := strings.Cut(f, ":")
+		if !ok {
+			return nil, 0, fmt.Errorf("failsafe %q: want proto:port or proto:cidr:port", f)
+		}
+		fs := tcbpf.Failsafe{Inbound: inbound, Net: netip.PrefixFrom(netip.IPv4Unspecified(), 0)}
+		switch strings.ToLower(proto) {
+		case "tcp":
+			fs.Proto = 6
+		case "udp":
+			fs.Proto = 17
+		default:
+			return nil, 0, fmt.Errorf("failsafe %q: protocol %q is not tcp or udp", f, proto)
+		}
+		port := rest
+		if i := strings.LastIndex(rest, ":"); i >= 0 {
+			cidr := strings.TrimSuffix(strings.TrimPrefix(rest[:i], "["), "]")
+			port = rest[i+1:]
+			p, err := parsePrefixOrAddr(cidr)
+			if err != nil {
+				return nil, 0, fmt.Errorf("failsafe %q: %w", f, err)
+			}
+			fs.Net = p
+		}
+		n, err := strconv.ParseUint(port, 10, 16)
+		if err != nil {
+			return nil, 0, fmt.Errorf("failsafe %q: port %q: %w", f, port, err)
+		}
+		fs.Port = uint16(n)
+		if !fs.Net.Addr().Is4() {
+			v6++
+			continue
+		}
+		v4 = append(v4, fs)
+	}
+	return v4, v6, nil
+}
+
+func parsePrefixOrAddr(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return netip.Prefix{}, err
+		}
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// failsafesFromConfig is the failsafe list cfg asks for (Felix's
+// defaults for a key it does not carry).
+func failsafesFromConfig(cfg map[string]string) ([]tcbpf.Failsafe, error) {
+	var all []tcbpf.Failsafe
+	for _, d := range []struct {
+		key, def string
+		inbound  bool
+	}{{ConfigFailsafeInbound, DefaultFailsafeInbound, true}, {ConfigFailsafeOutbound, DefaultFailsafeOutbound, false}} {
+		v, ok := cfg[d.key]
+		if !ok {
+			v = d.def
+		}
+		fs, _, err := ParseFailsafes(v, d.inbound)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", d.key, err)
+		}
+		all = append(all, fs...)
+	}
+	return all, nil
+}
+
+// configureFailsafesLocked writes DefaultEndpointToHostAction and the
+// failsafes cfg asks for. An invalid
+// list keeps the failsafes in force (the defaults, before any valid one):
+// a typo must not open or close a node's control plane.
+func (k *Kernel) configureFailsafesLocked(cfg map[string]string) {
+	k.configureToHostLocked(cfg)
+	fs, err := failsafesFromConfig(cfg)
+	if err != nil {
+		k.log.Warn("failsafe ports ignored; keeping the ones in force", "err", err)
+		if k.failsafesSet {
+			return
+		}
+		fs, _ = failsafesFromConfig(nil)
+	}
+	if k.eps.host == nil {
+		return
+	}
+	if err := k.eps.host.SetFailsafes(fs); err != nil {
+		k.log.Warn("write failsafe ports", "err", err)
+		return
+	}
+	k.failsafesSet = true
+}
+
+// toHostAction reads DefaultEndpointToHostAction: Drop (Felix's
+// default, also when unset), Return or Accept.
+func toHostAction(cfg map[string]string) (uint32, error) {
+	switch v := strings.TrimSpace(cfg[ConfigEndpointToHost]); strings.ToLower(v) {
+	case "", "drop":
+		return abi.ToHostDrop, nil
+	case "return":
+		return abi.ToHostReturn, nil
+	case "accept":
+		return abi.ToHostAccept, nil
+	default:
+		return 0, fmt.Errorf("%s %q: want Drop, Return or Accept", ConfigEndpointToHost, v)
+	}
+}
+
+// configureToHostLocked writes DefaultEndpointToHostAction; an invalid
+// value keeps the one in force.
+func (k *Kernel) configureToHostLocked(cfg map[string]string) {
+	a, err := toHostAction(cfg)
+	if err != nil {
+		k.log.Warn("ignored; keeping the action in force", "err", err)
+		return
+	}
+	if k.eps.host == nil {
+		return
+	}
+	if err := k.eps.writeToHost(a, k.eps.toHost.named); err != nil {
+		k.log.Warn("write DefaultEndpointToHostAction", "err", err)
+	}
+}
+
+// WatchHostLinks implements engine.HostEndpointKernel: every interface
+// but the workload ones, with its addresses.
+func (k *Kernel) WatchHostLinks(ctx context.Context, report func(model.HostLinkUpdate)) error {
+	return nl.WatchHostLinks(ctx, nl.HostLinkOptions{Skip: k.links.Matches}, report)
+}
