@@ -116,7 +116,7 @@ type DpdDpdIpsetKey struct {
 	Prefixlen uint32
 	SetId     uint32
 	Proto     uint8
-	Pad       uint8
+	Family    uint8
 	Port      uint16
 	Addr      [16]uint8
 }

@@ -28,17 +28,6 @@
 #include "dpd_parse.h"
 #include "dpd_frag.h"
 
-/* dpd_tcp_flags maps the TCP header's flag byte (FIN 0x01, SYN 0x02, RST
- * 0x04, ACK 0x10) to DPD_ST_TCP_*, without a branch per flag: each would
- * give the verifier another state to carry through the rest. */
-static __always_inline __u32 dpd_tcp_flags(__u32 b)
-{
-	return ((b >> 1) & 1) |   /* SYN 0x02 -> DPD_ST_TCP_SYN (1 << 0) */
-	       ((b >> 3) & 2) |   /* ACK 0x10 -> DPD_ST_TCP_ACK (1 << 1) */
-	       ((b << 2) & 4) |   /* FIN 0x01 -> DPD_ST_TCP_FIN (1 << 2) */
-	       ((b << 1) & 8);    /* RST 0x04 -> DPD_ST_TCP_RST (1 << 3) */
-}
-
 /* dpd_parse_ipv6_fast parses the common IPv6 packet, TCP, UDP or ICMPv6
  * (not an error) right after the fixed header and in the linear part, with
  * direct packet access: the walk's helper calls and function call cost an
@@ -102,6 +91,10 @@ static __always_inline int dpd_parse_l3(struct __sk_buff *skb, __be16 h_proto, s
 	rc = dpd_parse_ipv6(skb, p);
 	if (rc == DPD_PARSE_EXT_LIMIT && !trace)
 		dpd_drop_count(DPD_DROP_IPV6_EXT, skb->len);
+	/* The verifier knows nothing of what a global function wrote; told
+	 * the family again, it follows only the IPv6 side of every family
+	 * test below instead of both. */
+	p->family = 6;
 	return rc;
 }
 

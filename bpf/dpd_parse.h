@@ -19,6 +19,19 @@
 #include "dpd_abi.h"
 #include "dpd_parse_types.h"
 
+/* dpd_tcp_flags maps the TCP header's flag byte (FIN 0x01, SYN 0x02, RST
+ * 0x04, ACK 0x10) to DPD_ST_TCP_*, without a branch per flag: with one,
+ * the verifier carried each of the 16 combinations through the rest of the
+ * program as a state of its own (four times the instructions it
+ * processed). */
+static __always_inline __u32 dpd_tcp_flags(__u32 b)
+{
+	return ((b >> 1) & 1) |   /* SYN 0x02 -> DPD_ST_TCP_SYN (1 << 0) */
+	       ((b >> 3) & 2) |   /* ACK 0x10 -> DPD_ST_TCP_ACK (1 << 1) */
+	       ((b << 2) & 4) |   /* FIN 0x01 -> DPD_ST_TCP_FIN (1 << 2) */
+	       ((b << 1) & 8);    /* RST 0x04 -> DPD_ST_TCP_RST (1 << 3) */
+}
+
 /* dpd_parse_icmp_inner reads the header quoted by an ICMP error at off (the
  * byte after the ICMP header). Errors are rare, so bpf_skb_load_bytes
  * keeps this simple; a quote it cannot read is just not related. */
@@ -120,14 +133,7 @@ static __always_inline int dpd_parse_ipv4(struct __sk_buff *skb, struct dpd_pkt 
 			return -1;
 		p->sport = bpf_ntohs(th->source);
 		p->dport = bpf_ntohs(th->dest);
-		if (th->syn)
-			p->flags |= DPD_ST_TCP_SYN;
-		if (th->ack)
-			p->flags |= DPD_ST_TCP_ACK;
-		if (th->fin)
-			p->flags |= DPD_ST_TCP_FIN;
-		if (th->rst)
-			p->flags |= DPD_ST_TCP_RST;
+		p->flags |= dpd_tcp_flags(((__u8 *)th)[13]);
 	} else if (p->proto == IPPROTO_UDP) {
 		struct udphdr *uh = l4;
 
@@ -200,9 +206,9 @@ static __always_inline void dpd_parse_icmp6_inner(struct __sk_buff *skb, __u32 o
  * quotes, for dpd_ct_related.
  *
  * A global function, so the verifier checks it once, on its own: inlined,
- * every path through the walk (one per chain length) went on through NAT
- * and conntrack as a separate state, past the verifier's budget. The call
- * costs IPv6 a few ns; IPv4 never makes it. */
+ * every path through the walk (one per chain length) goes on through NAT
+ * and conntrack as a state of its own. Only packets the inline fast path
+ * (dpd_ipv6.h) does not take pay for the call; IPv4 never makes it. */
 __noinline int dpd_parse_ipv6(struct __sk_buff *skb, struct dpd_pkt *p)
 {
 	__u32 off = ETH_HLEN + sizeof(struct dpd_ipv6hdr);
@@ -274,14 +280,7 @@ __noinline int dpd_parse_ipv6(struct __sk_buff *skb, struct dpd_pkt *p)
 			return -1;
 		p->sport = bpf_ntohs(th.source);
 		p->dport = bpf_ntohs(th.dest);
-		if (th.syn)
-			p->flags |= DPD_ST_TCP_SYN;
-		if (th.ack)
-			p->flags |= DPD_ST_TCP_ACK;
-		if (th.fin)
-			p->flags |= DPD_ST_TCP_FIN;
-		if (th.rst)
-			p->flags |= DPD_ST_TCP_RST;
+		p->flags |= dpd_tcp_flags(((__u8 *)&th)[13]);
 	} else if (nh == IPPROTO_UDP) {
 		struct udphdr uh;
 

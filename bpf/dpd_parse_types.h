@@ -112,9 +112,14 @@ struct dpd_pkt {
 	__u32 frag_id;   /* IPv4 identification (IPv6: fragment id), network order */
 	__u8  frag;      /* DPD_FRAG_* */
 	__u8  frag_proto; /* the key's protocol: IPv4's; IPv6: the fragment header's next header */
-	__u8  family;    /* 4 or 6 */
-	__u8  frag_pad;
+	__u8  frag_pad[2];
 	__u16 l4_off;    /* IPv6: offset of the L4 header past the extension headers (NAT) */
+	/* 4 or 6. A whole aligned 8 bytes of its own: the verifier knows a
+	 * constant spilled to the stack in one 8-byte store, so it follows only
+	 * the packet's family through every family test; a byte merged into a
+	 * wider store of unknown neighbours is unknown to it, and every test
+	 * would fork the verification. */
+	__u64 family;
 };
 
 #endif

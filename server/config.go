@@ -5,6 +5,8 @@ import (
 	"io"
 	"log/slog"
 	"time"
+
+	"github.com/dpd-dev/dpd/server/policysync"
 )
 
 // Defaults for Config's zero values.
@@ -59,6 +61,9 @@ type Config struct {
 	// (0: policysync.DefaultMaxWorkloads); further credentials files are
 	// refused until others go.
 	PolicySyncMaxWorkloads int
+	// PolicySyncEncoding is the Felix generation policy-sync clients are
+	// served in (default: the controller's).
+	PolicySyncEncoding policysync.Encoding
 	// RuleMetrics exports per-rule packet and byte counters of the
 	// RuleMetricsLimit busiest rules (linux dataplane).
 	RuleMetrics      bool

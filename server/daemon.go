@@ -52,7 +52,8 @@ func NewDaemon(cfg Config, kernel engine.Kernel) (*Daemon, error) {
 		if psMet, err = policysync.NewMetrics(reg); err != nil {
 			return nil, fmt.Errorf("policy-sync metrics: %w", err)
 		}
-		proc = policysync.NewProcessor(policysync.Options{Log: cfg.Log.With("component", "policysync"), Metrics: psMet})
+		proc = policysync.NewProcessor(policysync.Options{Log: cfg.Log.With("component", "policysync"), Metrics: psMet,
+			Encoding: cfg.PolicySyncEncoding})
 		front = tapEngine{Engine: eng, proc: proc}
 	}
 	srv, err := New(cfg, front, kernel, reg)

@@ -8,6 +8,7 @@ import (
 	"github.com/dpd-dev/dpd/dataplane/engine"
 	"github.com/dpd-dev/dpd/proto/felix"
 	"github.com/dpd-dev/dpd/server/felixconv"
+	"github.com/dpd-dev/dpd/server/felixwire"
 )
 
 // inbound carries one controller's messages to its engine session. Each is
@@ -29,6 +30,8 @@ type inbound struct {
 // subsets of the very messages).
 type wireMirror interface {
 	mirror(msg *felix.ToDataplane)
+	// generation: the controller showed it speaks g.
+	generation(g felixwire.Generation)
 }
 
 func newInbound(sess engine.Session, statuses *felixStatuses, log *slog.Logger) *inbound {
@@ -51,6 +54,13 @@ func (in *inbound) submit(ctx context.Context, msg *felix.ToDataplane) error {
 		in.mirror.mirror(msg)
 	}
 	return nil
+}
+
+// generation passes on which generation the controller speaks.
+func (in *inbound) generation(g felixwire.Generation) {
+	if in.mirror != nil {
+		in.mirror.generation(g)
+	}
 }
 
 func (in *inbound) reject(ctx context.Context, msg *felix.ToDataplane, err error) error {

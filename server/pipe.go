@@ -118,8 +118,9 @@ func (p *pipeController) read(ctx context.Context, in *inbound) error {
 	fr := felixpipe.NewReader(p.in, p.maxFrame)
 	wire := newWireIn(p.wireMet, "pipe", in.log)
 	sink := wireSink{
-		submit: func(m *felix.ToDataplane) error { return in.submit(ctx, m) },
-		reject: func(m *felix.ToDataplane, reason error) error { return in.reject(ctx, m, reason) },
+		submit:     func(m *felix.ToDataplane) error { return in.submit(ctx, m) },
+		reject:     func(m *felix.ToDataplane, reason error) error { return in.reject(ctx, m, reason) },
+		generation: in.generation,
 	}
 	for {
 		b, err := fr.ReadFrame()

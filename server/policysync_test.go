@@ -93,7 +93,9 @@ func syncClient(t *testing.T, sock string) (felix.PolicySyncClient, felix.Policy
 	c := felix.NewPolicySyncClient(conn)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	stream, err := c.Sync(ctx, &felix.SyncRequest{})
+	// Wait for ready, as Calico's clients retry: between bind and listen
+	// the socket exists and refuses connections.
+	stream, err := c.Sync(ctx, &felix.SyncRequest{}, grpc.WaitForReady(true))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -201,10 +201,13 @@ func (st *syncStream) closeSession() {
 // up. A message that does not decode and names no endpoint ends the
 // stream with InvalidArgument, so the controller resyncs.
 func (st *syncStream) receive() {
-	sink := wireSink{submit: st.handle, reject: st.reject}
+	sink := wireSink{submit: st.handle, reject: st.reject, generation: st.in.generation}
+	var msg decoded
+	// Not the generated Recv: the wire edge decodes, in the codec's call,
+	// from gRPC's own buffer (see rawFrame).
+	raw := rawFrame{use: func(b []byte) { msg = st.wire.decode(b) }}
 	for {
-		// Not the generated Recv: the wire edge decodes (see rawFrame).
-		var raw rawFrame
+		msg = decoded{}
 		err := st.stream.RecvMsg(&raw)
 		if errors.Is(err, io.EOF) {
 			st.cancel(errClientDone)
@@ -213,7 +216,7 @@ func (st *syncStream) receive() {
 		if err != nil && isUnmarshalError(err) {
 			err = st.wire.undecodable(err)
 		} else if err == nil {
-			err = st.wire.take(raw.b, sink)
+			err = st.wire.deliver(msg, sink)
 		}
 		if err != nil {
 			var rs *errResync

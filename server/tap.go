@@ -3,6 +3,7 @@ package server
 import (
 	"github.com/dpd-dev/dpd/dataplane/engine"
 	"github.com/dpd-dev/dpd/proto/felix"
+	"github.com/dpd-dev/dpd/server/felixwire"
 	"github.com/dpd-dev/dpd/server/policysync"
 )
 
@@ -31,3 +32,6 @@ type tapSession struct {
 // session are serialised by its stream, so the mirror keeps the engine's
 // order.
 func (s *tapSession) mirror(msg *felix.ToDataplane) { s.proc.OnUpdate(msg) }
+
+// generation tells policy sync which generation to serve its clients in.
+func (s *tapSession) generation(g felixwire.Generation) { s.proc.ControllerGeneration(g) }

@@ -114,13 +114,14 @@ func (s *inspectService) traceInput(req *dpdv1.TraceRequest) (engine.EndpointInf
 }
 
 // ownAddr is the endpoint's first address of the family, "" when it has
-// none the engine reports (IPv6: none yet; the address must be given).
+// none (the address must then be given).
 func ownAddr(ep engine.EndpointInfo, v6 bool) string {
+	nets := ep.IPv4Nets
 	if v6 {
-		return ""
+		nets = ep.IPv6Nets
 	}
-	if len(ep.IPv4Nets) > 0 {
-		if p, err := netip.ParsePrefix(ep.IPv4Nets[0]); err == nil {
+	if len(nets) > 0 {
+		if p, err := netip.ParsePrefix(nets[0]); err == nil {
 			return p.Addr().String()
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -196,7 +197,9 @@ func (k *fakeKernel) ConntrackEntries() (int, error) { return 3, nil }
 
 func TestTraceHandler(t *testing.T) {
 	eng := fakeEngine{eps: map[string]engine.EndpointInfo{"k8s/ns/web/eth0": {
-		ID: model.WorkloadID{Orchestrator: "k8s", Workload: "ns/web", Endpoint: "eth0"}, Iface: "caliweb", IPv4Nets: []string{"10.65.0.2/32"}}}}
+		ID: model.WorkloadID{Orchestrator: "k8s", Workload: "ns/web", Endpoint: "eth0"}, Iface: "caliweb", IPv4Nets: []string{"10.65.0.2/32"}},
+		"k8s/ns/dual/eth0": {ID: model.WorkloadID{Orchestrator: "k8s", Workload: "ns/dual", Endpoint: "eth0"}, Iface: "calidual",
+			IPv4Nets: []string{"10.65.0.3/32"}, IPv6Nets: []string{"fd00::3/128"}}}}
 	k := &fakeKernel{rulesFor: map[model.Direction][]model.RuleInfo{model.Ingress: {
 		{CounterID: 1, Tier: "default", Policy: "default/web", Kind: "policy", Index: 0, RuleID: "a", Action: model.ActionAllow},
 		{CounterID: 2, Tier: "default", Policy: "default/web", Kind: "policy", Index: 1, RuleID: "b", Action: model.ActionDeny},
@@ -244,6 +247,15 @@ func TestTraceHandler(t *testing.T) {
 		t.Fatalf("icmpv6 trace frame % x", k.frame)
 	}
 
+	// The endpoint's own IPv6 address fills its side of an IPv6 packet.
+	if _, err := s.Trace(ctx, &dpdv1.TraceRequest{Endpoint: "k8s/ns/dual/eth0", Direction: "ingress", Protocol: "tcp",
+		SrcIp: "fd00::1", DstPort: 80}); err != nil {
+		t.Fatal(err)
+	}
+	if netip.AddrFrom16([16]byte(k.frame[38:54])) != netip.MustParseAddr("fd00::3") {
+		t.Fatalf("ipv6 trace of a dual-stack endpoint: frame % x", k.frame)
+	}
+
 	for _, bad := range []struct {
 		req  *dpdv1.TraceRequest
 		code codes.Code
@@ -264,7 +276,7 @@ func TestTraceHandler(t *testing.T) {
 
 	counters, err := s.GetCounters(ctx, &dpdv1.GetCountersRequest{Nonzero: true})
 	if err != nil || len(counters.GetCounters()) != 1 || counters.GetCounters()[0].GetPackets() != 5 ||
-		counters.GetCounters()[0].GetEndpoints()[0] != "k8s/ns/web/eth0" {
+		!slices.Contains(counters.GetCounters()[0].GetEndpoints(), "k8s/ns/web/eth0") {
 		t.Fatalf("GetCounters = %v, %v", counters, err)
 	}
 	ep, err := s.GetEndpoint(ctx, &dpdv1.GetEndpointRequest{Id: "k8s/ns/web/eth0"})

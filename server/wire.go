@@ -30,6 +30,9 @@ func newWireIn(met *felixwire.Metrics, transport string, log *slog.Logger) *wire
 type wireSink struct {
 	submit func(*felix.ToDataplane) error
 	reject func(*felix.ToDataplane, error) error
+	// generation, if set, hears which generation the controller speaks
+	// whenever a message shows it, before that message is submitted.
+	generation func(felixwire.Generation)
 }
 
 // errResync wraps a decode error after which the session must start over.
@@ -45,18 +48,39 @@ func (e *errResync) Unwrap() error { return e.err }
 // caller ends the session. Messages with a payload this build does not
 // know carry nothing to apply and are skipped.
 func (w *wireIn) take(b []byte, sink wireSink) error {
+	return w.deliver(w.decode(b), sink)
+}
+
+// decoded is one message decoded, not yet delivered.
+type decoded struct {
+	r   felixwire.Result
+	err error
+}
+
+// decode decodes b; the result does not reference b.
+func (w *wireIn) decode(b []byte) decoded {
 	r, err := w.dec.Decode(b)
-	var de *felixwire.Error
-	if errors.As(err, &de) {
-		return w.failed(de, sink)
-	}
+	return decoded{r: r, err: err}
+}
+
+// deliver hands a decoded message to sink (see take).
+func (w *wireIn) deliver(d decoded, sink wireSink) error {
+	r, err := d.r, d.err
 	if err != nil {
+		// Only here: errors.As's target escapes, a heap object per call.
+		var de *felixwire.Error
+		if errors.As(err, &de) {
+			return w.failed(de, sink)
+		}
 		return err
 	}
 	w.met.Decoded(w.transport, r)
 	if r.Gen == felixwire.Legacy && !w.told {
 		w.told = true
 		w.log.Info("controller speaks the Felix v3.28-v3.31 encoding; converting at the wire edge", "transport", w.transport)
+	}
+	if r.Decided && sink.generation != nil {
+		sink.generation(r.Gen)
 	}
 	if r.Unknown != 0 {
 		w.log.Debug("ignoring a message with a payload unknown to this build", "payload_field", r.Unknown, "seq", r.Msg.GetSequenceNumber())

@@ -61,12 +61,13 @@ struct dpd_ifstate {
 	__u32 flags; /* DPD_IF_* */
 };
 
-/* dpd_ipsets: LPM trie. prefixlen counts bits from set_id onwards: 64 + address prefix. */
+/* dpd_ipsets: LPM trie. prefixlen counts bits from set_id onwards: 64 + address
+ * prefix (set_id, proto, family and port are always fully matched). */
 struct dpd_ipset_key {
 	__u32 prefixlen;
 	__u32 set_id;   /* allocated by userspace per IP set name; always fully matched */
 	__u8  proto;    /* IP_AND_PORT sets: protocol; else 0 */
-	__u8  pad;
+	__u8  family;   /* 4 or 6: a packet of one family never matches a member of the other */
 	__u16 port;     /* IP_AND_PORT sets: port, network order; else 0 */
 	__u8  addr[16]; /* IPv4 in the first 4 bytes */
 };
@@ -260,20 +261,15 @@ struct dpd_route_val {
 
 /* ---- Added by the policy-index work; mirrored in abi.go. ---- */
 
-/* dpd_ipset_idx: LPM_TRIE address -> the IP sets it is in, as a bitmap over
- * set slots (set id n has slot n - 1; sets with larger ids are only in
- * dpd_ipsets). Only members without protocol and port are indexed. Covering
- * prefixes are folded into more specific entries, so the longest match alone
- * is the answer: the compiled policy does one lookup per address instead of
- * one per set. Created and pinned by userspace (dataplane/tcbpf); the entry
- * programs do not use it. The key has the layout of struct dpd_route_key with
- * family always 0: like dpd_ipsets, whose answers the index reproduces
- * exactly, it does not tell the families apart. */
-#define DPD_IPSET_IDX_WORDS 8
-#define DPD_IPSET_IDX_SLOTS 512 /* 64 * DPD_IPSET_IDX_WORDS */
-struct dpd_ipset_idx_val {
-	__u64 slots[DPD_IPSET_IDX_WORDS];
-};
+/* dpd_ipset_idx: LPM_TRIE address -> __u32 id of its combination: the IP
+ * sets holding it (0 is never used). Only members without protocol and port
+ * are indexed. Covering prefixes are folded into more specific entries, so
+ * the longest match alone is the answer. A compiled policy that classifies
+ * by sets maps the combination to the bitmap of its rules in a map of its
+ * own: one lookup per address however many sets there are. Created and
+ * pinned by userspace (dataplane/tcbpf); the entry programs do not use it.
+ * The key has the layout of struct dpd_route_key (family 4 or 6, fully
+ * matched), like dpd_ipsets, whose answers the index reproduces exactly. */
 
 /* ---- Added by the fragments work; mirrored in abi.go. ---- */
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dpd-dev/dpd/dataplane/engine"
 	"github.com/dpd-dev/dpd/dataplane/linux"
 	"github.com/dpd-dev/dpd/dataplane/tcbpf"
 	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
@@ -64,6 +65,7 @@ func parseInto(lo *linux.Options, mem *memorySize, gc *gcPercent, st *startFlags
 	fs.StringVar(&cfg.Dataplane, "dataplane", cfg.Dataplane, "kernel dataplane: linux or memory (dry run)")
 	fs.TextVar(&level, "log-level", level, "log level: debug, info, warn or error")
 	fs.IntVar(&cfg.MaxRecvMsgSize, "max-msg-size", cfg.MaxRecvMsgSize, "largest gRPC message accepted, in bytes")
+	fs.IntVar(&cfg.MaxPendingStatuses, "max-pending-statuses", engine.DefaultMaxPendingStatuses, "statuses a controller may leave unread (beyond one per endpoint) before dpd ends its session so that it resyncs")
 	fs.StringVar(&lo.PinDir, "bpf-pin-dir", abi.PinDir, "bpffs directory for dpd's pinned maps and links (kept across restarts)")
 	fs.StringVar(&lo.AttachMode, "attach-mode", tcbpf.AttachAuto, "how entry programs attach: auto (measure the kernel at start: TCX unless its first attach costs a grace period), tcx, or tc (clsact + cls_bpf)")
 	fs.BoolVar(&lo.ForceLegacyTC, "force-legacy-tc", false, "same as --attach-mode=tc (kept for existing configurations)")
@@ -72,6 +74,7 @@ func parseInto(lo *linux.Options, mem *memorySize, gc *gcPercent, st *startFlags
 	fs.BoolVar(&cfg.FelixPipeExtensions, "felix-pipe-extensions", false, "in --felix-pipe mode also send DataplaneInSync and dpd's extensions (HappyEndpointsReport), which Felix's reader does not handle")
 	fs.StringVar(&cfg.PolicySyncDir, "policysync-dir", "", "serve Calico's policy-sync API per workload under this directory (Felix's PolicySyncPathPrefix)")
 	fs.IntVar(&cfg.PolicySyncMaxWorkloads, "policysync-max-workloads", policysync.DefaultMaxWorkloads, "most workloads --policysync-dir serves at once (each costs descriptors); further credentials files are refused, logged and counted until others go")
+	fs.TextVar(&cfg.PolicySyncEncoding, "policysync-encoding", policysync.EncodingAuto, "the Felix generation --policysync-dir serves: "+policysync.Encodings+"; auto follows the controller, since a node's Dikastes comes from its Felix's release")
 	fs.BoolVar(&cfg.RuleMetrics, "rule-metrics", false, "export per-rule packet and byte counters (dpd_rule_*) of the busiest rules")
 	fs.IntVar(&cfg.RuleMetricsLimit, "rule-metrics-limit", server.DefaultRuleMetricsLimit, "how many rules --rule-metrics exports, busiest first")
 	flowEvents := fs.Bool("flow-events", true, "record each new flow's decision with its rule (dpdctl observe, dpd.v1.Inspect/Observe); off leaves the programs' events switched off")
@@ -109,6 +112,8 @@ func parseInto(lo *linux.Options, mem *memorySize, gc *gcPercent, st *startFlags
 		return cfg, level, fmt.Errorf("--dataplane must be linux or memory, not %q", cfg.Dataplane)
 	case cfg.MaxRecvMsgSize <= 0:
 		return cfg, level, fmt.Errorf("--max-msg-size must be positive")
+	case cfg.MaxPendingStatuses <= 0:
+		return cfg, level, fmt.Errorf("--max-pending-statuses must be positive")
 	case cfg.PolicySyncMaxWorkloads <= 0:
 		return cfg, level, fmt.Errorf("--policysync-max-workloads must be positive")
 	case cfg.RuleMetricsLimit <= 0:

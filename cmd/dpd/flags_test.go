@@ -21,7 +21,7 @@ func TestParseFlags(t *testing.T) {
 		{
 			name: "defaults",
 			check: func(t *testing.T, c server.Config, level slog.Level) {
-				want := server.Config{Socket: "/run/dpd/dpd.sock", MetricsAddr: "127.0.0.1:9091", Dataplane: "linux", MaxRecvMsgSize: 16 << 20, RuleMetricsLimit: 100, PolicySyncMaxWorkloads: 1024, FlowLogInterval: time.Minute}
+				want := server.Config{Socket: "/run/dpd/dpd.sock", MetricsAddr: "127.0.0.1:9091", Dataplane: "linux", MaxRecvMsgSize: 16 << 20, RuleMetricsLimit: 100, PolicySyncMaxWorkloads: 1024, MaxPendingStatuses: 16384, FlowLogInterval: time.Minute}
 				if c != want || level != slog.LevelInfo {
 					t.Errorf("defaults = %+v %v", c, level)
 				}
@@ -33,7 +33,7 @@ func TestParseFlags(t *testing.T) {
 				"DPD_MAX_MSG_SIZE": "1024", "DPD_LISTEN_TCP": "127.0.0.1:9443", "DPD_INSECURE_TCP": "true",
 				"DPD_POLICYSYNC_MAX_WORKLOADS": "7"},
 			check: func(t *testing.T, c server.Config, level slog.Level) {
-				want := server.Config{Socket: "/tmp/x.sock", ListenTCP: "127.0.0.1:9443", InsecureTCP: true, MetricsAddr: "127.0.0.1:9091", Dataplane: "memory", MaxRecvMsgSize: 1024, RuleMetricsLimit: 100, PolicySyncMaxWorkloads: 7, FlowLogInterval: time.Minute}
+				want := server.Config{Socket: "/tmp/x.sock", ListenTCP: "127.0.0.1:9443", InsecureTCP: true, MetricsAddr: "127.0.0.1:9091", Dataplane: "memory", MaxRecvMsgSize: 1024, RuleMetricsLimit: 100, PolicySyncMaxWorkloads: 7, MaxPendingStatuses: 16384, FlowLogInterval: time.Minute}
 				if c != want || level != slog.LevelDebug {
 					t.Errorf("env = %+v %v", c, level)
 				}
@@ -94,6 +94,8 @@ func TestParseFlags(t *testing.T) {
 		{name: "non-positive flow log interval", args: []string{"--flow-log-interval=0s"}, wantErr: "flow-log-interval"},
 		{name: "non-positive rule limit", args: []string{"--rule-metrics-limit=0"}, wantErr: "rule-metrics-limit"},
 		{name: "non-positive workload cap", args: []string{"--policysync-max-workloads=0"}, wantErr: "policysync-max-workloads"},
+		{name: "non-positive status cap", args: []string{"--max-pending-statuses=0"}, wantErr: "max-pending-statuses"},
+		{name: "unknown policy-sync encoding", args: []string{"--policysync-encoding=v2"}, wantErr: "policy-sync encoding"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"reflect"
 	"time"
 
 	"github.com/dpd-dev/dpd/dataplane/model"
@@ -183,7 +182,7 @@ func (e *Engine) onWorkloadUpdate(u *model.WorkloadEndpointUpdate, recv time.Tim
 	m.touched[id] = struct{}{}
 	wasLive := !ent.removed
 	ent.stale, ent.removed = false, false
-	if wasLive && ent.invalid == "" && ent.spec != nil && reflect.DeepEqual(ent.spec, sp) {
+	if wasLive && ent.invalid == "" && ent.spec != nil && ent.spec.Equal(sp) {
 		return
 	}
 	ent.invalid = ""

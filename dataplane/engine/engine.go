@@ -153,7 +153,7 @@ func withDefaults(o Options) Options {
 		o.ResyncInterval = 5 * time.Minute
 	}
 	if o.MaxPendingStatuses <= 0 {
-		o.MaxPendingStatuses = 16384
+		o.MaxPendingStatuses = DefaultMaxPendingStatuses
 	}
 	if o.HeartbeatFirst <= 0 {
 		o.HeartbeatFirst = time.Second

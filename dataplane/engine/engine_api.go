@@ -36,7 +36,7 @@ type Options struct {
 	// ResyncInterval forces a full resync to repair drift (default 5 min).
 	ResyncInterval time.Duration
 	// MaxPendingStatuses caps the statuses waiting for a session's reader
-	// beyond one per endpoint the engine knows (default 16384). Unread
+	// beyond one per endpoint the engine knows (DefaultMaxPendingStatuses). Unread
 	// statuses coalesce to one per endpoint, host endpoint, heartbeat and
 	// happy report, so only a reader that stays behind while endpoints
 	// come and go reaches the cap; its session then ends with
@@ -47,6 +47,9 @@ type Options struct {
 	HeartbeatFirst time.Duration
 	Now            func() time.Time
 }
+
+// DefaultMaxPendingStatuses is Options.MaxPendingStatuses when unset.
+const DefaultMaxPendingStatuses = 16384
 
 // EndpointInfo is the engine's view of one workload endpoint, for Inspect.
 type EndpointInfo struct {

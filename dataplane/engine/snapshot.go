@@ -13,12 +13,39 @@ import (
 // every iteration, readers copy out under mu. Only endpoints that changed
 // are re-published, so the cost per iteration follows the change.
 type snapshotStore struct {
-	mu     sync.Mutex
-	eps    map[model.WorkloadID]EndpointInfo // guarded by mu
-	status StatusInfo                        // guarded by mu; session fields filled on read
+	mu  sync.Mutex
+	eps map[model.WorkloadID]EndpointInfo // guarded by mu
+	// byWorkload indexes eps by workload name, so a lookup by name (or a
+	// miss) costs a map access, never a walk under mu. Guarded by mu.
+	byWorkload map[string]map[model.WorkloadID]struct{}
+	status     StatusInfo // guarded by mu; session fields filled on read
 }
 
-func (s *snapshotStore) init() { s.eps = map[model.WorkloadID]EndpointInfo{} }
+func (s *snapshotStore) init() {
+	s.eps = map[model.WorkloadID]EndpointInfo{}
+	s.byWorkload = map[string]map[model.WorkloadID]struct{}{}
+}
+
+// putLocked stores info as id's entry, nil removing it.
+func (s *snapshotStore) putLocked(id model.WorkloadID, info *EndpointInfo) {
+	if info == nil {
+		delete(s.eps, id)
+		if ids := s.byWorkload[id.Workload]; ids != nil {
+			delete(ids, id)
+			if len(ids) == 0 {
+				delete(s.byWorkload, id.Workload)
+			}
+		}
+		return
+	}
+	s.eps[id] = *info
+	ids := s.byWorkload[id.Workload]
+	if ids == nil {
+		ids = map[model.WorkloadID]struct{}{}
+		s.byWorkload[id.Workload] = ids
+	}
+	ids[id] = struct{}{}
+}
 
 // publish copies changed loop state into the snapshot.
 func (e *Engine) publish() {
@@ -54,11 +81,7 @@ func (e *Engine) publish() {
 	e.snap.mu.Lock()
 	defer e.snap.mu.Unlock()
 	for id, info := range infos {
-		if info == nil {
-			delete(e.snap.eps, id)
-		} else {
-			e.snap.eps[id] = *info
-		}
+		e.snap.putLocked(id, info)
 	}
 	e.snap.status = st
 }
@@ -131,19 +154,20 @@ func (e *Engine) Endpoints() []EndpointInfo {
 func (e *Engine) Endpoint(id string) (EndpointInfo, bool) {
 	e.snap.mu.Lock()
 	defer e.snap.mu.Unlock()
-	if parts := strings.Split(id, "/"); len(parts) == 3 {
-		wid := model.WorkloadID{Orchestrator: parts[0], Workload: parts[1], Endpoint: parts[2]}
+	// "orch/workload/endpoint": the workload name may hold slashes
+	// ("namespace/pod"); the orchestrator and endpoint ids do not.
+	if first, last := strings.Index(id, "/"), strings.LastIndex(id, "/"); first >= 0 && last > first {
+		wid := model.WorkloadID{Orchestrator: id[:first], Workload: id[first+1 : last], Endpoint: id[last+1:]}
 		if info, ok := e.snap.eps[wid]; ok {
 			return info, true
 		}
 	}
-	var found EndpointInfo
-	n := 0
-	for wid, info := range e.snap.eps {
-		if wid.Workload == id || wid.String() == id {
-			found = info
-			n++
-		}
+	ids := e.snap.byWorkload[id]
+	if len(ids) != 1 {
+		return EndpointInfo{}, false
 	}
-	return found, n == 1
+	for wid := range ids {
+		return e.snap.eps[wid], true
+	}
+	return EndpointInfo{}, false
 }

@@ -1,8 +1,10 @@
 package model
 
 import (
+	"bytes"
 	"net"
 	"net/netip"
+	"slices"
 )
 
 // WorkloadEndpoint is a workload endpoint as the controller describes it:
@@ -30,4 +32,22 @@ type HostEndpoint struct {
 	UntrackedTiers []TierRef
 	PreDNATTiers   []TierRef
 	ForwardTiers   []TierRef
+}
+
+// Equal reports whether w and o describe the same endpoint. A nil MAC
+// equals only a nil one (the controller sent none), as with every slice
+// here: nil and empty compare equal, order matters.
+func (w *WorkloadEndpoint) Equal(o *WorkloadEndpoint) bool {
+	if w == nil || o == nil {
+		return w == o
+	}
+	return w.ID == o.ID && w.Iface == o.Iface && (w.MAC == nil) == (o.MAC == nil) && bytes.Equal(w.MAC, o.MAC) &&
+		slices.Equal(w.IPv4Nets, o.IPv4Nets) && slices.Equal(w.IPv6Nets, o.IPv6Nets) &&
+		slices.Equal(w.Profiles, o.Profiles) && slices.EqualFunc(w.Tiers, o.Tiers, TierRef.Equal)
+}
+
+// Equal reports whether t and o are the same tier reference.
+func (t TierRef) Equal(o TierRef) bool {
+	return t.Name == o.Name && t.DefaultAction == o.DefaultAction &&
+		slices.Equal(t.Ingress, o.Ingress) && slices.Equal(t.Egress, o.Egress)
 }

@@ -36,7 +36,7 @@ func TestBTFLayout(t *testing.T) {
 			"nat_svc": abi.StateNATSvc, "dst_route": abi.StateDstRoute,
 		}},
 		{"dpd_ipset_key", abi.IPSetKeySize, map[string]uint32{
-			"prefixlen": abi.IPSetKeyPrefixLen, "set_id": abi.IPSetKeySetID, "proto": abi.IPSetKeyProto,
+			"prefixlen": abi.IPSetKeyPrefixLen, "set_id": abi.IPSetKeySetID, "proto": abi.IPSetKeyProto, "family": abi.IPSetKeyFamily,
 			"port": abi.IPSetKeyPort, "addr": abi.IPSetKeyAddr,
 		}},
 		{"dpd_ct_key", abi.CTKeySize, map[string]uint32{
@@ -131,8 +131,7 @@ func TestHeaderDefines(t *testing.T) {
 		"DPD_RT_SAME_SUBNET": abi.RTSameSubnet, "DPD_RT_TUNNEL_VXLAN": abi.RTTunnelVXLAN,
 		"DPD_NAT_FE_BITS": abi.NATFEBits, "DPD_NAT_FE_HASH_MUL": abi.NATFEHashMul,
 		"DPD_NAT_FE_HASH_SHIFT": abi.NATFEHashShift,
-		"DPD_IPSET_IDX_WORDS":   abi.IPSetIdxWords, "DPD_IPSET_IDX_SLOTS": abi.IPSetIdxSlots,
-		"DPD_FRAG_TIMEOUT_S": abi.FragTimeoutS, "DPD_DROP_FRAG_NO_FIRST": abi.DropFragNoFirst,
+		"DPD_FRAG_TIMEOUT_S":    abi.FragTimeoutS, "DPD_DROP_FRAG_NO_FIRST": abi.DropFragNoFirst,
 		"DPD_DROP_FRAG_TINY": abi.DropFragTiny, "DPD_DROP_IPV6_EXT": abi.DropIPv6Ext, "DPD_DROP_MAX": abi.DropMax,
 		"DPD_ST_UNPOLICED": abi.StUnpoliced,
 		"DPD_CT_FAMILY_V4": abi.CTFamilyV4, "DPD_CT_FAMILY_V6": abi.CTFamilyV6, "DPD_ST_ICMP6_ND": abi.StICMP6ND,

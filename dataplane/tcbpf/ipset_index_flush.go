@@ -13,9 +13,10 @@ import (
 
 // flush rewrites the entries the changes since the last flush affect: the
 // changed prefixes, every entry inside one of them, and the unsure ones.
-// Their values before and after the change are computed from the refs,
-// and only entries whose value differs are written; new and updated
-// entries before stale ones are deleted, so a lookup never misses a set
+// Their combinations before and after the change are computed from the
+// refs, and only entries whose combination differs are written; new
+// combinations are announced before, and new and updated entries are
+// written before stale ones are deleted, so a lookup never misses a set
 // that keeps the address. Memory and time beyond the linear merge of the
 // refs are bounded by the affected entries.
 func (x *ipsetIndex) flush() error {
@@ -48,22 +49,44 @@ func (x *ipsetIndex) flush() error {
 	had := make([]bool, len(aff))
 	for i, p := range aff {
 		if _, ok := x.find(p); ok {
-			had[i], before[i] = true, x.value(p)
+			had[i] = true
+			before[i], _ = x.combos.id(x.value(p))
 		}
 	}
 	x.merge(ins, del)
 	var upd, gone []idxPfx
+	var ids []idxVal
 	for i, p := range aff {
 		_, unsure := x.unsure[p]
 		if _, ok := x.find(p); ok {
-			if !had[i] || unsure || x.value(p) != before[i] {
-				upd = append(upd, p)
+			after := x.combos.ref(x.value(p))
+			if had[i] {
+				x.combos.unref(before[i])
 			}
-		} else if had[i] || unsure {
-			gone = append(gone, p)
+			if !had[i] || unsure || after != before[i] {
+				upd, ids = append(upd, p), append(ids, after)
+			}
+		} else {
+			if had[i] {
+				x.combos.unref(before[i])
+			}
+			if had[i] || unsure {
+				gone = append(gone, p)
+			}
 		}
 	}
-	return x.write(upd, gone)
+	if err := x.combos.announce(); err != nil {
+		x.markUnsure(upd)
+		x.markUnsure(gone)
+		return err
+	}
+	if err := x.write(upd, ids, gone); err != nil {
+		return err
+	}
+	if len(x.unsure) > 0 {
+		return nil
+	}
+	return x.combos.release()
 }
 
 // longest is the longest prefix length among the refs.
@@ -126,16 +149,36 @@ func (x *ipsetIndex) merge(ins, del []idxRef) {
 	x.refs = sorted.Apply(x.refs, ins, del, compareRef)
 }
 
-// write stores the refs' values of upd and deletes gone. Entries it
-// cannot vouch for after an error become unsure, for the next flush.
-func (x *ipsetIndex) write(upd, gone []idxPfx) error {
+// write stores upd with their combination ids and deletes gone. Entries
+// it cannot vouch for after an error become unsure, for the next flush.
+func (x *ipsetIndex) write(upd []idxPfx, ids []idxVal, gone []idxPfx) error {
+	var exact, rest []idxPfx
+	var exactIDs, restIDs []idxVal
+	for i, p := range upd {
+		if p.full() {
+			exact, exactIDs = append(exact, p), append(exactIDs, ids[i])
+		} else {
+			rest, restIDs = append(rest, p), append(restIDs, ids[i])
+		}
+	}
+	spill, spillIDs, err := x.writeExact(exact, exactIDs)
+	if err != nil {
+		x.markUnsure(upd)
+		x.markUnsure(gone)
+		return err
+	}
+	for _, p := range exact {
+		delete(x.unsure, p) // spilled ones become unsure below if their write fails
+	}
+	upd, ids = append(rest, spill...), append(restIDs, spillIDs...)
 	keys := make([]idxKey, min(len(upd), keyChunk))
 	vals := make([]idxVal, len(keys))
 	for len(upd) > 0 {
 		chunk := upd[:min(len(upd), keyChunk)]
 		for i, p := range chunk {
-			keys[i], vals[i] = p.key(), x.value(p)
+			keys[i] = p.key()
 		}
+		copy(vals, ids[:len(chunk)])
 		n, err := x.update(keys[:len(chunk)], vals[:len(chunk)])
 		for _, p := range chunk[:n] {
 			delete(x.unsure, p)
@@ -145,13 +188,20 @@ func (x *ipsetIndex) write(upd, gone []idxPfx) error {
 			x.markUnsure(gone)
 			return err
 		}
-		upd = upd[len(chunk):]
+		upd, ids = upd[len(chunk):], ids[len(chunk):]
 	}
 	for i, p := range gone {
+		// The trie copy first: until the hash entry goes it shadows it.
 		k := p.key()
 		if err := x.m.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			x.markUnsure(gone[i:])
 			return fmt.Errorf("delete from %s: %w", abi.MapIPSetIdx, err)
+		}
+		if p.full() {
+			if err := x.h.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				x.markUnsure(gone[i:])
+				return fmt.Errorf("delete from %s: %w", abi.MapIPSetIdxHash, err)
+			}
 		}
 		delete(x.unsure, p)
 	}
@@ -192,5 +242,5 @@ func (x *ipsetIndex) close() error {
 	if x == nil {
 		return nil
 	}
-	return x.m.Close()
+	return errors.Join(x.m.Close(), x.h.Close())
 }

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -26,6 +27,8 @@ var propPool = []model.IPSetMember{
 	pm("10.0.0.0/8"), pm("10.1.0.0/16"), pm("10.1.2.0/24"), pm("10.1.2.3/32"), pm("10.1.2.4/32"),
 	pm("10.9.9.9/32"), pm("192.168.0.0/16"), pm("192.168.1.1/32"), pm("0.0.0.0/0"), pm("10.1.2.3/16"),
 	pm("fd00::/16"), pm("fd00::1/128"), pm("fd00::2/128"), pm("::ffff:10.1.2.3/128"),
+	pm("a01:203::/32"), pm("a00::/8"), pm("::/0"), // bytes like 10.1.2.3/32, 10/8 and 0/0
+	{Prefix: netip.MustParsePrefix("a01:203::/32"), Proto: 6, Port: 80},
 	{Prefix: netip.MustParsePrefix("10.1.2.3/32"), Proto: 6, Port: 80},
 	{Prefix: netip.MustParsePrefix("10.1.2.3/32"), Proto: 17, Port: 53},
 	{Prefix: netip.MustParsePrefix("fd00::1/128"), Proto: 6, Port: 443},
@@ -42,6 +45,10 @@ func refKey(id uint32, m model.IPSetMember) ipsetKey {
 	k := ipsetKey{Prefixlen: uint32(abi.IPSetKeyFixedBits + p.Bits()), SetId: id, Proto: m.Proto,
 		Port: binary.NativeEndian.Uint16(binary.BigEndian.AppendUint16(nil, m.Port))}
 	copy(k.Addr[:], p.Addr().AsSlice())
+	k.Family = 6
+	if p.Addr().Is4() {
+		k.Family = 4
+	}
 	return k
 }
 
@@ -158,10 +165,11 @@ func (r *propRun) adopt() {
 func (r *propRun) check(step string, strict bool) {
 	r.t.Helper()
 	want := map[ipsetKey]struct{}{}
-	wantIdx := map[idxKey]idxVal{}
+	wantIdx := map[idxKey]string{}
 	type plain struct {
-		slot uint16
-		p    netip.Prefix
+		set    uint32
+		family uint8
+		p      netip.Prefix
 	}
 	var plains []plain
 	for n, set := range r.model {
@@ -172,9 +180,9 @@ func (r *propRun) check(step string, strict bool) {
 		for k := range set {
 			k.SetId = id
 			want[k] = struct{}{}
-			if k.Proto == 0 && k.Port == 0 && id <= abi.IPSetIdxSlots {
+			if k.Proto == 0 && k.Port == 0 {
 				a := netip.AddrFrom16(k.Addr)
-				plains = append(plains, plain{uint16(id), netip.PrefixFrom(a, int(k.Prefixlen)-abi.IPSetKeyFixedBits)})
+				plains = append(plains, plain{id, k.Family, netip.PrefixFrom(a, int(k.Prefixlen)-abi.IPSetKeyFixedBits)})
 			}
 		}
 	}
@@ -195,25 +203,45 @@ func (r *propRun) check(step string, strict bool) {
 	if !strict && len(r.d.setIdx.unsure) > 0 {
 		return
 	}
-	// Every plain member is an entry, with the slots of every plain member
-	// containing it (families are not told apart, as in the map).
+	// Every plain member is an entry, with the combination of the sets of
+	// every plain member of its family containing it.
 	for _, e := range plains {
-		var val idxVal
+		var val []uint32
 		for _, o := range plains {
-			if o.p.Bits() <= e.p.Bits() && netip.PrefixFrom(e.p.Addr(), o.p.Bits()).Masked() == o.p {
-				val[(o.slot-1)/64] |= 1 << ((o.slot - 1) % 64)
+			if o.family == e.family && o.p.Bits() <= e.p.Bits() && netip.PrefixFrom(e.p.Addr(), o.p.Bits()).Masked() == o.p {
+				val = append(val, o.set)
 			}
 		}
-		wantIdx[idxPfx{addr: e.p.Addr().As16(), bits: uint8(e.p.Bits())}.key()] = val
+		slices.Sort(val)
+		wantIdx[idxPfx{addr: e.p.Addr().As16(), bits: uint8(e.p.Bits()), family: e.family}.key()] = fmt.Sprint(slices.Compact(val))
 	}
-	gotIdx := map[idxKey]idxVal{}
-	var ik idxKey
-	var iv idxVal
-	iit := r.d.IPSetIndex().Iterate()
-	for iit.Next(&ik, &iv) {
-		gotIdx[ik] = iv
+	// What a policy sees: the hash's entry, else the trie's.
+	visible := map[idxKey]idxVal{}
+	for _, m := range []*ebpf.Map{r.d.IPSetIndex(), r.d.IPSetIndexHash()} {
+		var ik idxKey
+		var iv idxVal
+		iit := m.Iterate()
+		for iit.Next(&ik, &iv) {
+			visible[ik] = iv
+		}
+		mustNil(r.t, iit.Err())
 	}
-	mustNil(r.t, iit.Err())
+	gotIdx := map[idxKey]string{}
+	uses := map[idxVal]int{}
+	for ik, iv := range visible {
+		c := r.d.setIdx.combos.byID[iv]
+		if c == nil || c.refs == 0 {
+			r.t.Fatalf("%s: entry %x maps to combination %d, which is not in use", step, ik, iv)
+		}
+		gotIdx[ik] = fmt.Sprint(c.sets)
+		uses[iv]++
+	}
+	// Every combination is counted right, and none outlives its entries.
+	for id, c := range r.d.setIdx.combos.byID {
+		if c.refs != uses[id] {
+			r.t.Fatalf("%s: combination %d %v counts %d entries, the map has %d", step, id, c.sets, c.refs, uses[id])
+		}
+	}
 	if !maps.Equal(gotIdx, wantIdx) {
 		r.t.Fatalf("%s: dpd_ipset_idx holds %v, want %v", step, gotIdx, wantIdx)
 	}
@@ -297,7 +325,10 @@ func TestReadAll(t *testing.T) {
 		mustNil(t, d.ReplaceIPSet(memSetName(s), model.IPSetIP, memSetMembersOf(s)))
 	}
 	sameReads[ipsetKey, uint32](t, d.Maps().IPSets, 3*memSetMembers)
-	sameReads[idxKey, idxVal](t, d.IPSetIndex(), 3*memSetMembers)
+	// The hash takes the first full-length entries it has room for.
+	exact := int(exactEntries(8192))
+	sameReads[idxKey, idxVal](t, d.IPSetIndexHash(), exact)
+	sameReads[idxKey, idxVal](t, d.IPSetIndex(), 3*memSetMembers-exact)
 }
 
 func sameReads[K, V comparable](t *testing.T, m *ebpf.Map, want int) {

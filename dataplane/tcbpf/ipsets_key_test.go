@@ -16,18 +16,23 @@ func TestMemberKey(t *testing.T) {
 		prefix   uint32
 		addr     []byte
 		proto    uint8
+		family   uint8
 		portWire [2]byte // the key's port bytes as they sit in memory
 		wantErr  bool
 	}{
 		{"ipv4 host", model.IPSetMember{Prefix: netip.MustParsePrefix("10.1.2.3/32")},
-			abi.IPSetKeyFixedBits + 32, []byte{10, 1, 2, 3}, 0, [2]byte{}, false},
+			abi.IPSetKeyFixedBits + 32, []byte{10, 1, 2, 3}, 0, 4, [2]byte{}, false},
 		{"ipv4 net is masked", model.IPSetMember{Prefix: netip.MustParsePrefix("10.1.2.3/16")},
-			abi.IPSetKeyFixedBits + 16, []byte{10, 1, 0, 0}, 0, [2]byte{}, false},
+			abi.IPSetKeyFixedBits + 16, []byte{10, 1, 0, 0}, 0, 4, [2]byte{}, false},
 		{"ip and port", model.IPSetMember{Prefix: netip.MustParsePrefix("10.0.0.9/32"), Proto: 6, Port: 8080},
-			abi.IPSetKeyFixedBits + 32, []byte{10, 0, 0, 9}, 6, [2]byte{0x1f, 0x90}, false},
+			abi.IPSetKeyFixedBits + 32, []byte{10, 0, 0, 9}, 6, 4, [2]byte{0x1f, 0x90}, false},
+		{"ipv6 and port", model.IPSetMember{Prefix: netip.MustParsePrefix("fd00::9/128"), Proto: 17, Port: 53},
+			abi.IPSetKeyFixedBits + 128, netip.MustParseAddr("fd00::9").AsSlice(), 17, 6, [2]byte{0, 53}, false},
+		{"ipv6 whose bytes start like ipv4", model.IPSetMember{Prefix: netip.MustParsePrefix("a01:203::/32")},
+			abi.IPSetKeyFixedBits + 32, []byte{10, 1, 2, 3}, 0, 6, [2]byte{}, false},
 		{"ipv6", model.IPSetMember{Prefix: netip.MustParsePrefix("fd00::1/128")},
-			abi.IPSetKeyFixedBits + 128, netip.MustParseAddr("fd00::1").AsSlice(), 0, [2]byte{}, false},
-		{"invalid", model.IPSetMember{}, 0, nil, 0, [2]byte{}, true},
+			abi.IPSetKeyFixedBits + 128, netip.MustParseAddr("fd00::1").AsSlice(), 0, 6, [2]byte{}, false},
+		{"invalid", model.IPSetMember{}, 0, nil, 0, 0, [2]byte{}, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -38,7 +43,7 @@ func TestMemberKey(t *testing.T) {
 			if tc.wantErr {
 				return
 			}
-			if k.SetId != 7 || k.Prefixlen != tc.prefix || k.Proto != tc.proto {
+			if k.SetId != 7 || k.Prefixlen != tc.prefix || k.Proto != tc.proto || k.Family != tc.family {
 				t.Fatalf("key %+v", k)
 			}
 			if string(k.Addr[:len(tc.addr)]) != string(tc.addr) {

@@ -72,7 +72,17 @@ func (d *Datapath) migratePins(spec *ebpf.CollectionSpec) error {
 func (d *Datapath) migrateOne(name, path string, ms *ebpf.MapSpec, old *ebpf.Map) (*MigrationReport, error) {
 	cerr := ms.Compatible(old)
 	if cerr == nil {
-		return nil, nil
+		why, err := layoutChanged(name, old)
+		if err != nil {
+			return nil, fmt.Errorf("check pinned map %s: %w", name, err)
+		}
+		if why == "" {
+			return nil, nil
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("unpin %s: %w", name, err)
+		}
+		return &MigrationReport{Map: name, Reason: why}, nil
 	}
 	if !errors.Is(cerr, ebpf.ErrMapIncompatible) {
 		return nil, fmt.Errorf("check pinned map %s: %w", name, cerr)

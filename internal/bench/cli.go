@@ -15,7 +15,7 @@ import (
 	"syscall"
 )
 
-const usage = `usage: dpd-bench [--quick|--full] [--out FILE] [--dpd BIN | --socket PATH [--netns NAME]]
+const usage = `usage: dpd-bench [--quick|--full] [--out FILE] [--dpd BIN [--dpd-arg FLAG]... | --socket PATH [--netns NAME]]
                  [--src DIR] [--dpd-log FILE] [-o text|json] [--quiet]
 
 Measures dpd's node-scale figures (P1-P7) against a real dpd it starts in a
@@ -56,6 +56,11 @@ func runMain(args []string, w, stderr io.Writer) error {
 	dpdLog := fs.String("dpd-log", "", "keep the log of the dpd the driver starts in this file")
 	format := fs.String("o", "text", "output format: text or json")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
+	var dpdArgs []string
+	fs.Func("dpd-arg", "one more flag for the dpd the driver starts, e.g. --dpd-arg=--attach-mode=tcx (repeatable)", func(v string) error {
+		dpdArgs = append(dpdArgs, v)
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			printf(stderr, "%s", usage)
@@ -74,8 +79,10 @@ func runMain(args []string, w, stderr io.Writer) error {
 		return fmt.Errorf("%w: --quick and --full are exclusive", errUsage)
 	case *netns != "" && *socket == "":
 		return fmt.Errorf("%w: --netns goes with --socket", errUsage)
+	case len(dpdArgs) > 0 && *socket != "":
+		return fmt.Errorf("%w: --dpd-arg goes with a dpd the driver starts, not --socket", errUsage)
 	}
-	o := Options{Scale: FullScale(), Socket: *socket, NetNS: *netns, SourceDir: *src, DaemonLog: *dpdLog}
+	o := Options{Scale: FullScale(), Socket: *socket, NetNS: *netns, SourceDir: *src, DaemonLog: *dpdLog, DaemonArgs: dpdArgs}
 	if *quick {
 		o.Scale = QuickScale()
 	}

@@ -23,6 +23,7 @@ func TestUsageErrors(t *testing.T) {
 	}{
 		{[]string{"--quick", "--full"}, "exclusive"},
 		{[]string{"--netns", "x"}, "--netns goes with --socket"},
+		{[]string{"--socket", "/x.sock", "--dpd-arg=--attach-mode=tcx"}, "--dpd-arg goes with a dpd the driver starts"},
 		{[]string{"-o", "yaml"}, "-o must be text or json"},
 		{[]string{"extra"}, "unexpected arguments"},
 		{[]string{"--dpd"}, "flag needs an argument"},

@@ -101,6 +101,9 @@ type Options struct {
 	// PinRoot is the bpffs directory the daemon's pin directory goes
 	// under ("" is /sys/fs/bpf).
 	PinRoot string
+	// DaemonArgs are more flags for a started dpd (--attach-mode=tcx to
+	// measure forced TCX on a kernel where auto picks legacy TC).
+	DaemonArgs []string
 	// DaemonLog, when set, receives a copy of a started dpd's log when it
 	// stops (the log is otherwise removed with the daemon's temp dir).
 	DaemonLog string

@@ -27,10 +27,10 @@ type daemon struct {
 	pinDir string
 }
 
-// startDaemon runs bin --dataplane=linux inside n with a private socket and
+// startDaemon runs bin --dataplane=linux (then extra) inside n with a private socket and
 // pin directory under pinRoot, and waits until it serves gRPC. keepLog is
 // where a failed start leaves the log ("" nowhere).
-func startDaemon(ctx context.Context, bin string, n *node, pinRoot, keepLog string) (*daemon, error) {
+func startDaemon(ctx context.Context, bin string, n *node, pinRoot, keepLog string, extra []string) (*daemon, error) {
 	dir, err := os.MkdirTemp("", nsPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("temp dir: %w", err)
@@ -47,6 +47,7 @@ func startDaemon(ctx context.Context, bin string, n *node, pinRoot, keepLog stri
 		// A terminal's Ctrl-C reaches the driver, which stops dpd in order;
 		// a driver killed outright still stops its dpd.
 		OwnGroup: true,
+		Extra:    extra,
 	}
 	if d.proc, err = daemontest.Start(ctx, cfg); err != nil {
 		return nil, errors.Join(err, keepFile(cfg.LogPath, keepLog), d.stop(""))

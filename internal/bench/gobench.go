@@ -21,6 +21,7 @@ import (
 //
 //	P4  ./dataplane/tcbpf          BenchmarkEntry   trivial, ct_hit, ct_reply, policy_deny (ns/pkt)
 //	P4  ./dataplane/tcbpf/polprog  BenchmarkPolicy  noop, <kind>/n=<rules>/<first|last> (ns/op)
+//	P4  the same for IPv6: BenchmarkEntry6, BenchmarkPolicy6
 //	P5  ./server                 BenchmarkSyncIngest, BenchmarkSyncIngestRaw (msgs/s)
 type goBench struct {
 	pkg, pattern, benchtime string
@@ -129,6 +130,8 @@ func (r *runner) goBenchmarks(ctx context.Context) error {
 	sets := []goBench{
 		{pkg: "./dataplane/tcbpf/", pattern: "^BenchmarkEntry$", benchtime: s.BPFBenchTime},
 		{pkg: "./dataplane/tcbpf/polprog/", pattern: "^BenchmarkPolicy$", benchtime: s.BPFBenchTime},
+		{pkg: "./dataplane/tcbpf/", pattern: "^BenchmarkEntry6$", benchtime: s.BPFBenchTime},
+		{pkg: "./dataplane/tcbpf/polprog/", pattern: "^BenchmarkPolicy6$", benchtime: s.BPFBenchTime},
 		{pkg: "./server/", pattern: "^BenchmarkSyncIngest(Raw)?$", benchtime: s.IngestBenchTime},
 	}
 	all := benchResults{}
@@ -153,17 +156,27 @@ func (r *runner) goBenchmarks(ctx context.Context) error {
 
 // packetCost picks P4's numbers out of the benchmark results.
 func packetCost(all benchResults, goVersion string) PacketCost {
+	p := packetCostOf(all, "")
+	p.GoVersion = goVersion
+	if v6 := packetCostOf(all, "6"); v6.EntryTrivial > 0 || len(v6.NewFlow) > 0 {
+		p.IPv6 = &v6
+	}
+	return p
+}
+
+// packetCostOf reads BenchmarkEntry<suffix> and BenchmarkPolicy<suffix>.
+func packetCostOf(all benchResults, suffix string) PacketCost {
+	entry, policy := "BenchmarkEntry"+suffix+"/", "BenchmarkPolicy"+suffix+"/"
 	p := PacketCost{
-		EntryTrivial:  all.median("BenchmarkEntry/trivial", "ns/pkt"),
-		Established:   all.median("BenchmarkEntry/ct_hit", "ns/pkt"),
-		Reply:         all.median("BenchmarkEntry/ct_reply", "ns/pkt"),
-		EntryDeny:     all.median("BenchmarkEntry/policy_deny", "ns/pkt"),
-		PolicyTrivial: all.median("BenchmarkPolicy/noop", "ns/op"),
+		EntryTrivial:  all.median(entry+"trivial", "ns/pkt"),
+		Established:   all.median(entry+"ct_hit", "ns/pkt"),
+		Reply:         all.median(entry+"ct_reply", "ns/pkt"),
+		EntryDeny:     all.median(entry+"policy_deny", "ns/pkt"),
+		PolicyTrivial: all.median(policy+"noop", "ns/op"),
 		NewFlow:       map[string]float64{},
-		GoVersion:     goVersion,
 	}
 	for name := range all {
-		if c, ok := strings.CutPrefix(name, "BenchmarkPolicy/"); ok && c != "noop" {
+		if c, ok := strings.CutPrefix(name, policy); ok && c != "noop" {
 			p.NewFlow[c] = all.median(name, "ns/op")
 		}
 	}

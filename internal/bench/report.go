@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -269,6 +270,8 @@ func (r *Results) packetDetails(w writer) {
 			rows = append(rows, row{kind, n})
 		}
 	}
+	rows = append(rows, row{"ipsets", 10000}, row{"ipset-shared", 10}, row{"ipset-shared", 1000}, row{"ipset-shared", 10000})
+	required := len(rows)
 	for k := range p.NewFlow {
 		kind, rest, _ := strings.Cut(k, "/n=")
 		var n int
@@ -276,7 +279,7 @@ func (r *Results) packetDetails(w writer) {
 			rows = append(rows, row{kind, n})
 		}
 	}
-	slices.SortStableFunc(rows[9:], func(a, b row) int {
+	slices.SortStableFunc(rows[required:], func(a, b row) int {
 		if a.kind != b.kind {
 			return strings.Compare(a.kind, b.kind)
 		}
@@ -285,6 +288,19 @@ func (r *Results) packetDetails(w writer) {
 	for _, rw := range rows {
 		key := fmt.Sprintf("%s/n=%d/", rw.kind, rw.n)
 		w("| %s | %d | %s | %s |\n", rw.kind, rw.n, ratio(p.NewFlow[key+"first"], p.PolicyTrivial), ratio(p.NewFlow[key+"last"], p.PolicyTrivial))
+	}
+	if v6 := p.IPv6; v6 != nil {
+		w("\n**P4, IPv6** entry program (× trivial %.0f ns): conntrack hit %s, reply %s, new flow to a deny policy %s. Policy program, new flow (× noop %.0f ns):",
+			v6.EntryTrivial, ratio(v6.Established, v6.EntryTrivial), ratio(v6.Reply, v6.EntryTrivial), ratio(v6.EntryDeny, v6.EntryTrivial), v6.PolicyTrivial)
+		keys := slices.Sorted(maps.Keys(v6.NewFlow))
+		for i, k := range keys {
+			sep := ","
+			if i == len(keys)-1 {
+				sep = "."
+			}
+			w(" %s %s%s", k, ratio(v6.NewFlow[k], v6.PolicyTrivial), sep)
+		}
+		w("\n")
 	}
 	w("\nRules deny, the last allows. `tcp-ports`: rule *i* matches TCP to port 10000+*i*; `cidr32`: one /32 source " +
 		"each; `ipsets`: source in set *i*, one set per rule; `ipset-shared`: ports, and every rule also needs the source in one common set. " +

@@ -113,7 +113,28 @@ type PacketCost struct {
 	// cases by "<kind>/n=<rules>/<first|last>".
 	PolicyTrivial float64
 	NewFlow       map[string]float64
-	GoVersion     string // of the toolchain that ran the benchmarks
+	// IPv6 is the same for IPv6 packets (BenchmarkEntry6, BenchmarkPolicy6);
+	// its NewFlow holds the cases that benchmark has.
+	IPv6      *PacketCost `json:",omitempty"`
+	GoVersion string      // of the toolchain that ran the benchmarks
+}
+
+// ipv6Figure is a P4 figure of the IPv6 benchmarks: the established flow
+// when key is "", else the new-flow case key.
+func (r *Results) ipv6Figure(name, key string, limit float64) Figure {
+	f := Figure{ID: "P4", Name: name, Unit: "×", Limit: limit}
+	p := r.Packets.IPv6
+	if p == nil {
+		return f
+	}
+	num, den := p.Established, p.EntryTrivial
+	if key != "" {
+		num, den = p.NewFlow[key], p.PolicyTrivial
+	}
+	if num > 0 && den > 0 {
+		f.Value, f.Measured = num/den, true
+	}
+	return f
 }
 
 // Ingest is P5, in messages per second through one stream.
@@ -219,6 +240,12 @@ func (r *Results) Figures() []Figure {
 		newFlow("P4", "new flow, last of 1,000 TCP port rules", "tcp-ports/n=1000/last", 10),
 		newFlow("P4", "new flow, last of 1,000 /32 CIDR rules", "cidr32/n=1000/last", 10),
 		newFlow("P4", "new flow, last of 100 IP-set rules", "ipsets/n=100/last", 30),
+		newFlow("P4", "new flow, last of 1,000 IP-set rules (one set each)", "ipsets/n=1000/last", 10),
+		newFlow("P4", "new flow, last of 10,000 IP-set rules (one set each)", "ipsets/n=10000/last", 10),
+		newFlow("P4", "new flow, last of 10,000 port rules sharing one IP set", "ipset-shared/n=10000/last", 10),
+		r.ipv6Figure("established IPv6 flow (conntrack hit) vs trivial", "", 4),
+		r.ipv6Figure("new IPv6 flow, last of 1,000 /128 CIDR rules", "cidr128/n=1000/last", 10),
+		r.ipv6Figure("new IPv6 flow, last of 100 IPv6 IP-set rules", "ipsets6/n=100/last", 30),
 		{ID: "P5", Name: "ingest through one stream vs raw gRPC", Value: 100 * ing, Unit: "%", Limit: 60, AtLeast: true, Measured: ingOK},
 		{ID: "P6", Name: "peak RSS of dpd after P3", Value: float64(r.Memory.PeakRSS) / (1 << 20), Unit: "MiB", Limit: 64, Measured: r.Memory.PeakRSS > 0},
 	}, r.trafficFigures()...)

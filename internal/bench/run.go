@@ -101,7 +101,7 @@ func (r *runner) daemonPhases(ctx context.Context) error {
 		if err := r.createVeths(); err != nil {
 			return err
 		}
-		if r.d, err = startDaemon(ctx, r.o.DPD, r.node, r.o.PinRoot, r.o.DaemonLog); err != nil {
+		if r.d, err = startDaemon(ctx, r.o.DPD, r.node, r.o.PinRoot, r.o.DaemonLog, r.o.DaemonArgs); err != nil {
 			return err
 		}
 	}

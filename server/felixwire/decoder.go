@@ -61,6 +61,10 @@ type Result struct {
 	Msg *felix.ToDataplane
 	// Gen is the encoding the message was recognised as.
 	Gen Generation
+	// Decided: the message shows which generation the controller speaks
+	// (an older-only form, or a policy id, whose form differs between the
+	// two); most messages read the same in both and say nothing.
+	Decided bool
 	// Unknown: the message has a payload field this build does not know
 	// (Msg.Payload is nil); it carries nothing to apply. Unknown fields in
 	// known payloads are not reported: they are ignored, as upstream adds
@@ -104,12 +108,18 @@ func (d *Decoder) Decode(b []byte) (Result, error) {
 		d.hosts.current(msg)
 	}
 	d.seen[gen]++
-	r := Result{Msg: msg, Gen: gen}
+	r := Result{Msg: msg, Gen: gen, Decided: gen == Legacy || hasPolicyID(msg)}
 	if msg.Payload == nil && env.payload != 0 {
 		r.Unknown = env.payload
 		d.unknown++
 	}
 	return r, nil
+}
+
+// hasPolicyID reports whether msg is a policy update or removal naming
+// its policy: its id is encoded differently in each generation.
+func hasPolicyID(msg *felix.ToDataplane) bool {
+	return msg.GetActivePolicyUpdate().GetId() != nil || msg.GetActivePolicyRemove().GetId() != nil
 }
 
 // Fail accounts for a message the transport could not deliver as bytes

@@ -16,14 +16,18 @@ import (
 // serve them). Host metadata goes as HostMetadataV4V6Update/Remove (37/38);
 // routes keep the types bitmap, as v3.30 and later send it.
 func MarshalLegacy(msg *felix.ToDataplane) ([]byte, error) {
-	lm, err := down(msg)
+	// The older remove names the tier too; any non-empty tier reads back
+	// to the same current id.
+	lm, err := down(msg, "unknown")
 	if err != nil {
 		return nil, err
 	}
 	return proto.MarshalOptions{Deterministic: true}.Marshal(lm)
 }
 
-func down(m *felix.ToDataplane) (*felixlegacy.ToDataplane, error) {
+// down converts m; removeTier is the tier an ActivePolicyRemove names
+// (the current form does not carry it).
+func down(m *felix.ToDataplane, removeTier string) (*felixlegacy.ToDataplane, error) {
 	out := &felixlegacy.ToDataplane{SequenceNumber: m.GetSequenceNumber()}
 	var err error
 	switch p := m.Payload.(type) {
@@ -40,10 +44,8 @@ func down(m *felix.ToDataplane) (*felixlegacy.ToDataplane, error) {
 			out.Payload = &felixlegacy.ToDataplane_ActivePolicyUpdate{ActivePolicyUpdate: lu}
 		}
 	case *felix.ToDataplane_ActivePolicyRemove:
-		// The older remove names the tier too; any non-empty tier reads
-		// back to the same current id.
 		var id *felixlegacy.PolicyID
-		if id, err = downPolicyID("unknown", p.ActivePolicyRemove.GetId()); err == nil {
+		if id, err = downPolicyID(removeTier, p.ActivePolicyRemove.GetId()); err == nil {
 			out.Payload = &felixlegacy.ToDataplane_ActivePolicyRemove{ActivePolicyRemove: &felixlegacy.ActivePolicyRemove{Id: id}}
 		}
 	case *felix.ToDataplane_WorkloadEndpointUpdate:

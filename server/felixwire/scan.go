@@ -3,6 +3,7 @@ package felixwire
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"unicode/utf8"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -51,9 +52,16 @@ type field struct {
 	u64 uint64 // VarintType's value
 }
 
+// scanBuf is room for a message's fields on the caller's stack: scanning
+// runs for every message, and a heap slice per nesting level was a
+// measurable share of ingest. Longer messages grow onto the heap.
+type scanBuf [16]field
+
 // fields splits b into its fields, failing on malformed wire format.
-func fields(b []byte) ([]field, error) {
-	var out []field
+func fields(b []byte) ([]field, error) { return appendFields(nil, b) }
+
+// appendFields appends the fields of b to out (pass a scanBuf's [:0]).
+func appendFields(out []field, b []byte) ([]field, error) {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
@@ -97,26 +105,16 @@ func has(fs []field, num protowire.Number) bool {
 	return false
 }
 
-// lenFields returns the contents of every BytesType field num of fs.
-func lenFields(fs []field, num protowire.Number) [][]byte {
-	var out [][]byte
-	for _, f := range fs {
-		if f.num == num && f.typ == protowire.BytesType {
-			out = append(out, f.val)
-		}
-	}
-	return out
-}
-
 // lastLen returns the content of the last BytesType field num (proto
 // merges repeated occurrences of a singular message; the last wins for
 // scalars, and for what this file reads that is the same).
 func lastLen(fs []field, num protowire.Number) ([]byte, bool) {
-	l := lenFields(fs, num)
-	if len(l) == 0 {
-		return nil, false
+	for i := len(fs) - 1; i >= 0; i-- {
+		if fs[i].num == num && fs[i].typ == protowire.BytesType {
+			return fs[i].val, true
+		}
 	}
-	return l[len(l)-1], true
+	return nil, false
 }
 
 // envelope is what the top level of a ToDataplane says before decoding.
@@ -129,7 +127,8 @@ type envelope struct {
 // scanEnvelope reads the sequence number and the payload (the last oneof
 // field, as proto decoding keeps) of a ToDataplane.
 func scanEnvelope(b []byte) (envelope, error) {
-	fs, err := fields(b)
+	var buf scanBuf
+	fs, err := appendFields(buf[:0], b)
 	if err != nil {
 		return envelope{}, err
 	}
@@ -172,7 +171,8 @@ var errMixed = errors.New("policy references mix the v3.28-v3.31 (names) and v3.
 // presence decides even though the older bytes decode without error as a
 // newer PolicyID that lost its tier.
 func policyIDGen(body []byte) (Generation, error) {
-	fs, err := fields(body)
+	var buf, idBuf scanBuf
+	fs, err := appendFields(buf[:0], body)
 	if err != nil {
 		return Current, err
 	}
@@ -180,7 +180,7 @@ func policyIDGen(body []byte) (Generation, error) {
 	if !ok {
 		return Current, nil
 	}
-	idf, err := fields(id)
+	idf, err := appendFields(idBuf[:0], id)
 	if err != nil {
 		return Current, fmt.Errorf("id: %w", err)
 	}
@@ -196,7 +196,8 @@ func policyIDGen(body []byte) (Generation, error) {
 // is printable ASCII, and no printable byte encodes the tag of field 2
 // (0x12), so no real name passes this test.
 func isPolicyIDBytes(e []byte) bool {
-	fs, err := fields(e)
+	var buf scanBuf
+	fs, err := appendFields(buf[:0], e)
 	if err != nil || has(fs, 1) {
 		return false
 	}
@@ -208,25 +209,28 @@ func isPolicyIDBytes(e []byte) bool {
 // fields tierFields of the endpoint message ep). Endpoints without tier
 // policies read the same either way and count as current.
 func tierListsGen(ep []byte, tierFields []protowire.Number) (Generation, error) {
-	fs, err := fields(ep)
+	var buf, tierBuf scanBuf
+	fs, err := appendFields(buf[:0], ep)
 	if err != nil {
 		return Current, err
 	}
 	var ids, names int
-	for _, tf := range tierFields {
-		for _, t := range lenFields(fs, tf) {
-			tfs, err := fields(t)
-			if err != nil {
-				return Current, fmt.Errorf("tier: %w", err)
+	for _, f := range fs {
+		if f.typ != protowire.BytesType || !slices.Contains(tierFields, f.num) {
+			continue
+		}
+		tfs, err := appendFields(tierBuf[:0], f.val)
+		if err != nil {
+			return Current, fmt.Errorf("tier: %w", err)
+		}
+		for _, e := range tfs {
+			if e.typ != protowire.BytesType || (e.num != tierIngress && e.num != tierEgress) {
+				continue
 			}
-			for _, dir := range []protowire.Number{tierIngress, tierEgress} {
-				for _, e := range lenFields(tfs, dir) {
-					if isPolicyIDBytes(e) {
-						ids++
-					} else {
-						names++
-					}
-				}
+			if isPolicyIDBytes(e.val) {
+				ids++
+			} else {
+				names++
 			}
 		}
 	}
@@ -241,7 +245,8 @@ func tierListsGen(ep []byte, tierFields []protowire.Number) (Generation, error) 
 
 // endpointGen tells the generation of a Workload/HostEndpointUpdate body.
 func endpointGen(body []byte, epField protowire.Number, tierFields []protowire.Number) (Generation, error) {
-	fs, err := fields(body)
+	var buf scanBuf
+	fs, err := appendFields(buf[:0], body)
 	if err != nil {
 		return Current, err
 	}
@@ -256,7 +261,8 @@ func endpointGen(body []byte, epField protowire.Number, tierFields []protowire.N
 // since. An older CIDR_INFO route (type 0) has no field 1 and means the
 // same as a current one with no type bits.
 func routeGen(body []byte) (Generation, error) {
-	fs, err := fields(body)
+	var buf scanBuf
+	fs, err := appendFields(buf[:0], body)
 	if err != nil {
 		return Current, err
 	}

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/protobuf/proto"
 
@@ -20,6 +21,9 @@ type Options struct {
 	// MaxMessageBytes bounds each message sent (default MaxMessageBytes).
 	MaxMessageBytes int
 	Metrics         *Metrics // nil: not counted
+	// Encoding is the generation clients are served in (default: the
+	// controller's).
+	Encoding Encoding
 }
 
 // Processor mirrors what the controller sent that policy-sync clients need
@@ -30,6 +34,8 @@ type Processor struct {
 	opts Options
 	log  *slog.Logger
 	met  *Metrics
+
+	ctrlLegacy atomic.Bool // the controller speaks v3.28-v3.31
 
 	mu         sync.Mutex
 	inSync     bool // some controller session sent InSync; guarded by mu

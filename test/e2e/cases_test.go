@@ -158,6 +158,21 @@ func policyCases() []policyCase {
 				Denied(TCP(e.a, e.b.IP, tcpPort)),
 			)
 		}},
+		// Two rules test source sets, so the policy classifies sources by
+		// their combination of sets; a delta that forms a new combination
+		// reaches the loaded program (a combination it did not know would
+		// read as no set: passed to the allowing profile).
+		{"set-classified-delta", func(t *testing.T, e *env) {
+			e.apply(t, e.onB("Pass", profAllowAll,
+				inB("by-sets", Deny(SrcIPSets("blocked")), Allow(SrcIPSets("clients"))),
+				IPSet("blocked", felix.IPSetUpdate_IP, "192.0.2.99"),
+				IPSet("clients", felix.IPSetUpdate_NET, e.cl.IP+"/32", e.a.IP+"/32")))
+			Expect(t, Allowed(Ping(e.a, e.b.IP)), Allowed(Ping(e.cl, e.b.IP)))
+			e.send(t, IPSetDelta("blocked", []string{e.a.IP}, nil))
+			Expect(t, Denied(Ping(e.a, e.b.IP)), Denied(TCP(e.a, e.b.IP, tcpPort)), Allowed(Ping(e.cl, e.b.IP)))
+			e.send(t, IPSetDelta("blocked", nil, []string{e.a.IP}))
+			Expect(t, Allowed(Ping(e.a, e.b.IP)), Allowed(TCP(e.a, e.b.IP, tcpPort)))
+		}},
 		{"negated-matches", func(t *testing.T, e *env) {
 			for _, sub := range negatedCases(e) {
 				t.Run(sub.name, func(t *testing.T) { sub.run(t, e) })

@@ -63,6 +63,7 @@ const (
 	IPSetKeyPrefixLen = 0
 	IPSetKeySetID     = 4
 	IPSetKeyProto     = 8
+	IPSetKeyFamily    = 9  // 4 or 6, fully matched: the families never mix
 	IPSetKeyPort      = 10 // network order
 	IPSetKeyAddr      = 12
 	IPSetKeySize      = 28
@@ -256,22 +257,20 @@ const (
 // ---- Added by the policy-index work; mirrors the additions at the end of
 // dpd_abi.h. ----
 
-// dpd_ipset_idx: LPM_TRIE address -> the IP sets it is in, as a bitmap over
-// set slots (set id n has slot n-1; sets with larger ids are only in
-// dpd_ipsets). Only members without protocol and port are indexed. Covering
-// prefixes are folded into more specific entries, so the longest match
-// alone is the answer: one lookup per address instead of one per set. The
-// family byte of the key is always 0: like dpd_ipsets, whose answers the
-// index reproduces exactly, it does not tell the families apart.
+// dpd_ipset_idx: LPM_TRIE address -> u32 id of its combination: the IP
+// sets holding it (0 is never used). Only members without protocol and port
+// are indexed. Covering prefixes are folded into more specific entries, so
+// the longest match alone is the answer; a policy maps the combination to
+// its rules in a map of its own (polprog). The key's family (4 or 6) is
+// fully matched, as in dpd_ipsets.
 const (
 	MapIPSetIdx          = "dpd_ipset_idx"
+	MapIPSetIdxHash      = "dpd_ipset_idxh" // HASH, the same keys: full-length entries, asked first
 	IPSetIdxKeyPrefixLen = 0
 	IPSetIdxKeyFamily    = 4
 	IPSetIdxKeyAddr      = 8
 	IPSetIdxKeySize      = 24
 	IPSetIdxKeyFixedBits = 32 // family + pad
-	IPSetIdxWords        = 8  // u64 words of the value
-	IPSetIdxSlots        = 64 * IPSetIdxWords
 )
 
 // ---- Added by the fragments work; mirrors the additions at the end of

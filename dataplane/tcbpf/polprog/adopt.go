@@ -28,7 +28,7 @@ func (s *Spec) Adopt(m Maps, p *Pinned) (*Program, error) {
 		return nil, errors.New("adopt policy: chain map required for a split policy")
 	}
 	allowed := map[ebpf.MapID]bool{}
-	for _, mm := range []*ebpf.Map{m.State, m.Jump, m.IPSets, m.RuleCtrs, m.Chain, m.IPSetIdx} {
+	for _, mm := range []*ebpf.Map{m.State, m.Jump, m.IPSets, m.RuleCtrs, m.Chain, m.IPSetIdx, m.IPSetIdxHash} {
 		if mm == nil {
 			continue
 		}
@@ -63,6 +63,14 @@ func (s *Spec) Adopt(m Maps, p *Pinned) (*Program, error) {
 			return nil, fmt.Errorf("adopt policy: reinstall chunk %d at %s[%d]: %w", i+1, mapChain, idx, err)
 		}
 	}
+	if own != nil && own.setw != nil {
+		// Rewrites the hash from the current combinations of the policy's
+		// sets; a pinned program of another policy was refused above.
+		if own.stop, err = own.setw.watch(s.index, m.SetIndex, true); err != nil {
+			own.close()
+			return nil, fmt.Errorf("adopt policy: %w", err)
+		}
+	}
 	rules := s.Rules()
 	if m.RuleCtrs != nil {
 		if err := createCounters(m.RuleCtrs, rules); err != nil {
@@ -81,7 +89,8 @@ func (s *Spec) Adopt(m Maps, p *Pinned) (*Program, error) {
 // adoptOwnMaps finds the per-program maps the pinned chunks use besides
 // the shared ones (allowed) and checks they hold exactly what Load would
 // fill them with for s; it returns them opened (nil when s has none). The
-// maps are frozen at load, so equal contents now mean equal for good.
+// maps are frozen at load, so equal contents now mean equal for good; the
+// set dimensions' hash is opened, to be watched once the program is.
 func (s *Spec) adoptOwnMaps(progs []*ebpf.Program, allowed map[ebpf.MapID]bool) (_ *progMaps, err error) {
 	extra := map[ebpf.MapID]bool{}
 	for _, prog := range progs {
@@ -128,16 +137,25 @@ func (s *Spec) adoptOwnMaps(progs []*ebpf.Program, allowed map[ebpf.MapID]bool) 
 			pm.clsHash = mm
 		case info.Name == mapBits && pm.bits == nil:
 			pm.bits = mm
+		case info.Name == mapPolSets && pm.sets == nil:
+			pm.sets = mm
 		default:
 			_ = mm.Close()
 			return nil, fmt.Errorf("pinned program uses unexpected map %q (%d)", info.Name, id)
 		}
 	}
-	if (pm.cls == nil) == s.index.trie || (pm.clsHash == nil) == s.index.hash || pm.bits == nil {
+	if (pm.cls == nil) == s.index.trie || (pm.clsHash == nil) == s.index.hash || (pm.bits == nil) == (len(s.index.classes) > 0) ||
+		(pm.sets == nil) == (len(s.index.sets) > 0) {
 		return nil, errors.New("pinned program's classification maps differ from the policy's")
 	}
 	if err := s.index.matchMaps(pm); err != nil {
 		return nil, err
+	}
+	if pm.sets != nil {
+		// Watched (and so rewritten) only once the chunks match.
+		if pm.setw, err = adoptSetWatch(pm.sets, s.index.words); err != nil {
+			return nil, err
+		}
 	}
 	return pm, nil
 }
@@ -154,6 +172,9 @@ func (ix *specIndex) matchMaps(pm *progMaps) error {
 		if err := matchCls(pm.clsHash, mapClsHash, exact); err != nil {
 			return err
 		}
+	}
+	if pm.bits == nil {
+		return nil
 	}
 	if int(pm.bits.MaxEntries()) != len(ix.classes) || int(pm.bits.ValueSize()) != 8*(ix.words+1) {
 		return fmt.Errorf("%s has another shape", mapBits)

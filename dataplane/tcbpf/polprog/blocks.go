@@ -40,7 +40,7 @@ func (p *plan) genBlock(i int) blockCode {
 			// After a linear head: classify here, the head did not.
 			g.needs.walk = true
 			p.classify(&g.s, g.local())
-			p.bitmapPtrs(&g.s, g.local())
+			p.bitmapPtrs(&g.s, g.local(), true)
 		}
 		g.jumpAhead()
 	}

@@ -187,16 +187,16 @@ func (p *plan) prologue(s *stream, head bool, n needs) {
 		p.classify(s, "")
 	}
 	if n.walk && !lazy {
-		p.bitmapPtrs(s, "")
+		p.bitmapPtrs(s, "", head)
 	}
-	slotBitmaps(s, n)
 	if !n.srcKey && !n.dstKey {
 		return
 	}
-	// The address part of a key is fixed per packet; set tests only write
-	// set_id, proto and port.
+	// The address and family of a key are fixed per packet; set tests only
+	// write set_id, proto and port.
 	s.emit(
-		ldState(asm.R1, abi.StateFamily, asm.Byte),
+		ldState(asm.R3, abi.StateFamily, asm.Byte),
+		asm.Mov.Reg(asm.R1, asm.R3),
 		asm.Mov.Imm(asm.R2, abi.IPSetKeyFixedBits+32),
 		asm.JNE.Imm(asm.R1, 6, "have_plen"),
 		asm.Mov.Imm(asm.R2, abi.IPSetKeyFixedBits+128),
@@ -211,6 +211,7 @@ func (p *plan) prologue(s *stream, head bool, n needs) {
 		}
 		s.emit(
 			asm.StoreMem(asm.RFP, int16(k.key+abi.IPSetKeyPrefixLen), asm.R2, asm.Word),
+			asm.StoreMem(asm.RFP, int16(k.key+abi.IPSetKeyFamily), asm.R3, asm.Byte),
 			ldState(asm.R1, k.addr, asm.DWord),
 			asm.StoreMem(asm.RFP, int16(k.key+abi.IPSetKeyAddr), asm.R1, asm.DWord),
 			ldState(asm.R1, k.addr+8, asm.DWord),

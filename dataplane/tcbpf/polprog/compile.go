@@ -21,7 +21,6 @@ func Compile(pol *model.DirectionPolicy, dir model.Direction, r Resolver, opts O
 	if err != nil {
 		return nil, fmt.Errorf("compile %s policy: %w", dir, err)
 	}
-	p.chooseSetIndex(opts)
 	p.useIndex(opts)
 	codes := make([]blockCode, len(p.blocks))
 	total := 0
@@ -66,8 +65,14 @@ func Compile(pol *model.DirectionPolicy, dir model.Direction, r Resolver, opts O
 	if p.idx != nil {
 		spec.index = &specIndex{words: p.idx.words, classes: p.idx.classes, entries: p.idx.entries}
 		for _, d := range p.idx.dims {
-			spec.index.trie = spec.index.trie || !d.hashed
-			spec.index.hash = spec.index.hash || d.hashed
+			switch {
+			case d.sd != nil:
+				spec.index.sets = append(spec.index.sets, d.sd)
+			case d.hashed:
+				spec.index.hash = true
+			default:
+				spec.index.trie = true
+			}
 		}
 	}
 	for c := range spans {

@@ -22,7 +22,9 @@
 // jumps to the first 64-rule word that can hold a candidate, the class
 // bitmaps of candidate rules are ANDed per word, and only candidates run
 // their remaining matches, in rule order. A short linear head of cheap
-// rules runs before the classification. Address set tests read one
-// dpd_ipset_idx lookup per address (setidx.go) instead of one dpd_ipsets
-// lookup per set.
+// rules runs before the classification. Address sets are dimensions too
+// (setidx.go, polsets.go): the node's index maps an address to its
+// combination of sets, and the program's own hash, kept current through a
+// SetIndex watch, maps the combination to its rules, so set tests cost two
+// lookups per address whatever the number of sets.
 package polprog

@@ -84,6 +84,8 @@ type harness struct {
 	members map[uint32][]netip.Prefix
 	// bulk defers rebuildIndex until the caller runs it (many members).
 	bulk bool
+	// setIdx keeps dpd_ipset_idx and the programs' set maps.
+	setIdx *testSetIndex
 }
 
 // Returns of the test epilogue; anything else (TC_ACT_SHOT) means a tail
@@ -116,8 +118,12 @@ func newHarness(t testing.TB) *harness {
 		RuleCtrs: mk(&ebpf.MapSpec{Name: abi.MapRuleCtrs, Type: ebpf.PerCPUHash, KeySize: 8, ValueSize: abi.CounterSize, MaxEntries: 65536}),
 		Chain:    mk(&ebpf.MapSpec{Name: abi.MapChain, Type: ebpf.ProgramArray, KeySize: 4, ValueSize: 4, MaxEntries: 256}),
 		IPSetIdx: mk(&ebpf.MapSpec{Name: abi.MapIPSetIdx, Type: ebpf.LPMTrie, KeySize: abi.IPSetIdxKeySize,
-			ValueSize: 8 * abi.IPSetIdxWords, MaxEntries: 4096, Flags: unix.BPF_F_NO_PREALLOC}),
+			ValueSize: 4, MaxEntries: 65536, Flags: unix.BPF_F_NO_PREALLOC}),
 	}
+	h.maps.IPSetIdxHash = mk(&ebpf.MapSpec{Name: abi.MapIPSetIdxHash, Type: ebpf.Hash, KeySize: abi.IPSetIdxKeySize,
+		ValueSize: 4, MaxEntries: 65536, Flags: unix.BPF_F_NO_PREALLOC})
+	h.setIdx = newTestSetIndex(t, h.maps.IPSetIdx, h.maps.IPSetIdxHash)
+	h.maps.SetIndex = h.setIdx
 	h.members = map[uint32][]netip.Prefix{}
 	h.result = mk(&ebpf.MapSpec{Name: "pol_test_res", Type: ebpf.Array, KeySize: 4, ValueSize: uint32(unsafe.Sizeof(resultValue{})), MaxEntries: 1})
 	epi, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "pol_test_epi", Type: ebpf.SchedCLS, License: "Dual BSD/GPL",
@@ -178,12 +184,13 @@ func (h *harness) addMember(id uint32, pfx netip.Prefix, proto uint8, port uint1
 	binary.NativeEndian.PutUint32(key[abi.IPSetKeyPrefixLen:], uint32(abi.IPSetKeyFixedBits+bits))
 	binary.NativeEndian.PutUint32(key[abi.IPSetKeySetID:], id)
 	key[abi.IPSetKeyProto] = proto
+	key[abi.IPSetKeyFamily] = family(pfx.Addr())
 	binary.BigEndian.PutUint16(key[abi.IPSetKeyPort:], port)
 	copy(key[abi.IPSetKeyAddr:], pfx.Masked().Addr().AsSlice())
 	if err := h.maps.IPSets.Update(key, uint32(1), ebpf.UpdateAny); err != nil {
 		h.t.Fatalf("add member %v to set %d: %v", pfx, id, err)
 	}
-	if proto == 0 && port == 0 && id >= 1 && id <= abi.IPSetIdxSlots {
+	if proto == 0 && port == 0 {
 		h.members[id] = append(h.members[id], pfx.Masked())
 		if !h.bulk {
 			h.rebuildIndex()
@@ -191,28 +198,19 @@ func (h *harness) addMember(id uint32, pfx netip.Prefix, proto uint8, port uint1
 	}
 }
 
-// rebuildIndex writes every dpd_ipset_idx entry: for each member prefix,
-// the slots of the sets with a member containing it.
+// family is the key family of a: 4 or 6.
+func family(a netip.Addr) uint8 {
+	if a.Is4() {
+		return 4
+	}
+	return 6
+}
+
+// rebuildIndex brings dpd_ipset_idx up to date with h.members.
 func (h *harness) rebuildIndex() {
 	h.t.Helper()
-	for _, ps := range h.members {
-		for _, e := range ps {
-			var val [abi.IPSetIdxWords]uint64
-			for id, qs := range h.members {
-				for _, q := range qs {
-					if q.Bits() <= e.Bits() && q.Contains(e.Addr()) {
-						val[(id-1)/64] |= 1 << ((id - 1) % 64)
-					}
-				}
-			}
-			key := make([]byte, abi.IPSetIdxKeySize)
-			binary.NativeEndian.PutUint32(key[abi.IPSetIdxKeyPrefixLen:], uint32(abi.IPSetIdxKeyFixedBits+e.Bits()))
-			copy(key[abi.IPSetIdxKeyAddr:], e.Addr().AsSlice())
-			if err := h.maps.IPSetIdx.Update(key, val, ebpf.UpdateAny); err != nil {
-				h.t.Fatalf("index %v: %v", e, err)
-			}
-		}
-	}
+	h.setIdx.t = h.t
+	h.setIdx.rebuild(h.members)
 }
 
 // load compiles and loads pol, closing the program at cleanup.

@@ -25,10 +25,13 @@ const (
 	dimSport
 	dimSaddr
 	dimDaddr
+	dimSrcSet // the address sets holding the source (setidx.go)
+	dimDstSet // ... the destination
 	numDims
 )
 
 func (d dimKind) port() bool { return d == dimDport || d == dimSport }
+func (d dimKind) set() bool  { return d == dimSrcSet || d == dimDstSet }
 
 // Key of the per-program classification trie (map polCls): prefixlen counts
 // the fixed 32 bits of dim, family and pad, then value bits.
@@ -96,15 +99,19 @@ func rangePfxs(r model.PortRange) []vpfx {
 	return out
 }
 
-// dimCond is one rule's constraint in one dimension, as prefix lists.
+// dimCond is one rule's constraint in one dimension, as prefix lists (set
+// dimensions: set ids, all of sets and none of notSets).
 type dimCond struct {
-	pos, neg []vpfx
-	hasPos   bool // a positive list exists (possibly with no prefix: never matches)
-	exact    bool // the bitmap encodes it completely: the residual skips it
-	ports    bool // port dimension with a constraint: needs a protocol with ports
+	pos, neg      []vpfx
+	sets, notSets []uint32
+	hasPos        bool // a positive list exists (possibly with no prefix: never matches)
+	exact         bool // the bitmap encodes it completely: the residual skips it
+	ports         bool // port dimension with a constraint: needs a protocol with ports
 }
 
-func (c *dimCond) constrained() bool { return c.hasPos || len(c.neg) > 0 || c.ports }
+func (c *dimCond) constrained() bool {
+	return c.hasPos || len(c.neg) > 0 || c.ports || len(c.notSets) > 0
+}
 
 // bit evaluates the constraint for a value whose longest match in the
 // trie is e (nil: no entry matched).
@@ -119,9 +126,11 @@ func (c *dimCond) bit(e *vpfx) bool {
 }
 
 // ruleCond extracts rule ru's constraint in dimension d.
-func ruleCond(ru *model.Rule, d dimKind) dimCond {
+func (p *plan) ruleCond(ru *model.Rule, d dimKind) dimCond {
 	var c dimCond
 	switch d {
+	case dimSrcSet, dimDstSet:
+		c = p.setCond(ru, d)
 	case dimDport, dimSport:
 		r, nr, n, nn := ru.DstPorts, ru.NotDstPorts, ru.DstNamedPortSets, ru.NotDstNamedPortSets
 		if d == dimSport {
@@ -167,6 +176,9 @@ type idxDim struct {
 	// hashed: every prefix is full-length (ports, /32, /128), so the
 	// longest match is the exact match: classified in mapClsHash.
 	hashed bool
+	// sd: a set dimension's rule conditions, from which classes are made
+	// as combinations of sets appear (setidx.go).
+	sd *setDim
 }
 
 // clsEntry is one entry of the classification trie.
@@ -230,8 +242,12 @@ const (
 )
 
 // newIndex builds the index of plan p, or returns nil when the strategy
-// does not apply (too few rules, no dimension worth classifying).
-func newIndex(p *plan, s Strategy, head int) *index {
+// does not apply (too few rules, no dimension worth classifying). A
+// policy with too few rules for the other dimensions still classifies its
+// address sets when it tests more than one (one lookup per address then
+// answers every set test).
+func newIndex(p *plan, opts Options) *index {
+	s, head := opts.Strategy, linearHead(opts)
 	if s == StrategyLinear {
 		return nil
 	}
@@ -249,24 +265,30 @@ func newIndex(p *plan, s Strategy, head int) *index {
 		return nil
 	}
 	ix.start = ix.blockOf[0]
-	minDim := dimMinRules
+	minDim, minSetDim := dimMinRules, minSetFacts
 	if s == StrategyIndexed {
-		minDim = 1
+		minDim, minSetDim = 1, 1
 	} else if nbits < indexMinRules {
-		return nil
+		minDim = nbits + 1 // sets only
 	}
 	ix.words = (nbits + 63) / 64
 	conds := make([][]dimCond, numDims)
 	for d := range numDims {
+		if d.set() && opts.NoIPSetIndex {
+			continue
+		}
 		conds[d] = make([]dimCond, nbits)
 		n := 0
 		for bit, bi := range ix.blockOf {
-			conds[d][bit] = ruleCond(p.blocks[bi].rule, d)
+			conds[d][bit] = p.ruleCond(p.blocks[bi].rule, d)
 			if conds[d][bit].constrained() && conds[d][bit].exact {
 				n++
 			}
 		}
-		if n >= minDim && n > 0 {
+		switch {
+		case d.set() && n >= minSetDim:
+			ix.addSetDim(d, conds[d])
+		case !d.set() && n >= minDim && n > 0:
 			ix.addDim(d, conds[d])
 		}
 	}

@@ -49,7 +49,7 @@ func (s *Spec) Load(m Maps) (_ *Program, err error) {
 	if s.usesIPSets && m.IPSets == nil {
 		return nil, errors.New("load policy: ipsets map required")
 	}
-	if s.usesIPSetIdx && m.IPSetIdx == nil {
+	if s.usesIPSetIdx && (m.IPSetIdx == nil || m.IPSetIdxHash == nil) {
 		return nil, errors.New("load policy: ip set index map required")
 	}
 	if s.usesCtrs && m.RuleCtrs == nil {
@@ -68,9 +68,9 @@ func (s *Spec) Load(m Maps) (_ *Program, err error) {
 	}
 	byName := map[string]*ebpf.Map{
 		mapState: m.State, mapJump: m.Jump, mapIPSets: m.IPSets, mapRuleCtrs: m.RuleCtrs, mapChain: m.Chain,
-		mapIPSetIdx: m.IPSetIdx,
+		mapIPSetIdx: m.IPSetIdx, mapIPSetIdxHash: m.IPSetIdxHash,
 	}
-	if p.own, err = s.newProgMaps(); err != nil {
+	if p.own, err = s.newProgMaps(m.SetIndex); err != nil {
 		return nil, fmt.Errorf("load policy: %w", err)
 	}
 	p.own.byName(byName)

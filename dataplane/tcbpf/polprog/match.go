@@ -17,8 +17,6 @@ type needs struct {
 	srcKey, dstKey bool // lookup key templates on the stack
 	ipsets, ctrs   bool // map references
 	walk           bool // indexed strategy: bitmap pointers on the stack
-	srcSlots       bool // dpd_ipset_idx bitmap of the source on the stack
-	dstSlots       bool // of the destination
 }
 
 func (n *needs) merge(o needs) {
@@ -27,8 +25,6 @@ func (n *needs) merge(o needs) {
 	n.ipsets = n.ipsets || o.ipsets
 	n.ctrs = n.ctrs || o.ctrs
 	n.walk = n.walk || o.walk
-	n.srcSlots = n.srcSlots || o.srcSlots
-	n.dstSlots = n.dstSlots || o.dstSlots
 }
 
 // gen emits the code of one block. Every jump that leaves the block goes to
@@ -105,10 +101,14 @@ func (g *gen) matches(ru *model.Rule, fail string) {
 		nets(abi.StateDaddr, ru.DstNets, false)
 		nets(abi.StateDaddr, ru.NotDstNets, true)
 	}
-	g.allSets(ru.SrcIPSets, keySrcAddr, fail)
-	g.allSets(ru.DstIPSets, keyDstAddr, fail)
-	g.noSets(ru.NotSrcIPSets, keySrcAddr, fail)
-	g.noSets(ru.NotDstIPSets, keyDstAddr, fail)
+	if !g.encoded(dimSrcSet) {
+		g.allSets(ru.SrcIPSets, keySrcAddr, fail)
+		g.noSets(ru.NotSrcIPSets, keySrcAddr, fail)
+	}
+	if !g.encoded(dimDstSet) {
+		g.allSets(ru.DstIPSets, keyDstAddr, fail)
+		g.noSets(ru.NotDstIPSets, keyDstAddr, fail)
+	}
 	if len(ru.DstIPPortSets) > 0 {
 		g.negatable(false, fail, func(yes, no string) { g.anySet(ru.DstIPPortSets, keyDstPort, yes, no) })
 	}

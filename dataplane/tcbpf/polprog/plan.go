@@ -61,8 +61,6 @@ type plan struct {
 	memo   map[fact]int
 	// idx is the indexed strategy's data; nil for a linear scan.
 	idx *index
-	// setIdx: address set tests use dpd_ipset_idx.
-	setIdx bool
 	// passTarget marks the blocks a Pass rule continues at.
 	passTarget []bool
 }
@@ -130,19 +128,27 @@ func newPlan(pol *model.DirectionPolicy, dir model.Direction, r Resolver) (*plan
 }
 
 // useIndex switches p to the indexed strategy when it applies. The class
-// ids take pol_scratch words 0 and 1, so the memo keeps its 64 most
-// referenced facts, moved to words 2 and 3.
+// ids take the first pol_scratch words (one u32 per dimension), so the memo
+// keeps its most referenced facts in the words after them. Facts a set
+// dimension answers need no memo.
 func (p *plan) useIndex(opts Options) {
-	p.idx = newIndex(p, opts.Strategy, linearHead(opts))
+	p.idx = newIndex(p, opts)
 	if p.idx == nil {
 		return
 	}
 	p.markReloads()
-	for f, slot := range p.memo {
-		if slot >= maxMemoFacts-memoIndexed {
-			delete(p.memo, f)
-		} else {
-			p.memo[f] = slot + memoIndexed
+	memoIndexed := 32 * ((len(p.idx.dims) + 1) / 2)
+	var kept []fact
+	for f := range p.memo {
+		if !p.idx.hasDim(setDimOf(f.kind)) {
+			kept = append(kept, f)
+		}
+	}
+	slices.SortFunc(kept, func(a, b fact) int { return cmp.Compare(p.memo[a], p.memo[b]) })
+	clear(p.memo)
+	for i, f := range kept {
+		if i < maxMemoFacts-memoIndexed {
+			p.memo[f] = i + memoIndexed
 		}
 	}
 }
@@ -159,9 +165,6 @@ func linearHead(opts Options) int {
 	}
 	return 0
 }
-
-// memoIndexed is the first memo slot under the indexed strategy.
-const memoIndexed = 64
 
 func (p *plan) addRule(b block, ri RuleInfo) {
 	b.info = len(p.rules)

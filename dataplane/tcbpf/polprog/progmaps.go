@@ -18,17 +18,22 @@ type specIndex struct {
 	// trie, hash: some dimension is classified in mapCls, in mapClsHash
 	// (the code references only those maps).
 	trie, hash bool
+	// sets are the set dimensions, classified through mapPolSets.
+	sets []*setDim
 }
 
 // progMaps are maps a Program owns: created by Load, closed by Close.
 type progMaps struct {
 	cls, clsHash, bits *ebpf.Map
+	sets               *ebpf.Map // mapPolSets, the slot of setw's hash
+	setw               *setWatch // keeps the hash current as combinations come and go
+	stop               func()    // ends the SetIndex watch
 }
 
 // all is every map pm has.
 func (pm *progMaps) all() []*ebpf.Map {
 	var out []*ebpf.Map
-	for _, m := range []*ebpf.Map{pm.cls, pm.clsHash, pm.bits} {
+	for _, m := range []*ebpf.Map{pm.cls, pm.clsHash, pm.bits, pm.sets} {
 		if m != nil {
 			out = append(out, m)
 		}
@@ -50,8 +55,9 @@ func (ix *specIndex) split() (trie, exact map[[clsKeySize]byte]uint32) {
 }
 
 // newProgMaps creates and fills the per-program maps of s (none for a
-// linear program). They are frozen: nothing changes them after Load.
-func (s *Spec) newProgMaps() (_ *progMaps, err error) {
+// linear program). They are frozen: nothing changes them after Load, but
+// for mapPolSets, which the SetIndex watch keeps current.
+func (s *Spec) newProgMaps(si SetIndex) (_ *progMaps, err error) {
 	ix := s.index
 	if ix == nil {
 		return nil, nil
@@ -90,21 +96,35 @@ func (s *Spec) newProgMaps() (_ *progMaps, err error) {
 			return nil, fmt.Errorf("fill %s: %w", name, err)
 		}
 	}
-	pm.bits, err = ebpf.NewMap(&ebpf.MapSpec{
-		Name: mapBits, Type: ebpf.Array, KeySize: 4, ValueSize: uint32(8 * (ix.words + 1)),
-		MaxEntries: uint32(len(ix.classes)),
-	})
-	if err != nil {
-		return nil, fmt.Errorf("create %s: %w", mapBits, err)
-	}
-	for id, bm := range ix.classes {
-		if err := pm.bits.Update(uint32(id), bitsValue(bm), ebpf.UpdateAny); err != nil {
-			return nil, fmt.Errorf("fill %s: %w", mapBits, err)
+	if len(ix.classes) > 0 { // none when only sets are classified
+		pm.bits, err = ebpf.NewMap(&ebpf.MapSpec{
+			Name: mapBits, Type: ebpf.Array, KeySize: 4, ValueSize: uint32(8 * (ix.words + 1)),
+			MaxEntries: uint32(len(ix.classes)),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("create %s: %w", mapBits, err)
+		}
+		for id, bm := range ix.classes {
+			if err := pm.bits.Update(uint32(id), bitsValue(bm), ebpf.UpdateAny); err != nil {
+				return nil, fmt.Errorf("fill %s: %w", mapBits, err)
+			}
 		}
 	}
-	for _, m := range pm.all() {
+	for _, m := range []*ebpf.Map{pm.cls, pm.clsHash, pm.bits} {
+		if m == nil {
+			continue
+		}
 		if err := m.Freeze(); err != nil && !errors.Is(err, ebpf.ErrNotSupported) {
 			return nil, fmt.Errorf("freeze %s: %w", m, err)
+		}
+	}
+	if len(ix.sets) > 0 {
+		if pm.setw, err = newSetMaps(ix.words); err != nil {
+			return nil, err
+		}
+		pm.sets = pm.setw.outer
+		if pm.stop, err = pm.setw.watch(ix, si, false); err != nil {
+			return nil, err
 		}
 	}
 	return pm, nil
@@ -127,13 +147,19 @@ func bitsValue(bm []uint64) []uint64 {
 // byName adds the maps to a reference table.
 func (pm *progMaps) byName(m map[string]*ebpf.Map) {
 	if pm != nil {
-		m[mapCls], m[mapClsHash], m[mapBits] = pm.cls, pm.clsHash, pm.bits
+		m[mapCls], m[mapClsHash], m[mapBits], m[mapPolSets] = pm.cls, pm.clsHash, pm.bits, pm.sets
 	}
 }
 
 func (pm *progMaps) close() {
 	if pm == nil {
 		return
+	}
+	if pm.stop != nil {
+		pm.stop()
+	}
+	if pm.setw != nil {
+		pm.setw.close()
 	}
 	for _, m := range pm.all() {
 		_ = m.Close()

@@ -22,11 +22,16 @@ var refSets = map[string][]refMember{
 	"a":   {{pfx: netip.MustParsePrefix("10.0.0.0/30")}},
 	"b":   {{pfx: netip.MustParsePrefix("10.0.0.2/31")}, {pfx: netip.MustParsePrefix("fd00::5/128")}},
 	"c":   {{pfx: netip.MustParsePrefix("192.168.0.0/16")}},
-	"np":  {{netip.MustParsePrefix("10.0.0.2/32"), 6, 80}, {netip.MustParsePrefix("10.0.0.5/32"), 17, 53}},
+	"np":  {{netip.MustParsePrefix("10.0.0.2/32"), 6, 80}, {netip.MustParsePrefix("10.0.0.5/32"), 17, 53}, {netip.MustParsePrefix("fd00::5/128"), 17, 53}},
 	"np2": {{netip.MustParsePrefix("10.0.0.1/32"), 6, 443}, {netip.MustParsePrefix("fd00::1/128"), 6, 443}},
+	// Members whose bytes collide across families: a00::/16 starts like
+	// 10.0.0.0/16, and the packet a00:1:: starts like 10.0.0.1 (see randPkt).
+	"d": {{pfx: netip.MustParsePrefix("a00::/16")}, {pfx: netip.MustParsePrefix("192.168.0.1/32")}},
+	"e": {{pfx: netip.MustParsePrefix("fd00::100/120")}, {pfx: netip.MustParsePrefix("10.0.0.1/32")}},
 }
 
-var randSetIDs = resolver{"a": 101, "b": 102, "c": 103, "np": 104, "np2": 105}
+// randSetIDs: "d" and "e" have ids past the index's slots.
+var randSetIDs = resolver{"a": 101, "b": 102, "c": 103, "np": 104, "np2": 105, "d": 700, "e": 1300}
 
 func refIn(set string, a netip.Addr, proto uint8, port uint16) bool {
 	for _, m := range refSets[set] {
@@ -204,16 +209,16 @@ func randRule(rng *rand.Rand) model.Rule {
 		r.NotDstNamedPortSets = someSets("np", "np2")
 	}
 	if pick(5) {
-		r.SrcIPSets = []string{"a", "b", "c"}[:1+rng.IntN(2)]
+		r.SrcIPSets = []string{"a", "b", "c", "d", "e"}[rng.IntN(3):][:1+rng.IntN(2)]
 	}
 	if pick(5) {
-		r.DstIPSets = someSets("a", "b", "c")
+		r.DstIPSets = someSets("a", "b", "c", "d", "e")
 	}
 	if pick(6) {
-		r.NotSrcIPSets = someSets("a", "b", "c")
+		r.NotSrcIPSets = someSets("a", "b", "c", "d")
 	}
 	if pick(8) {
-		r.NotDstIPSets = someSets("a", "b")
+		r.NotDstIPSets = someSets("a", "b", "e")
 	}
 	if pick(10) {
 		r.DstIPPortSets = someSets("np", "np2")
@@ -264,7 +269,7 @@ func randShapedPolicy(rng *rand.Rand, sh policyShape) model.DirectionPolicy {
 
 func randPkt(rng *rand.Rand) pkt {
 	v4 := []string{"10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.5", "10.1.0.1", "192.168.0.1"}
-	v6 := []string{"fd00::1", "fd00::5", "fd00::105"}
+	v6 := []string{"fd00::1", "fd00::5", "fd00::105", "a00:1::", "a00:2::", "a00::5"}
 	pool := v4
 	if rng.IntN(4) == 0 {
 		pool = v6
@@ -328,12 +333,15 @@ func TestDifferentialExact(t *testing.T) {
 
 func differential(t *testing.T, wantChained bool, policies, packets int, newPol func() model.DirectionPolicy, newPkt func() pkt) {
 	h := newHarness(t)
+	h.bulk = true
 	for name, members := range refSets {
 		for _, m := range members {
 			h.addMember(randSetIDs[name], m.pfx, m.proto, m.port)
 		}
 	}
-	mismatches, indexed, chained, hashed := 0, 0, 0, 0
+	h.bulk = false
+	h.rebuildIndex()
+	mismatches, indexed, chained, hashed, bySets := 0, 0, 0, 0, 0
 	for i := range policies {
 		pol := newPol()
 		opts := diffConfigs[i%len(diffConfigs)]
@@ -349,6 +357,9 @@ func differential(t *testing.T, wantChained bool, policies, packets int, newPol 
 			indexed++
 			if spec.index.hash {
 				hashed++
+			}
+			if len(spec.index.sets) > 0 {
+				bySets++
 			}
 			if spec.NumChunks() > 1 {
 				chained++
@@ -380,9 +391,10 @@ func differential(t *testing.T, wantChained bool, policies, packets int, newPol 
 	if mismatches > 0 {
 		t.Errorf("%d mismatches", mismatches)
 	}
-	t.Logf("%d policies: %d indexed, %d of them chained, %d with exact-match dimensions", policies, indexed, chained, hashed)
-	if indexed == 0 || (chained == 0 && wantChained) {
-		t.Errorf("the indexed strategy was not exercised (with chunks)")
+	t.Logf("%d policies: %d indexed, %d of them chained, %d with exact-match dimensions, %d classified by sets",
+		policies, indexed, chained, hashed, bySets)
+	if indexed == 0 || (chained == 0 && wantChained) || bySets == 0 {
+		t.Errorf("the indexed strategy was not exercised (with chunks, by sets)")
 	}
 	if n := chainInUse(h.maps.Chain); n != 0 {
 		t.Errorf("%d chain indices still allocated after closing every program", n)

@@ -41,10 +41,6 @@ func (g *gen) anySet(names []string, kind keyKind, yes, no string) {
 func (g *gen) setTest(name string, kind keyKind, yes, no string) {
 	s := &g.s
 	f := fact{set: g.p.sets[name], kind: kind}
-	if g.p.indexedSet(f) {
-		g.slotTest(f.set, kind, yes, no)
-		return
-	}
 	slot, memo := g.p.memo[f]
 	g.needs.ipsets = true
 	key := stackSrcKey
@@ -73,14 +69,17 @@ func (g *gen) setTest(name string, kind keyKind, yes, no string) {
 		s.emit(
 			ldState(asm.R1, abi.StateProto, asm.Byte),
 			asm.StoreMem(asm.RFP, int16(key+abi.IPSetKeyProto), asm.R1, asm.Byte),
-			asm.StoreImm(asm.RFP, int16(key+abi.IPSetKeyProto+1), 0, asm.Byte),
 			ldState(asm.R1, port, asm.Half),
 			asm.HostTo(asm.BE, asm.R1, asm.Half),
 			asm.StoreMem(asm.RFP, int16(key+abi.IPSetKeyPort), asm.R1, asm.Half),
 		)
 	} else {
-		// proto, pad and port are one zero word for IP and NET sets.
-		s.emit(asm.StoreImm(asm.RFP, int16(key+abi.IPSetKeyProto), 0, asm.Word))
+		// proto and port are zero for IP and NET sets; the family byte
+		// between them is the prologue's.
+		s.emit(
+			asm.StoreImm(asm.RFP, int16(key+abi.IPSetKeyProto), 0, asm.Byte),
+			asm.StoreImm(asm.RFP, int16(key+abi.IPSetKeyPort), 0, asm.Half),
+		)
 	}
 	s.emit(ldMap(asm.R1, mapIPSets))
 	s.emit(stackPtr(asm.R2, key)...)

@@ -12,9 +12,13 @@ import (
 // RuleCtrs only when a rule logs (and to pre-create counter entries).
 type Maps struct {
 	State, Jump, IPSets, RuleCtrs, Chain *ebpf.Map
-	// IPSetIdx is dpd_ipset_idx, needed when set tests use the index (see
-	// Options.NoIPSetIndex).
+	// IPSetIdx is dpd_ipset_idx and SetIndex its keeper, needed when the
+	// policy classifies by address sets (see Options.NoIPSetIndex).
 	IPSetIdx *ebpf.Map
+	SetIndex SetIndex
+	// IPSetIdxHash is dpd_ipset_idxh: the index's full-length entries,
+	// asked before IPSetIdx.
+	IPSetIdxHash *ebpf.Map
 }
 
 // Resolver maps an IP set name to the set_id used in dpd_ipsets keys.
@@ -49,9 +53,9 @@ type Options struct {
 	// Strategy picks how rules are found (default StrategyAuto).
 	Strategy Strategy
 	// NoIPSetIndex keeps one dpd_ipsets lookup per set test. By default a
-	// policy testing two or more address sets with ids up to
-	// abi.IPSetIdxSlots looks each address up once in dpd_ipset_idx
-	// (Maps.IPSetIdx) instead.
+	// policy whose rules test address sets on a side (two or more rules, or
+	// any under StrategyIndexed) classifies the address by the
+	// combination of sets holding it (setidx.go) instead.
 	NoIPSetIndex bool
 	// LinearHead is how many of the first rules an indexed program
 	// evaluates in order before it classifies the packet, so a policy whose

@@ -39,7 +39,7 @@ const (
 const (
 	stackClsKey  = -104 // classification key (clsKeySize bytes; data 8-aligned)
 	stackBitsKey = -108 // u32 class id for dpd_pol_bits
-	stackDimPtr  = -144 // 4 x 8 bytes: bitmap pointer of dimension slot i at stackDimPtr + 8*i
+	stackDimPtr  = -192 // numDims x 8 bytes: bitmap pointer of dimension slot i at stackDimPtr + 8*i
 )
 
 func nLabel(i int) string { return fmt.Sprintf("n%d", i) }
@@ -145,6 +145,11 @@ func (g *gen) reload(w int, skip string) {
 // pol_scratch. pfx keeps its labels unique in the chunk.
 func (p *plan) classify(s *stream, pfx string) {
 	for _, d := range p.idx.dims {
+		if d.sd != nil {
+			classifySet(s, d, pfx)
+			s.emit(asm.StoreMem(rState, int16(abi.StatePolScratch+4*d.slot), asm.R1, asm.Word))
+			continue
+		}
 		done := fmt.Sprintf("%scls%d", pfx, d.slot)
 		key := int16(stackClsKey)
 		s.emit(
@@ -218,16 +223,29 @@ func (p *plan) classify(s *stream, pfx string) {
 }
 
 // bitmapPtrs (every chunk that walks) looks up the bitmap of each
-// dimension's class and keeps the pointer on the stack. A missing class
-// cannot happen (ids come from the program's own trie); it fails closed.
-func (p *plan) bitmapPtrs(s *stream, pfx string) {
+// dimension's class and keeps the pointer on the stack; classified: the
+// chunk classified the packet, which left the set dimensions' pointers. A
+// missing class cannot happen (ids come from the program's own trie, or
+// are set entries present at classification: one removed since fails
+// closed).
+func (p *plan) bitmapPtrs(s *stream, pfx string, classified bool) {
 	for _, d := range p.idx.dims {
+		if d.sd != nil && classified {
+			continue
+		}
 		ok := fmt.Sprintf("%sdimptr%d", pfx, d.slot)
+		if d.sd != nil {
+			setHash(s, fmt.Sprintf("%sdim%d", pfx, d.slot))
+		}
 		s.emit(
 			ldState(asm.R1, abi.StatePolScratch+4*d.slot, asm.Word),
 			asm.StoreMem(asm.RFP, stackBitsKey, asm.R1, asm.Word),
-			ldMap(asm.R1, mapBits),
 		)
+		if d.sd != nil {
+			setMap(s)
+		} else {
+			s.emit(ldMap(asm.R1, mapBits))
+		}
 		s.emit(stackPtr(asm.R2, stackBitsKey)...)
 		s.emit(
 			asm.FnMapLookupElem.Call(),
