@@ -35,13 +35,29 @@ func (c *Configurer) ConfigureEndpoint(iface string, ifindex int, mac net.Hardwa
 	if err := c.ensureSysctls(endpointSysctls(iface, c.rpFilter, len(fam.v6) > 0)); err != nil {
 		return fmt.Errorf("configure %s: %w", iface, noLink(err))
 	}
+	// One route dump and one neighbour dump cover both families: the
+	// kernel filters an all-families dump by interface too.
 	var errs []error
-	for _, f := range c.families(fam) {
-		if err := c.syncRoutes(f.family, ifindex, f.nets); err != nil {
-			errs = append(errs, err)
+	dumpFamily := netlink.FAMILY_V4
+	if c.ipv6 {
+		dumpFamily = netlink.FAMILY_ALL
+	}
+	if routes, err := c.routesVia(dumpFamily, ifindex); err != nil {
+		errs = append(errs, err)
+	} else {
+		for _, f := range c.families(fam) {
+			if err := c.syncRoutesIn(ofFamily(routes, f.family), ifindex, f.nets); err != nil {
+				errs = append(errs, err)
+			}
 		}
-		if err := c.syncNeighbours(f.family, ifindex, mac, f.nets); err != nil {
-			errs = append(errs, err)
+	}
+	if neigh, err := c.neighboursOn(dumpFamily, ifindex); err != nil {
+		errs = append(errs, err)
+	} else {
+		for _, f := range c.families(fam) {
+			if err := c.syncNeighboursIn(neighboursOfFamily(neigh, f.family), ifindex, mac, f.nets); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	if err := errors.Join(errs...); err != nil {

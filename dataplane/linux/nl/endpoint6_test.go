@@ -148,8 +148,9 @@ func TestEndpointDualStack(t *testing.T) {
 			t.Fatalf("reconfigure %s: %v", w.HostIface, err)
 		}
 	}
-	if d := c.Stats().Sub(before); d.Writes() != 0 {
-		t.Fatalf("a steady-state resync wrote to the kernel: %+v", d)
+	if d := c.Stats().Sub(before); d.Writes() != 0 || d.RouteDumps != 2 || d.NeighbourDumps != 2 {
+		t.Fatalf("a steady-state resync of 2 endpoints: %+v, want no writes and one route and one "+
+			"neighbour dump per endpoint for both families", d)
 	}
 
 	// The IPv6 net goes: its route and neighbour go, IPv4 stays.

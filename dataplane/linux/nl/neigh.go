@@ -13,7 +13,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// neighboursOn lists the neighbours of family on ifindex, filtered by the
+// neighboursOn lists the neighbours of family (FAMILY_ALL: IPv4 and IPv6)
+// on ifindex, filtered by the
 // kernel: the interface goes in an NDA_IFINDEX attribute, which the kernel
 // honours, where the library's NeighList puts it in the header, which the
 // kernel ignores, so the whole table is sent for the library to filter:
@@ -52,7 +53,8 @@ func (c *Configurer) dumpNeighbours(family, ifindex int) ([]netlink.Neigh, error
 	var out []netlink.Neigh
 	err := req.ExecuteIter(unix.NETLINK_ROUTE, unix.RTM_NEWNEIGH, func(m []byte) bool {
 		n, err := netlink.NeighDeserialize(m)
-		if err == nil && n.LinkIndex == ifindex && n.Family == family {
+		if err == nil && n.LinkIndex == ifindex && (n.Family == family ||
+			(family == netlink.FAMILY_ALL && (n.Family == netlink.FAMILY_V4 || n.Family == netlink.FAMILY_V6))) {
 			out = append(out, *n)
 		}
 		return true
@@ -82,17 +84,13 @@ func hostAddrs(nets []netip.Prefix) map[netip.Addr]bool {
 	return out
 }
 
-// syncNeighbours makes the permanent neighbours of family on ifindex
-// exactly the workload's host addresses -> mac (none when mac is unknown);
-// nets are all of family.
-func (c *Configurer) syncNeighbours(family, ifindex int, mac net.HardwareAddr, nets []netip.Prefix) error {
+// syncNeighboursIn makes the permanent neighbours on ifindex of nets'
+// family exactly the workload's host addresses -> mac (none when mac is
+// unknown), given have, that family's neighbours on ifindex as dumped.
+func (c *Configurer) syncNeighboursIn(have []netlink.Neigh, ifindex int, mac net.HardwareAddr, nets []netip.Prefix) error {
 	want := map[netip.Addr]bool{}
 	if len(mac) > 0 {
 		want = hostAddrs(nets)
-	}
-	have, err := c.neighboursOn(family, ifindex)
-	if err != nil {
-		return err
 	}
 	var errs []error
 	done := make(map[netip.Addr]bool, len(want))
@@ -113,10 +111,21 @@ func (c *Configurer) syncNeighbours(family, ifindex int, mac net.HardwareAddr, n
 	}
 	for a := range want {
 		if !done[a] {
-			errs = append(errs, c.setNeighbour(family, ifindex, mac, a))
+			errs = append(errs, c.setNeighbour(addrFamily(a), ifindex, mac, a))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// neighboursOfFamily keeps the neighbours of family.
+func neighboursOfFamily(ns []netlink.Neigh, family int) []netlink.Neigh {
+	out := make([]netlink.Neigh, 0, len(ns))
+	for _, n := range ns {
+		if n.Family == family {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 // setNeighbours pins every host address of nets (all of family) to mac on

@@ -90,13 +90,10 @@ func (c *Configurer) routesVia(family, ifindex int) ([]netlink.Route, error) {
 		netlink.RT_FILTER_OIF|netlink.RT_FILTER_TABLE)
 }
 
-// syncRoutes makes the dpd routes of family through ifindex exactly want
-// (all of that family).
-func (c *Configurer) syncRoutes(family, ifindex int, want []netip.Prefix) error {
-	have, err := c.routesVia(family, ifindex)
-	if err != nil {
-		return err
-	}
+// syncRoutesIn makes the dpd routes through ifindex of want's family
+// exactly want (all of one family), given have, that family's routes
+// through ifindex as dumped.
+func (c *Configurer) syncRoutesIn(have []netlink.Route, ifindex int, want []netip.Prefix) error {
 	byDst := make(map[netip.Prefix][]*netlink.Route, len(have))
 	for i := range have {
 		if dst, ok := prefixOf(have[i].Dst); ok {
@@ -148,6 +145,17 @@ func (c *Configurer) replaceRoutes(ifindex int, want []netip.Prefix) error {
 		c.stats.routesAdded.Add(1)
 	}
 	return errors.Join(errs...)
+}
+
+// ofFamily keeps the routes of family (FAMILY_V4 or FAMILY_V6).
+func ofFamily(rs []netlink.Route, family int) []netlink.Route {
+	out := make([]netlink.Route, 0, len(rs))
+	for _, r := range rs {
+		if r.Family == family {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // removeRoutes deletes every dpd route of family through ifindex.
