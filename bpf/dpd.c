@@ -115,6 +115,7 @@ static __always_inline int dpd_entry(struct __sk_buff *skb, __u32 dir)
 	if (ct && dpd_ct_live(ct, p.proto, now)) {
 		if (!trace) {
 			dpd_ct_refresh(ct, &p, 0, now);
+			dpd_ct_count(ct, 0, skb->len);
 			if (nat.hairpin)
 				return dpd_hairpin_redirect(skb, ifindex);
 			return TC_ACT_OK;
@@ -126,6 +127,7 @@ static __always_inline int dpd_entry(struct __sk_buff *skb, __u32 dir)
 		if (ct && dpd_ct_live(ct, p.proto, now)) {
 			if (!trace) {
 				dpd_ct_refresh(ct, &p, 1, now);
+				dpd_ct_count(ct, 1, skb->len);
 				if (dir == DPD_DIR_TO_WEP && (ct->flags & DPD_CT_F_NAT_FWD) &&
 				    dpd_nat_reverse(skb, &p, ct))
 					return TC_ACT_SHOT;

@@ -41,6 +41,11 @@ type DpdDpdCtVal struct {
 	NatPort  uint16
 	NatPad   uint16
 	NatSvc   uint32
+	RuleId   uint64
+	PktsFwd  uint64
+	BytesFwd uint64
+	PktsRev  uint64
+	BytesRev uint64
 }
 
 type DpdDpdEvCfg struct {

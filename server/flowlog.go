@@ -60,7 +60,30 @@ type FlowLogRecord struct {
 	Policy     string    `json:"policy"`
 	NumFlows   uint64    `json:"num_flows"`
 	NumPackets uint64    `json:"num_packets"` // the packets the events stand for: a new flow's first, plus the denied ones counted while rate-limited
-	Overflow   bool      `json:"overflow,omitempty"`
+	// Flows of the key that ended in the interval (their conntrack entries
+	// expired) and what they carried in total: out is source to
+	// destination, in the replies.
+	NumFlowsCompleted uint64 `json:"num_flows_completed"`
+	PacketsOut        uint64 `json:"packets_out"`
+	BytesOut          uint64 `json:"bytes_out"`
+	PacketsIn         uint64 `json:"packets_in"`
+	BytesIn           uint64 `json:"bytes_in"`
+	Overflow          bool   `json:"overflow,omitempty"`
+}
+
+// count adds ev to r: a decision counts a flow and the packets it stands
+// for, an end the completed flow and its totals.
+func (r *FlowLogRecord) count(ev *model.FlowEvent) {
+	if ev.End {
+		r.NumFlowsCompleted++
+		r.PacketsOut += ev.Forward.Packets
+		r.BytesOut += ev.Forward.Bytes
+		r.PacketsIn += ev.Reply.Packets
+		r.BytesIn += ev.Reply.Bytes
+		return
+	}
+	r.NumFlows++
+	r.NumPackets += 1 + uint64(ev.Suppressed)
 }
 
 type flowAggregator struct {
@@ -169,12 +192,14 @@ func (a *flowAggregator) add(ev *model.FlowEvent) {
 	case ev.Rule.Synthetic != "":
 		pk.policy = "_" + ev.Rule.Synthetic
 	}
-	a.mu.Lock()
-	if _, ok := a.byPolicy[pk]; !ok && len(a.byPolicy) >= maxFlowPolicySeries {
-		pk = flowPolicyKey{verdict: verdict, policy: "_other"}
+	if !ev.End { // dpd_flows_total counts decisions
+		a.mu.Lock()
+		if _, ok := a.byPolicy[pk]; !ok && len(a.byPolicy) >= maxFlowPolicySeries {
+			pk = flowPolicyKey{verdict: verdict, policy: "_other"}
+		}
+		a.byPolicy[pk]++
+		a.mu.Unlock()
 	}
-	a.byPolicy[pk]++
-	a.mu.Unlock()
 	if a.out == nil {
 		return
 	}
@@ -188,20 +213,17 @@ func (a *flowAggregator) add(ev *model.FlowEvent) {
 	_, by, ref := decision(ev.Stage, ev.Allowed, ev.RuleID, ev.Rule, ev.RuleFound, ev.Direction)
 	k := flowLogKey{src: name(src, ev.Src.Addr().String()), dst: name(dst, ev.Dst.Addr().String()),
 		dstPort: ev.Dst.Port(), proto: ev.Proto, action: verdict, rule: flowfmt.RuleLabel(by, ref)}
-	packets := 1 + uint64(ev.Suppressed)
 	r, ok := a.window[k]
 	if !ok {
 		if len(a.window) >= maxFlowLogKeys {
-			a.overflow.NumFlows++
-			a.overflow.NumPackets += packets
+			a.overflow.count(ev)
 			return
 		}
 		r = &FlowLogRecord{Source: k.src, Dest: k.dst, DestPort: k.dstPort, Proto: protoName(k.proto),
 			Action: k.action, Policy: k.rule}
 		a.window[k] = r
 	}
-	r.NumFlows++
-	r.NumPackets += packets
+	r.count(ev)
 }
 
 // flush writes the interval's aggregates, sorted, and starts the next.
@@ -226,7 +248,7 @@ func (a *flowAggregator) flush(now time.Time) {
 		}
 		return x.Action+x.Policy+x.Proto < y.Action+y.Policy+y.Proto
 	})
-	if a.overflow.NumFlows > 0 {
+	if a.overflow.NumFlows > 0 || a.overflow.NumFlowsCompleted > 0 {
 		o := a.overflow
 		o.Overflow = true
 		recs = append(recs, &o)

@@ -97,7 +97,8 @@ type flowFilter struct {
 	verdict   string
 	policy    string
 	port      uint16
-	proto     int // -1: any
+	proto     int    // -1: any
+	kind      string // "new", "end" or "" for both
 }
 
 func (s *inspectService) observeFilter(req *dpdv1.ObserveRequest) (*flowFilter, error) {
@@ -125,6 +126,14 @@ func (s *inspectService) observeFilter(req *dpdv1.ObserveRequest) (*flowFilter, 
 	default:
 		return nil, bad("verdict %q: want allow or deny", req.GetVerdict())
 	}
+	switch k := strings.ToLower(req.GetType()); k {
+	case "", "new", "end":
+		f.kind = k
+	case "ended":
+		f.kind = "end"
+	default:
+		return nil, bad("type %q: want new or end", req.GetType())
+	}
 	if req.GetPort() > 65535 {
 		return nil, bad("port must be at most 65535")
 	}
@@ -141,6 +150,9 @@ func (s *inspectService) observeFilter(req *dpdv1.ObserveRequest) (*flowFilter, 
 
 func (f *flowFilter) match(ev *model.FlowEvent, peers *peerIndex) bool {
 	if f.proto >= 0 && int(ev.Proto) != f.proto {
+		return false
+	}
+	if f.kind != "" && (f.kind == "end") != ev.End {
 		return false
 	}
 	if f.port != 0 && ev.Src.Port() != f.port && ev.Dst.Port() != f.port && ev.Frontend.Port() != f.port {
@@ -259,6 +271,14 @@ func flowMessage(ev *model.FlowEvent, peers *peerIndex) *dpdv1.Flow {
 	}
 	if ev.Frontend.IsValid() {
 		m.ServiceIp, m.ServicePort = ev.Frontend.Addr().String(), uint32(ev.Frontend.Port())
+	}
+	if ev.End {
+		m.Ended = true
+		if !ev.Started.IsZero() {
+			m.Started = timestamppb.New(ev.Started)
+		}
+		m.Forward = &dpdv1.FlowCounts{Packets: ev.Forward.Packets, Bytes: ev.Forward.Bytes}
+		m.Reply = &dpdv1.FlowCounts{Packets: ev.Reply.Packets, Bytes: ev.Reply.Bytes}
 	}
 	return m
 }

@@ -126,7 +126,14 @@ struct dpd_ct_val {
 	__u16 nat_port;     /* 40: host order */
 	__u16 nat_pad;      /* 42 */
 	__u32 nat_svc;      /* 44: service port id */
-};                       /* sizeof == 48 */
+	/* Added by the flow-events work: what the flow carried, reported in
+	 * its end event when the userspace scanner expires the entry. */
+	__u64 rule_id;      /* 48: the rule that allowed the flow; 0 = none */
+	__u64 pkts_fwd;     /* 56: packets matching the key (the creating one included) */
+	__u64 bytes_fwd;    /* 64 */
+	__u64 pkts_rev;     /* 72: replies (packets matching the swapped key at the opposite hook) */
+	__u64 bytes_rev;    /* 80 */
+};                       /* sizeof == 88 */
 
 #define DPD_CT_F_ESTABLISHED (1u << 0) /* TCP: a reply with ACK was seen */
 #define DPD_CT_F_CLOSING     (1u << 1) /* TCP: FIN or RST seen in either direction */

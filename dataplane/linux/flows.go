@@ -33,12 +33,17 @@ type FlowOptions struct {
 	// packets in between are counted into its next event (default
 	// tcbpf.DefaultDenyInterval).
 	DenyInterval time.Duration
+	// ConntrackScan is how often expired conntrack entries are deleted
+	// and, with events on, reported as flow ends (default
+	// DefaultConntrackScan).
+	ConntrackScan time.Duration
 }
 
 // flowWatcher owns the history and the reader of the current datapath.
 type flowWatcher struct {
 	hist   *flowhist.History
 	read   atomic.Uint64
+	ended  atomic.Uint64 // end events of expired conntrack entries (flowends.go)
 	errs   atomic.Uint64
 	drops  func() (uint64, error) // the current datapath's drop counter; guarded by Kernel.mu
 	reader *tcbpf.EventReader     // guarded by Kernel.mu
@@ -215,7 +220,7 @@ func (k *Kernel) FlowStats() model.FlowStats {
 	}
 	held, capacity, subs, lost := fw.hist.Stats()
 	return model.FlowStats{
-		Read: fw.read.Load(), KernelDrops: drops, ReadErrors: fw.errs.Load(),
+		Read: fw.read.Load(), Ended: fw.ended.Load(), KernelDrops: drops, ReadErrors: fw.errs.Load(),
 		History: held, HistoryCap: capacity, Subscribers: subs, SubscriberLost: lost,
 	}
 }

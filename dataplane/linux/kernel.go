@@ -89,6 +89,7 @@ type Kernel struct {
 	logged       map[string]bool // one-time warnings given; guarded by mu
 	ctCount      ctCount         // the last conntrack count (inspect.go); guarded by mu
 	flows        *flowWatcher    // flow events (flows.go); set by the first open, guarded by mu
+	scan         *ctScanner      // the current datapath's conntrack scanner (flowends.go); guarded by mu
 
 	attach tcbpf.AttachChoice // the attach mode in force and why; immutable
 }
@@ -205,6 +206,7 @@ func (k *Kernel) openBPFLocked() error {
 		return err
 	}
 	k.startFlowsLocked(d)
+	k.startScanLocked(d, !k.opts.Flows.Off)
 	return nil
 }
 
@@ -246,6 +248,7 @@ func (k *Kernel) Close() error {
 	k.closed = true
 	k.waitAllAttachesLocked() // they use the datapath's programs
 	k.stopFlowsLocked()
+	k.stopScanLocked()
 	if k.flows != nil {
 		k.flows.hist.Close()
 	}
@@ -306,6 +309,7 @@ func (k *Kernel) Configure(cfg map[string]string) error {
 	k.waitAllAttachesLocked() // they use the datapath about to close
 	k.pols.abandon()
 	k.stopFlowsLocked()
+	k.stopScanLocked()
 	if err := k.bpf.Close(); err != nil {
 		k.log.Warn("close bpf dataplane before resize", "err", err)
 	}

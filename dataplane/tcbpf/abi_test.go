@@ -46,6 +46,8 @@ func TestBTFLayout(t *testing.T) {
 		{"dpd_ct_val", abi.CTValSize, map[string]uint32{
 			"created": abi.CTValCreated, "last_seen": abi.CTValLastSeen, "flags": abi.CTValFlags,
 			"nat_addr": abi.CTValNATAddr, "nat_port": abi.CTValNATPort, "nat_svc": abi.CTValNATSvc,
+			"rule_id": abi.CTValRuleID, "pkts_fwd": abi.CTValPktsFwd, "bytes_fwd": abi.CTValBytesFwd,
+			"pkts_rev": abi.CTValPktsRev, "bytes_rev": abi.CTValBytesRev,
 		}},
 		{"dpd_nat_fe_key", abi.NATFrontendKeySize, map[string]uint32{"addr": 0, "port": 16, "proto": 18}},
 		{"dpd_nat_fe_val", abi.NATFrontendValSize, map[string]uint32{"svc_id": 0, "count": 4, "flags": 8}},

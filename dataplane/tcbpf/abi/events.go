@@ -39,3 +39,13 @@ const (
 	EvNATSvc     = 92
 	EvICMPCode   = 96
 )
+
+// Offsets of the dpd_ct_val fields the flow-events work appended: the
+// allowing rule and each direction's totals, for the flow's end event.
+const (
+	CTValRuleID   = 48
+	CTValPktsFwd  = 56
+	CTValBytesFwd = 64
+	CTValPktsRev  = 72
+	CTValBytesRev = 80
+)

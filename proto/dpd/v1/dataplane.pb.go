@@ -2258,7 +2258,9 @@ type ObserveRequest struct {
 	// Keep the stream open and send flows as they happen.
 	Follow bool `protobuf:"varint,8,opt,name=follow,proto3" json:"follow,omitempty"`
 	// At most this many flows from the history (the newest); 0 for all.
-	Last          uint32 `protobuf:"varint,9,opt,name=last,proto3" json:"last,omitempty"`
+	Last uint32 `protobuf:"varint,9,opt,name=last,proto3" json:"last,omitempty"`
+	// "new" for decisions only, "end" for flow ends only; "" for both.
+	Type          string `protobuf:"bytes,10,opt,name=type,proto3" json:"type,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2356,6 +2358,13 @@ func (x *ObserveRequest) GetLast() uint32 {
 	return 0
 }
 
+func (x *ObserveRequest) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
 type ObserveResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Set on every response but the ones that only report a loss.
@@ -2411,7 +2420,7 @@ func (x *ObserveResponse) GetLost() uint64 {
 	return 0
 }
 
-// Flow is one new flow's decision.
+// Flow is one new flow's decision, or an allowed flow's end (ended).
 type Flow struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Time  *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3" json:"time,omitempty"`
@@ -2439,7 +2448,15 @@ type Flow struct {
 	IcmpType    uint32 `protobuf:"varint,14,opt,name=icmp_type,json=icmpType,proto3" json:"icmp_type,omitempty"`
 	IcmpCode    uint32 `protobuf:"varint,15,opt,name=icmp_code,json=icmpCode,proto3" json:"icmp_code,omitempty"`
 	// Numbers the flows dpd recorded, without gaps (the history's order).
-	Seq           uint64 `protobuf:"varint,16,opt,name=seq,proto3" json:"seq,omitempty"`
+	Seq uint64 `protobuf:"varint,16,opt,name=seq,proto3" json:"seq,omitempty"`
+	// An allowed flow's end: its conntrack entry idled out (TCP: 30 s after
+	// FIN or RST) and dpd's conntrack scan removed it. time is the removal,
+	// started the decision, rule the rule that allowed the flow; forward
+	// (source to destination) and reply are what it carried at this hook.
+	Ended         bool                   `protobuf:"varint,17,opt,name=ended,proto3" json:"ended,omitempty"`
+	Started       *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=started,proto3" json:"started,omitempty"`
+	Forward       *FlowCounts            `protobuf:"bytes,19,opt,name=forward,proto3" json:"forward,omitempty"`
+	Reply         *FlowCounts            `protobuf:"bytes,20,opt,name=reply,proto3" json:"reply,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2586,6 +2603,87 @@ func (x *Flow) GetSeq() uint64 {
 	return 0
 }
 
+func (x *Flow) GetEnded() bool {
+	if x != nil {
+		return x.Ended
+	}
+	return false
+}
+
+func (x *Flow) GetStarted() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Started
+	}
+	return nil
+}
+
+func (x *Flow) GetForward() *FlowCounts {
+	if x != nil {
+		return x.Forward
+	}
+	return nil
+}
+
+func (x *Flow) GetReply() *FlowCounts {
+	if x != nil {
+		return x.Reply
+	}
+	return nil
+}
+
+// FlowCounts are one direction's totals of a flow.
+type FlowCounts struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Packets       uint64                 `protobuf:"varint,1,opt,name=packets,proto3" json:"packets,omitempty"`
+	Bytes         uint64                 `protobuf:"varint,2,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FlowCounts) Reset() {
+	*x = FlowCounts{}
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FlowCounts) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FlowCounts) ProtoMessage() {}
+
+func (x *FlowCounts) ProtoReflect() protoreflect.Message {
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FlowCounts.ProtoReflect.Descriptor instead.
+func (*FlowCounts) Descriptor() ([]byte, []int) {
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *FlowCounts) GetPackets() uint64 {
+	if x != nil {
+		return x.Packets
+	}
+	return 0
+}
+
+func (x *FlowCounts) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
 // FlowPeer is one side of a flow.
 type FlowPeer struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2599,7 +2697,7 @@ type FlowPeer struct {
 
 func (x *FlowPeer) Reset() {
 	*x = FlowPeer{}
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[33]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2611,7 +2709,7 @@ func (x *FlowPeer) String() string {
 func (*FlowPeer) ProtoMessage() {}
 
 func (x *FlowPeer) ProtoReflect() protoreflect.Message {
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[33]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2624,7 +2722,7 @@ func (x *FlowPeer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlowPeer.ProtoReflect.Descriptor instead.
 func (*FlowPeer) Descriptor() ([]byte, []int) {
-	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{33}
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *FlowPeer) GetIp() string {
@@ -2831,7 +2929,7 @@ const file_dpd_v1_dataplane_proto_rawDesc = "" +
 	"\vexplanation\x18\x05 \x01(\tR\vexplanation\x12\x1c\n" +
 	"\tinterface\x18\x06 \x01(\tR\tinterface\x12\x18\n" +
 	"\aifindex\x18\a \x01(\x05R\aifindex\x12\x1b\n" +
-	"\ttc_return\x18\b \x01(\x05R\btcReturn\"\x8a\x02\n" +
+	"\ttc_return\x18\b \x01(\x05R\btcReturn\"\x9e\x02\n" +
 	"\x0eObserveRequest\x12\x1a\n" +
 	"\bendpoint\x18\x01 \x01(\tR\bendpoint\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x18\n" +
@@ -2841,10 +2939,12 @@ const file_dpd_v1_dataplane_proto_rawDesc = "" +
 	"\bprotocol\x18\x06 \x01(\tR\bprotocol\x120\n" +
 	"\x05since\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x16\n" +
 	"\x06follow\x18\b \x01(\bR\x06follow\x12\x12\n" +
-	"\x04last\x18\t \x01(\rR\x04last\"G\n" +
+	"\x04last\x18\t \x01(\rR\x04last\x12\x12\n" +
+	"\x04type\x18\n" +
+	" \x01(\tR\x04type\"G\n" +
 	"\x0fObserveResponse\x12 \n" +
 	"\x04flow\x18\x01 \x01(\v2\f.dpd.v1.FlowR\x04flow\x12\x12\n" +
-	"\x04lost\x18\x02 \x01(\x04R\x04lost\"\x92\x04\n" +
+	"\x04lost\x18\x02 \x01(\x04R\x04lost\"\xb6\x05\n" +
 	"\x04Flow\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1c\n" +
 	"\tinterface\x18\x02 \x01(\tR\tinterface\x12\x18\n" +
@@ -2866,7 +2966,15 @@ const file_dpd_v1_dataplane_proto_rawDesc = "" +
 	"\fservice_port\x18\r \x01(\rR\vservicePort\x12\x1b\n" +
 	"\ticmp_type\x18\x0e \x01(\rR\bicmpType\x12\x1b\n" +
 	"\ticmp_code\x18\x0f \x01(\rR\bicmpCode\x12\x10\n" +
-	"\x03seq\x18\x10 \x01(\x04R\x03seq\"J\n" +
+	"\x03seq\x18\x10 \x01(\x04R\x03seq\x12\x14\n" +
+	"\x05ended\x18\x11 \x01(\bR\x05ended\x124\n" +
+	"\astarted\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\astarted\x12,\n" +
+	"\aforward\x18\x13 \x01(\v2\x12.dpd.v1.FlowCountsR\aforward\x12(\n" +
+	"\x05reply\x18\x14 \x01(\v2\x12.dpd.v1.FlowCountsR\x05reply\"<\n" +
+	"\n" +
+	"FlowCounts\x12\x18\n" +
+	"\apackets\x18\x01 \x01(\x04R\apackets\x12\x14\n" +
+	"\x05bytes\x18\x02 \x01(\x04R\x05bytes\"J\n" +
 	"\bFlowPeer\x12\x0e\n" +
 	"\x02ip\x18\x01 \x01(\tR\x02ip\x12\x12\n" +
 	"\x04port\x18\x02 \x01(\rR\x04port\x12\x1a\n" +
@@ -2899,7 +3007,7 @@ func file_dpd_v1_dataplane_proto_rawDescGZIP() []byte {
 	return file_dpd_v1_dataplane_proto_rawDescData
 }
 
-var file_dpd_v1_dataplane_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_dpd_v1_dataplane_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_dpd_v1_dataplane_proto_goTypes = []any{
 	(*GetStatusRequest)(nil),         // 0: dpd.v1.GetStatusRequest
 	(*GetStatusResponse)(nil),        // 1: dpd.v1.GetStatusResponse
@@ -2934,23 +3042,24 @@ var file_dpd_v1_dataplane_proto_goTypes = []any{
 	(*ObserveRequest)(nil),           // 30: dpd.v1.ObserveRequest
 	(*ObserveResponse)(nil),          // 31: dpd.v1.ObserveResponse
 	(*Flow)(nil),                     // 32: dpd.v1.Flow
-	(*FlowPeer)(nil),                 // 33: dpd.v1.FlowPeer
-	(*timestamppb.Timestamp)(nil),    // 34: google.protobuf.Timestamp
-	(*felix.WorkloadEndpointID)(nil), // 35: felix.WorkloadEndpointID
-	(*felix.ToDataplane)(nil),        // 36: felix.ToDataplane
-	(*felix.FromDataplane)(nil),      // 37: felix.FromDataplane
+	(*FlowCounts)(nil),               // 33: dpd.v1.FlowCounts
+	(*FlowPeer)(nil),                 // 34: dpd.v1.FlowPeer
+	(*timestamppb.Timestamp)(nil),    // 35: google.protobuf.Timestamp
+	(*felix.WorkloadEndpointID)(nil), // 36: felix.WorkloadEndpointID
+	(*felix.ToDataplane)(nil),        // 37: felix.ToDataplane
+	(*felix.FromDataplane)(nil),      // 38: felix.FromDataplane
 }
 var file_dpd_v1_dataplane_proto_depIdxs = []int32{
-	34, // 0: dpd.v1.GetStatusResponse.started:type_name -> google.protobuf.Timestamp
+	35, // 0: dpd.v1.GetStatusResponse.started:type_name -> google.protobuf.Timestamp
 	4,  // 1: dpd.v1.GetStatusResponse.session:type_name -> dpd.v1.ControllerSession
 	5,  // 2: dpd.v1.GetStatusResponse.counts:type_name -> dpd.v1.Counts
-	34, // 3: dpd.v1.GetStatusResponse.last_apply:type_name -> google.protobuf.Timestamp
+	35, // 3: dpd.v1.GetStatusResponse.last_apply:type_name -> google.protobuf.Timestamp
 	2,  // 4: dpd.v1.GetStatusResponse.attach:type_name -> dpd.v1.AttachInfo
 	3,  // 5: dpd.v1.AttachInfo.costs:type_name -> dpd.v1.KernelCost
-	34, // 6: dpd.v1.ControllerSession.since:type_name -> google.protobuf.Timestamp
+	35, // 6: dpd.v1.ControllerSession.since:type_name -> google.protobuf.Timestamp
 	9,  // 7: dpd.v1.ListEndpointsResponse.endpoints:type_name -> dpd.v1.Endpoint
-	35, // 8: dpd.v1.Endpoint.id:type_name -> felix.WorkloadEndpointID
-	34, // 9: dpd.v1.Endpoint.last_programmed:type_name -> google.protobuf.Timestamp
+	36, // 8: dpd.v1.Endpoint.id:type_name -> felix.WorkloadEndpointID
+	35, // 9: dpd.v1.Endpoint.last_programmed:type_name -> google.protobuf.Timestamp
 	25, // 10: dpd.v1.Endpoint.counters:type_name -> dpd.v1.RuleCounter
 	12, // 11: dpd.v1.ListPoliciesResponse.policies:type_name -> dpd.v1.Policy
 	15, // 12: dpd.v1.ListIPSetsResponse.ip_sets:type_name -> dpd.v1.IPSet
@@ -2961,39 +3070,42 @@ var file_dpd_v1_dataplane_proto_depIdxs = []int32{
 	24, // 17: dpd.v1.RuleCounter.rule:type_name -> dpd.v1.RuleRef
 	25, // 18: dpd.v1.GetCountersResponse.counters:type_name -> dpd.v1.RuleCounter
 	24, // 19: dpd.v1.TraceResponse.rule:type_name -> dpd.v1.RuleRef
-	34, // 20: dpd.v1.ObserveRequest.since:type_name -> google.protobuf.Timestamp
+	35, // 20: dpd.v1.ObserveRequest.since:type_name -> google.protobuf.Timestamp
 	32, // 21: dpd.v1.ObserveResponse.flow:type_name -> dpd.v1.Flow
-	34, // 22: dpd.v1.Flow.time:type_name -> google.protobuf.Timestamp
-	33, // 23: dpd.v1.Flow.source:type_name -> dpd.v1.FlowPeer
-	33, // 24: dpd.v1.Flow.destination:type_name -> dpd.v1.FlowPeer
+	35, // 22: dpd.v1.Flow.time:type_name -> google.protobuf.Timestamp
+	34, // 23: dpd.v1.Flow.source:type_name -> dpd.v1.FlowPeer
+	34, // 24: dpd.v1.Flow.destination:type_name -> dpd.v1.FlowPeer
 	24, // 25: dpd.v1.Flow.rule:type_name -> dpd.v1.RuleRef
-	36, // 26: dpd.v1.Dataplane.Sync:input_type -> felix.ToDataplane
-	0,  // 27: dpd.v1.Inspect.GetStatus:input_type -> dpd.v1.GetStatusRequest
-	6,  // 28: dpd.v1.Inspect.ListEndpoints:input_type -> dpd.v1.ListEndpointsRequest
-	8,  // 29: dpd.v1.Inspect.GetEndpoint:input_type -> dpd.v1.GetEndpointRequest
-	10, // 30: dpd.v1.Inspect.ListPolicies:input_type -> dpd.v1.ListPoliciesRequest
-	13, // 31: dpd.v1.Inspect.ListIPSets:input_type -> dpd.v1.ListIPSetsRequest
-	16, // 32: dpd.v1.Inspect.ListServices:input_type -> dpd.v1.ListServicesRequest
-	21, // 33: dpd.v1.Inspect.ListRoutes:input_type -> dpd.v1.ListRoutesRequest
-	26, // 34: dpd.v1.Inspect.GetCounters:input_type -> dpd.v1.GetCountersRequest
-	28, // 35: dpd.v1.Inspect.Trace:input_type -> dpd.v1.TraceRequest
-	30, // 36: dpd.v1.Inspect.Observe:input_type -> dpd.v1.ObserveRequest
-	37, // 37: dpd.v1.Dataplane.Sync:output_type -> felix.FromDataplane
-	1,  // 38: dpd.v1.Inspect.GetStatus:output_type -> dpd.v1.GetStatusResponse
-	7,  // 39: dpd.v1.Inspect.ListEndpoints:output_type -> dpd.v1.ListEndpointsResponse
-	9,  // 40: dpd.v1.Inspect.GetEndpoint:output_type -> dpd.v1.Endpoint
-	11, // 41: dpd.v1.Inspect.ListPolicies:output_type -> dpd.v1.ListPoliciesResponse
-	14, // 42: dpd.v1.Inspect.ListIPSets:output_type -> dpd.v1.ListIPSetsResponse
-	17, // 43: dpd.v1.Inspect.ListServices:output_type -> dpd.v1.ListServicesResponse
-	22, // 44: dpd.v1.Inspect.ListRoutes:output_type -> dpd.v1.ListRoutesResponse
-	27, // 45: dpd.v1.Inspect.GetCounters:output_type -> dpd.v1.GetCountersResponse
-	29, // 46: dpd.v1.Inspect.Trace:output_type -> dpd.v1.TraceResponse
-	31, // 47: dpd.v1.Inspect.Observe:output_type -> dpd.v1.ObserveResponse
-	37, // [37:48] is the sub-list for method output_type
-	26, // [26:37] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	35, // 26: dpd.v1.Flow.started:type_name -> google.protobuf.Timestamp
+	33, // 27: dpd.v1.Flow.forward:type_name -> dpd.v1.FlowCounts
+	33, // 28: dpd.v1.Flow.reply:type_name -> dpd.v1.FlowCounts
+	37, // 29: dpd.v1.Dataplane.Sync:input_type -> felix.ToDataplane
+	0,  // 30: dpd.v1.Inspect.GetStatus:input_type -> dpd.v1.GetStatusRequest
+	6,  // 31: dpd.v1.Inspect.ListEndpoints:input_type -> dpd.v1.ListEndpointsRequest
+	8,  // 32: dpd.v1.Inspect.GetEndpoint:input_type -> dpd.v1.GetEndpointRequest
+	10, // 33: dpd.v1.Inspect.ListPolicies:input_type -> dpd.v1.ListPoliciesRequest
+	13, // 34: dpd.v1.Inspect.ListIPSets:input_type -> dpd.v1.ListIPSetsRequest
+	16, // 35: dpd.v1.Inspect.ListServices:input_type -> dpd.v1.ListServicesRequest
+	21, // 36: dpd.v1.Inspect.ListRoutes:input_type -> dpd.v1.ListRoutesRequest
+	26, // 37: dpd.v1.Inspect.GetCounters:input_type -> dpd.v1.GetCountersRequest
+	28, // 38: dpd.v1.Inspect.Trace:input_type -> dpd.v1.TraceRequest
+	30, // 39: dpd.v1.Inspect.Observe:input_type -> dpd.v1.ObserveRequest
+	38, // 40: dpd.v1.Dataplane.Sync:output_type -> felix.FromDataplane
+	1,  // 41: dpd.v1.Inspect.GetStatus:output_type -> dpd.v1.GetStatusResponse
+	7,  // 42: dpd.v1.Inspect.ListEndpoints:output_type -> dpd.v1.ListEndpointsResponse
+	9,  // 43: dpd.v1.Inspect.GetEndpoint:output_type -> dpd.v1.Endpoint
+	11, // 44: dpd.v1.Inspect.ListPolicies:output_type -> dpd.v1.ListPoliciesResponse
+	14, // 45: dpd.v1.Inspect.ListIPSets:output_type -> dpd.v1.ListIPSetsResponse
+	17, // 46: dpd.v1.Inspect.ListServices:output_type -> dpd.v1.ListServicesResponse
+	22, // 47: dpd.v1.Inspect.ListRoutes:output_type -> dpd.v1.ListRoutesResponse
+	27, // 48: dpd.v1.Inspect.GetCounters:output_type -> dpd.v1.GetCountersResponse
+	29, // 49: dpd.v1.Inspect.Trace:output_type -> dpd.v1.TraceResponse
+	31, // 50: dpd.v1.Inspect.Observe:output_type -> dpd.v1.ObserveResponse
+	40, // [40:51] is the sub-list for method output_type
+	29, // [29:40] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_dpd_v1_dataplane_proto_init() }
@@ -3008,7 +3120,7 @@ func file_dpd_v1_dataplane_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dpd_v1_dataplane_proto_rawDesc), len(file_dpd_v1_dataplane_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   34,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
