@@ -51,12 +51,14 @@ type DpdDpdCtVal struct {
 type DpdDpdEvCfg struct {
 	_              structs.HostLayout
 	Flags          uint32
-	Pad            uint32
+	DenyMask       uint32
 	DenyIntervalNs uint64
 }
 
 type DpdDpdEvDeny struct {
 	_      structs.HostLayout
+	Key    DpdDpdCtKey
+	Pad    uint32
 	LastNs uint64
 	Count  uint64
 }

@@ -39,11 +39,12 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } dpd_ev_cfg SEC(".maps");
 
-/* Denied flows reported recently, with the packets denied since. */
+/* Denied flows reported recently, with the packets denied since: a
+ * direct-mapped cache (dpd_abi.h). */
 struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, 65536);
-	__type(key, struct dpd_ct_key);
+	__type(key, __u32);
 	__type(value, struct dpd_ev_deny);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } dpd_ev_deny SEC(".maps");
@@ -62,15 +63,36 @@ static __always_inline void dpd_ev_drop(void)
 		*n += 1; /* per CPU: no atomic needed */
 }
 
+/* dpd_ev_hash mixes a flow's key into a dpd_ev_deny slot number: the key
+ * read as five words and the ifindex, each multiplied by an odd constant. */
+static __always_inline __u32 dpd_ev_hash(const struct dpd_ct_key *k)
+{
+	const __u64 *w = (const __u64 *)k;
+	__u64 x = w[0] * 0x9e3779b97f4a7c15ull ^ w[1] * 0xc2b2ae3d27d4eb4full ^
+		  w[2] * 0x165667b19e3779f9ull ^ w[3] * 0xd6e8feb86659fd93ull ^
+		  w[4] * 0xff51afd7ed558ccdull ^ (__u64)k->ifindex * 0xc4ceb9fe1a85ec53ull;
+
+	return (__u32)(x >> 32) ^ (__u32)x;
+}
+
+static __always_inline int dpd_ev_same(const struct dpd_ct_key *a, const struct dpd_ct_key *b)
+{
+	const __u64 *x = (const __u64 *)a, *y = (const __u64 *)b;
+
+	return x[0] == y[0] && x[1] == y[1] && x[2] == y[2] && x[3] == y[3] && x[4] == y[4] &&
+	       a->ifindex == b->ifindex;
+}
+
 /* dpd_event reports the decision in st (kind DPD_EV_*). Never fails the
  * packet: every error path only loses the event. */
 static __always_inline void dpd_event(const struct dpd_state *st, __u8 kind)
 {
 	struct dpd_flow_event *ev;
-	struct dpd_ev_deny *seen = 0;
+	struct dpd_ev_deny *slot = 0;
 	struct dpd_ev_cfg *cfg;
-	struct dpd_ct_key k;
-	__u32 zero = 0, suppressed = 0;
+	struct dpd_ct_key k __attribute__((aligned(8)));
+	__u32 zero = 0, suppressed = 0, idx;
+	int seen = 0;
 	__u64 now;
 
 	cfg = bpf_map_lookup_elem(&dpd_ev_cfg, &zero);
@@ -79,8 +101,9 @@ static __always_inline void dpd_event(const struct dpd_state *st, __u8 kind)
 	/* Coarse (a tick, some ms) is enough to label and rate-limit, and
 	 * costs a third of the precise clock on the policy path. */
 	now = bpf_ktime_get_coarse_ns();
+	/* Zeroed on every path: clang would otherwise spill it undefined. */
+	__builtin_memset(&k, 0, sizeof(k));
 	if (st->verdict != DPD_VERDICT_ALLOW) {
-		__builtin_memset(&k, 0, sizeof(k));
 		__builtin_memcpy(k.saddr, st->saddr, 16);
 		__builtin_memcpy(k.daddr, st->daddr, 16);
 		k.sport = st->sport;
@@ -88,10 +111,22 @@ static __always_inline void dpd_event(const struct dpd_state *st, __u8 kind)
 		k.proto = st->proto;
 		k.dir = st->dir;
 		k.ifindex = st->ifindex;
-		seen = bpf_map_lookup_elem(&dpd_ev_deny, &k);
-		if (seen && now - seen->last_ns < cfg->deny_interval_ns) {
-			__sync_fetch_and_add(&seen->count, 1);
-			return;
+		idx = dpd_ev_hash(&k) & cfg->deny_mask;
+		slot = bpf_map_lookup_elem(&dpd_ev_deny, &idx);
+		if (slot) {
+			int fresh = now - slot->last_ns < cfg->deny_interval_ns;
+
+			if (dpd_ev_same(&slot->key, &k)) {
+				if (fresh) {
+					__sync_fetch_and_add(&slot->count, 1);
+					return;
+				}
+				seen = 1;
+			} else if (slot->count && fresh) {
+				/* Another flow with packets to report: keep it,
+				 * and report this one unlimited. */
+				slot = 0;
+			}
 		}
 	}
 	ev = bpf_ringbuf_reserve(&dpd_events, sizeof(*ev), 0);
@@ -101,12 +136,19 @@ static __always_inline void dpd_event(const struct dpd_state *st, __u8 kind)
 		return;
 	}
 	if (seen) {
-		suppressed = __sync_lock_test_and_set(&seen->count, 0);
-		seen->last_ns = now;
-	} else if (st->verdict != DPD_VERDICT_ALLOW) {
-		struct dpd_ev_deny fresh = { .last_ns = now };
-
-		bpf_map_update_elem(&dpd_ev_deny, &k, &fresh, BPF_ANY);
+		/* Usually nothing was counted: skip the atomic then. What
+		 * another CPU adds between the read and the subtraction stays
+		 * for the next event. */
+		suppressed = slot->count;
+		if (suppressed)
+			__sync_fetch_and_sub(&slot->count, (__u64)suppressed);
+		slot->last_ns = now;
+	} else if (slot) {
+		/* Take the slot over. Its former flow was quiet a whole
+		 * interval or had nothing to report. */
+		__builtin_memcpy(&slot->key, &k, sizeof(k));
+		slot->count = 0;
+		slot->last_ns = now;
 	}
 	ev->ts_ns = now;
 	ev->rule_id = st->rule_id;

@@ -365,14 +365,20 @@ struct dpd_flow_event {
 #define DPD_EV_CFG_ON (1u << 0)
 struct dpd_ev_cfg {
 	__u32 flags;            /* 0: DPD_EV_CFG_* */
-	__u32 pad;              /* 4 */
+	__u32 deny_mask;        /* 4: dpd_ev_deny slots - 1 (a power of two minus one) */
 	__u64 deny_interval_ns; /* 8: one event per denied flow per interval */
 };                              /* sizeof == 16 */
 
-/* dpd_ev_deny: LRU_HASH struct dpd_ct_key -> recently reported denied flows. */
+/* dpd_ev_deny: ARRAY of recently reported denied flows, direct-mapped: a
+ * flow lives in slot hash(flow) & deny_mask, so looking it up is one
+ * inlined array access and a key compare instead of an LRU hash lookup
+ * and insert. A flow whose slot holds another flow with packets still to
+ * report is reported without rate limiting (counts are never lost). */
 struct dpd_ev_deny {
-	__u64 last_ns;  /* 0: ts_ns of the flow's last event */
-	__u64 count;    /* 8: denied packets since, not reported */
-};                      /* sizeof == 16 */
+	struct dpd_ct_key key; /* 0: the flow (dpd_ct_key as the hook would create it) */
+	__u32 pad;      /* 44 */
+	__u64 last_ns;  /* 48: ts_ns of the flow's last event */
+	__u64 count;    /* 56: denied packets since, not reported */
+};                      /* sizeof == 64 */
 
 #endif

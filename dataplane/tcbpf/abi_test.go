@@ -74,8 +74,8 @@ func TestBTFLayout(t *testing.T) {
 			"nat_port": abi.EvNATPort, "kind": abi.EvKind, "icmp_type": abi.EvICMPType,
 			"nat_svc": abi.EvNATSvc, "icmp_code": abi.EvICMPCode,
 		}},
-		{"dpd_ev_cfg", abi.EvCfgSize, map[string]uint32{"flags": 0, "deny_interval_ns": 8}},
-		{"dpd_ev_deny", abi.EvDenySize, map[string]uint32{"last_ns": 0, "count": 8}},
+		{"dpd_ev_cfg", abi.EvCfgSize, map[string]uint32{"flags": 0, "deny_mask": 4, "deny_interval_ns": 8}},
+		{"dpd_ev_deny", abi.EvDenySize, map[string]uint32{"key": 0, "last_ns": 48, "count": 56}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

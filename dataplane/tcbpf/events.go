@@ -30,7 +30,13 @@ var ErrEventsClosed = errors.New("flow event reader closed")
 // reported at most once per denyInterval (0: every packet). Off costs the
 // policy path one array lookup; conntrack hits never look.
 func (d *Datapath) SetEvents(on bool, denyInterval time.Duration) error {
-	cfg := bpf.DpdDpdEvCfg{}
+	// The programs pick a flow's slot with a mask: use the largest power
+	// of two of slots the map holds.
+	slots := uint32(1)
+	for slots*2 <= d.objs.DpdEvDeny.MaxEntries() && slots < 1<<31 {
+		slots *= 2
+	}
+	cfg := bpf.DpdDpdEvCfg{DenyMask: slots - 1}
 	if on {
 		cfg.Flags = abi.EvCfgOn
 	}

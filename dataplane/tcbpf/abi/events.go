@@ -7,12 +7,12 @@ const (
 	MapEvents    = "dpd_events"   // RINGBUF of struct dpd_flow_event
 	MapEvDrops   = "dpd_ev_drops" // PERCPU_ARRAY[1] u64: events a full ring could not take
 	MapEvCfg     = "dpd_ev_cfg"   // ARRAY[1] struct dpd_ev_cfg
-	MapEvDeny    = "dpd_ev_deny"  // LRU_HASH struct dpd_ct_key -> struct dpd_ev_deny
+	MapEvDeny    = "dpd_ev_deny"  // ARRAY u32 -> struct dpd_ev_deny, direct-mapped by a hash of the flow
 	EvCfgOn      = 1 << 0         // dpd_ev_cfg.flags: events are written
 	EvDecided    = 1              // dpd_flow_event.kind: the policy decided
 	EvNoPolicy   = 2              // dpd_flow_event.kind: no policy program: dropped
 	EvCfgSize    = 16
-	EvDenySize   = 16
+	EvDenySize   = 64
 	FlowEventLen = 104 // sizeof(struct dpd_flow_event)
 )
 
