@@ -194,6 +194,8 @@ int dpd_epilogue(struct __sk_buff *skb)
 {
 	struct dpd_counter *ctr;
 	struct dpd_state *st;
+	__u8 preview_verdict = DPD_VERDICT_NONE;
+	__u64 preview_rule = 0;
 	__u32 zero = 0;
 
 	st = bpf_map_lookup_elem(&dpd_state, &zero);
@@ -206,6 +208,10 @@ int dpd_epilogue(struct __sk_buff *skb)
 		return st->verdict == DPD_VERDICT_ALLOW ? TC_ACT_OK : TC_ACT_SHOT;
 	}
 
+	if (st->flags & DPD_ST_PREVIEW)
+		dpd_preview_back(st, &preview_verdict, &preview_rule);
+	else
+		dpd_preview_run(skb, st); /* returns only without a preview */
 	if (st->rule_id) {
 		ctr = bpf_map_lookup_elem(&dpd_rule_ctrs, &st->rule_id);
 		if (ctr) {
@@ -213,7 +219,7 @@ int dpd_epilogue(struct __sk_buff *skb)
 			ctr->bytes += st->pkt_len;
 		}
 	}
-	dpd_event(st, DPD_EV_DECIDED);
+	dpd_event_preview(st, DPD_EV_DECIDED, preview_verdict, preview_rule);
 	if (st->verdict != DPD_VERDICT_ALLOW)
 		return TC_ACT_SHOT;
 	dpd_ct_create(st);

@@ -64,28 +64,30 @@ type DpdDpdEvDeny struct {
 }
 
 type DpdDpdFlowEvent struct {
-	_          structs.HostLayout
-	TsNs       uint64
-	RuleId     uint64
-	Saddr      [16]uint8
-	Daddr      [16]uint8
-	Sport      uint16
-	Dport      uint16
-	Proto      uint8
-	Family     uint8
-	Dir        uint8
-	Verdict    uint8
-	Ifindex    uint32
-	Flags      uint32
-	Suppressed uint32
-	PktLen     uint32
-	NatAddr    [16]uint8
-	NatPort    uint16
-	Kind       uint8
-	IcmpType   uint8
-	NatSvc     uint32
-	IcmpCode   uint8
-	EvPad      [7]uint8
+	_              structs.HostLayout
+	TsNs           uint64
+	RuleId         uint64
+	Saddr          [16]uint8
+	Daddr          [16]uint8
+	Sport          uint16
+	Dport          uint16
+	Proto          uint8
+	Family         uint8
+	Dir            uint8
+	Verdict        uint8
+	Ifindex        uint32
+	Flags          uint32
+	Suppressed     uint32
+	PktLen         uint32
+	NatAddr        [16]uint8
+	NatPort        uint16
+	Kind           uint8
+	IcmpType       uint8
+	NatSvc         uint32
+	IcmpCode       uint8
+	PreviewVerdict uint8
+	EvPad          [6]uint8
+	PreviewRuleId  uint64
 }
 
 type DpdDpdFragKey struct {
@@ -167,6 +169,13 @@ type DpdDpdNatFeVal struct {
 	Pad   uint32
 }
 
+type DpdDpdPreviewSt struct {
+	_       structs.HostLayout
+	RuleId  uint64
+	Verdict uint32
+	Pad     uint32
+}
+
 type DpdDpdRouteKey struct {
 	_         structs.HostLayout
 	Prefixlen uint32
@@ -229,6 +238,8 @@ const (
 	DpdMapDpdNatBe        = "dpd_nat_be"
 	DpdMapDpdNatFe        = "dpd_nat_fe"
 	DpdMapDpdNatFeBits    = "dpd_nat_fe_bits"
+	DpdMapDpdPreview      = "dpd_preview"
+	DpdMapDpdPreviewSt    = "dpd_preview_st"
 	DpdMapDpdRoutes       = "dpd_routes"
 	DpdMapDpdRuleCtrs     = "dpd_rule_ctrs"
 	DpdMapDpdState        = "dpd_state"
@@ -305,6 +316,8 @@ type DpdMapSpecs struct {
 	DpdNatBe     *ebpf.MapSpec `ebpf:"dpd_nat_be"`
 	DpdNatFe     *ebpf.MapSpec `ebpf:"dpd_nat_fe"`
 	DpdNatFeBits *ebpf.MapSpec `ebpf:"dpd_nat_fe_bits"`
+	DpdPreview   *ebpf.MapSpec `ebpf:"dpd_preview"`
+	DpdPreviewSt *ebpf.MapSpec `ebpf:"dpd_preview_st"`
 	DpdRoutes    *ebpf.MapSpec `ebpf:"dpd_routes"`
 	DpdRuleCtrs  *ebpf.MapSpec `ebpf:"dpd_rule_ctrs"`
 	DpdState     *ebpf.MapSpec `ebpf:"dpd_state"`
@@ -353,6 +366,8 @@ type DpdMaps struct {
 	DpdNatBe     *ebpf.Map `ebpf:"dpd_nat_be"`
 	DpdNatFe     *ebpf.Map `ebpf:"dpd_nat_fe"`
 	DpdNatFeBits *ebpf.Map `ebpf:"dpd_nat_fe_bits"`
+	DpdPreview   *ebpf.Map `ebpf:"dpd_preview"`
+	DpdPreviewSt *ebpf.Map `ebpf:"dpd_preview_st"`
 	DpdRoutes    *ebpf.Map `ebpf:"dpd_routes"`
 	DpdRuleCtrs  *ebpf.Map `ebpf:"dpd_rule_ctrs"`
 	DpdState     *ebpf.Map `ebpf:"dpd_state"`
@@ -376,6 +391,8 @@ func (m *DpdMaps) Close() error {
 		m.DpdNatBe,
 		m.DpdNatFe,
 		m.DpdNatFeBits,
+		m.DpdPreview,
+		m.DpdPreviewSt,
 		m.DpdRoutes,
 		m.DpdRuleCtrs,
 		m.DpdState,

@@ -13,6 +13,7 @@
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 #include "dpd_abi.h"
+#include "dpd_maps.h"
 
 /* Ring of struct dpd_flow_event; max_entries is its size in bytes. */
 struct {
@@ -49,6 +50,23 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } dpd_ev_deny SEC(".maps");
 
+/* Staged previews: the preview program of endpoint slot s, direction d
+ * at DPD_JUMP_POL_BASE + 2*s + d, as in dpd_jump; max_entries is set by
+ * userspace to dpd_jump's. Not pinned: a restarted dpd loads them again. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 2016);
+	__type(key, __u32);
+	__type(value, __u32);
+} dpd_preview SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct dpd_preview_st);
+} dpd_preview_st SEC(".maps");
+
 /* Keeps struct dpd_flow_event in the object's BTF (only a ring buffer
  * record has it, and records are untyped), for bpf2go and the layout test.
  * Never referenced by code. */
@@ -83,9 +101,71 @@ static __always_inline int dpd_ev_same(const struct dpd_ct_key *a, const struct 
 	       a->ifindex == b->ifindex;
 }
 
+/* dpd_preview_run runs the staged preview of a decided new flow when it is on
+ * and the endpoint has one: it only returns when it does not (the preview
+ * program comes back through the epilogue, dpd_preview_back). */
+static __always_inline void dpd_preview_run(struct __sk_buff *skb, struct dpd_state *st)
+{
+	struct dpd_preview_st *keep;
+	struct dpd_ifstate *ifs;
+	struct dpd_ev_cfg *cfg;
+	__u32 zero = 0, ifindex = st->ifindex;
+
+	cfg = bpf_map_lookup_elem(&dpd_ev_cfg, &zero);
+	if (!cfg || (cfg->flags & (DPD_EV_CFG_ON | DPD_EV_CFG_PREVIEW)) != (DPD_EV_CFG_ON | DPD_EV_CFG_PREVIEW))
+		return;
+	ifs = bpf_map_lookup_elem(&dpd_ifstate, &ifindex);
+	keep = bpf_map_lookup_elem(&dpd_preview_st, &zero);
+	if (!ifs || !keep)
+		return;
+	keep->verdict = st->verdict;
+	keep->rule_id = st->rule_id;
+	st->flags |= DPD_ST_PREVIEW;
+	st->verdict = DPD_VERDICT_NONE;
+	st->rule_id = 0;
+	st->chain_pos = 0;
+	__builtin_memset(st->pol_scratch, 0, sizeof(st->pol_scratch));
+	bpf_tail_call(skb, &dpd_preview, DPD_JUMP_POL_BASE + 2 * ifs->slot + st->dir);
+	/* No preview program for the slot: the decision stands as it was. */
+	st->flags &= ~DPD_ST_PREVIEW;
+	st->verdict = keep->verdict;
+	st->rule_id = keep->rule_id;
+}
+
+/* dpd_preview_back restores the real decision when the preview program
+ * has tail-called the epilogue, returning the preview's verdict and rule. */
+static __always_inline void dpd_preview_back(struct dpd_state *st, __u8 *verdict, __u64 *rule_id)
+{
+	struct dpd_preview_st *keep;
+	__u32 zero = 0;
+
+	*verdict = st->verdict == DPD_VERDICT_ALLOW ? DPD_VERDICT_ALLOW : DPD_VERDICT_DENY;
+	*rule_id = st->rule_id;
+	st->flags &= ~DPD_ST_PREVIEW;
+	keep = bpf_map_lookup_elem(&dpd_preview_st, &zero);
+	if (!keep) {
+		/* Cannot happen (a one-entry array); fail closed. */
+		st->verdict = DPD_VERDICT_DENY;
+		st->rule_id = 0;
+		return;
+	}
+	st->verdict = keep->verdict;
+	st->rule_id = keep->rule_id;
+}
+
+static __always_inline void dpd_event_preview(const struct dpd_state *st, __u8 kind,
+					      __u8 preview_verdict, __u64 preview_rule_id);
+
 /* dpd_event reports the decision in st (kind DPD_EV_*). Never fails the
  * packet: every error path only loses the event. */
 static __always_inline void dpd_event(const struct dpd_state *st, __u8 kind)
+{
+	dpd_event_preview(st, kind, DPD_VERDICT_NONE, 0);
+}
+
+/* dpd_event_preview is dpd_event with the staged preview's decision. */
+static __always_inline void dpd_event_preview(const struct dpd_state *st, __u8 kind,
+					      __u8 preview_verdict, __u64 preview_rule_id)
 {
 	struct dpd_flow_event *ev;
 	struct dpd_ev_deny *slot = 0;
@@ -170,7 +250,9 @@ static __always_inline void dpd_event(const struct dpd_state *st, __u8 kind)
 	ev->icmp_type = st->icmp_type;
 	ev->nat_svc = st->nat_svc;
 	ev->icmp_code = st->icmp_code;
+	ev->preview_verdict = preview_verdict;
 	__builtin_memset(ev->ev_pad, 0, sizeof(ev->ev_pad));
+	ev->preview_rule_id = preview_rule_id;
 	bpf_ringbuf_submit(ev, 0);
 }
 

@@ -357,12 +357,30 @@ struct dpd_flow_event {
 	__u8  icmp_type;    /* 91 */
 	__u32 nat_svc;      /* 92 */
 	__u8  icmp_code;    /* 96 */
-	__u8  ev_pad[7];    /* 97 */
-};                          /* sizeof == 104 */
+	__u8  preview_verdict; /* 97: DPD_VERDICT_* of the staged preview; NONE = no preview */
+	__u8  ev_pad[6];    /* 98 */
+	__u64 preview_rule_id; /* 104: the preview's deciding rule */
+};                          /* sizeof == 112 */
 
 /* dpd_ev_cfg: ARRAY[1], written by userspace. Events are off until it says
  * DPD_EV_CFG_ON. */
 #define DPD_EV_CFG_ON (1u << 0)
+/* Staged-policy preview: after an endpoint's policy decided, the epilogue
+ * keeps the verdict aside (dpd_preview_st), tail-calls the endpoint's
+ * preview program (dpd_preview[DPD_JUMP_POL_BASE + 2*slot + dir]: its
+ * policy with the staged policies enforced) and, when that returns to the
+ * epilogue, reports its verdict beside the real one, which alone is acted
+ * on. A slot without a preview program costs the failed tail call. */
+#define DPD_EV_CFG_PREVIEW (1u << 1)
+/* dpd_state.flags: the preview program is running (the epilogue's second pass). */
+#define DPD_ST_PREVIEW (1u << 27)
+
+/* dpd_preview_st: PERCPU_ARRAY[1], the real decision while the preview runs. */
+struct dpd_preview_st {
+	__u64 rule_id;  /* 0 */
+	__u32 verdict;  /* 8 */
+	__u32 pad;      /* 12 */
+};                      /* sizeof == 16 */
 struct dpd_ev_cfg {
 	__u32 flags;            /* 0: DPD_EV_CFG_* */
 	__u32 deny_mask;        /* 4: dpd_ev_deny slots - 1 (a power of two minus one) */

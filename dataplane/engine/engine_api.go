@@ -46,6 +46,10 @@ type Options struct {
 	// 1 s, at most 10 s); later ones follow ReportingIntervalSecs (default 30).
 	HeartbeatFirst time.Duration
 	Now            func() time.Time
+	// StagedPreview resolves, for every endpoint direction with staged
+	// policies, a preview policy with them enforced (model.Endpoint's
+	// Preview fields), for kernels that report what they would decide.
+	StagedPreview bool
 }
 
 // EndpointInfo is the engine's view of one workload endpoint, for Inspect.

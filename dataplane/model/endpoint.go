@@ -43,6 +43,19 @@ type Endpoint struct {
 	IPv6Nets []netip.Prefix
 	Ingress  DirectionPolicy
 	Egress   DirectionPolicy
+	// PreviewIngress and PreviewEgress, when the engine previews staged
+	// policies and the direction has any, are the direction's policy with
+	// its staged policies enforced in their tier order: what they would
+	// decide, reported beside the real verdict and never enforced.
+	PreviewIngress, PreviewEgress *DirectionPolicy
+}
+
+// Preview returns the staged preview for direction d, nil if none.
+func (e *Endpoint) Preview(d Direction) *DirectionPolicy {
+	if d == Ingress {
+		return e.PreviewIngress
+	}
+	return e.PreviewEgress
 }
 
 // SameInterface reports whether e and o ask the same of their interface

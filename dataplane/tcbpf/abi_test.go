@@ -73,7 +73,9 @@ func TestBTFLayout(t *testing.T) {
 			"suppressed": abi.EvSuppressed, "pkt_len": abi.EvPktLen, "nat_addr": abi.EvNATAddr,
 			"nat_port": abi.EvNATPort, "kind": abi.EvKind, "icmp_type": abi.EvICMPType,
 			"nat_svc": abi.EvNATSvc, "icmp_code": abi.EvICMPCode,
+			"preview_verdict": abi.EvPreviewVerdict, "preview_rule_id": abi.EvPreviewRuleID,
 		}},
+		{"dpd_preview_st", abi.PreviewStSize, map[string]uint32{"rule_id": 0, "verdict": 8}},
 		{"dpd_ev_cfg", abi.EvCfgSize, map[string]uint32{"flags": 0, "deny_mask": 4, "deny_interval_ns": 8}},
 		{"dpd_ev_deny", abi.EvDenySize, map[string]uint32{"key": 0, "last_ns": 48, "count": 56}},
 	}
@@ -138,6 +140,7 @@ func TestHeaderDefines(t *testing.T) {
 		"DPD_DROP_FRAG_TINY": abi.DropFragTiny, "DPD_DROP_IPV6_EXT": abi.DropIPv6Ext, "DPD_DROP_MAX": abi.DropMax,
 		"DPD_ST_UNPOLICED": abi.StUnpoliced,
 		"DPD_EV_DECIDED":   abi.EvDecided, "DPD_EV_NO_POLICY": abi.EvNoPolicy, "DPD_EV_CFG_ON": abi.EvCfgOn,
+		"DPD_EV_CFG_PREVIEW": abi.EvCfgPreview, "DPD_ST_PREVIEW": abi.StPreview,
 	}
 	f, err := os.Open("../../bpf/include/dpd_abi.h")
 	if err != nil {

@@ -213,6 +213,7 @@ func applySizes(spec *ebpf.CollectionSpec, s MapSizes) {
 		abi.MapFrags:        s.Fragments,
 		abi.MapEvents:       s.Events,
 		abi.MapEvDeny:       s.EventDeny,
+		abi.MapPreview:      s.Jump,
 	} {
 		if m, ok := spec.Maps[name]; ok {
 			m.MaxEntries = uint32(n)

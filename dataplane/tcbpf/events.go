@@ -30,6 +30,12 @@ var ErrEventsClosed = errors.New("flow event reader closed")
 // reported at most once per denyInterval (0: every packet). Off costs the
 // policy path one array lookup; conntrack hits never look.
 func (d *Datapath) SetEvents(on bool, denyInterval time.Duration) error {
+	return d.SetEventsPreview(on, denyInterval, false)
+}
+
+// SetEventsPreview is SetEvents that, with preview (and on), also runs
+// the staged preview programs (InstallPreview) on every decided packet.
+func (d *Datapath) SetEventsPreview(on bool, denyInterval time.Duration, preview bool) error {
 	// The programs pick a flow's slot with a mask: use the largest power
 	// of two of slots the map holds.
 	slots := uint32(1)
@@ -39,6 +45,9 @@ func (d *Datapath) SetEvents(on bool, denyInterval time.Duration) error {
 	cfg := bpf.DpdDpdEvCfg{DenyMask: slots - 1}
 	if on {
 		cfg.Flags = abi.EvCfgOn
+		if preview {
+			cfg.Flags |= abi.EvCfgPreview
+		}
 	}
 	if denyInterval > 0 {
 		cfg.DenyIntervalNs = uint64(denyInterval)
@@ -118,6 +127,8 @@ func decodeFlowEvent(b []byte, ev *FlowEvent) {
 	ev.Kind, ev.IcmpType = b[abi.EvKind], b[abi.EvICMPType]
 	ev.NatSvc = le.Uint32(b[abi.EvNATSvc:])
 	ev.IcmpCode = b[abi.EvICMPCode]
+	ev.PreviewVerdict = b[abi.EvPreviewVerdict]
+	ev.PreviewRuleId = le.Uint64(b[abi.EvPreviewRuleID:])
 }
 
 // SetDeadline bounds the next Reads; the zero time blocks forever.
@@ -146,4 +157,32 @@ func NewMonoClock() MonoClock {
 // Time is the wall-clock time of a monotonic timestamp in nanoseconds.
 func (c MonoClock) Time(ns uint64) time.Time {
 	return time.Unix(0, int64(ns)+int64(c.offset))
+}
+
+// InstallPreview puts the staged preview program of endpoint slot slot,
+// direction dir into dpd_preview. It decides only what events report.
+func (d *Datapath) InstallPreview(slot uint32, dir int, prog *ebpf.Program) error {
+	idx, err := d.policyIndex(slot, dir)
+	if err != nil {
+		return err
+	}
+	if prog == nil {
+		return fmt.Errorf("install preview slot %d dir %d: nil program", slot, dir)
+	}
+	if err := d.objs.DpdPreview.Update(idx, prog, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("install preview slot %d dir %d: %w", slot, dir, err)
+	}
+	return nil
+}
+
+// ClearPreview empties the slot's preview for dir.
+func (d *Datapath) ClearPreview(slot uint32, dir int) error {
+	idx, err := d.policyIndex(slot, dir)
+	if err != nil {
+		return err
+	}
+	if err := d.objs.DpdPreview.Delete(idx); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("clear preview slot %d dir %d: %w", slot, dir, err)
+	}
+	return nil
 }

@@ -13,7 +13,7 @@ const (
 	EvNoPolicy   = 2              // dpd_flow_event.kind: no policy program: dropped
 	EvCfgSize    = 16
 	EvDenySize   = 64
-	FlowEventLen = 104 // sizeof(struct dpd_flow_event)
+	FlowEventLen = 112 // sizeof(struct dpd_flow_event)
 )
 
 // Offsets in struct dpd_flow_event.
@@ -38,6 +38,20 @@ const (
 	EvICMPType   = 91
 	EvNATSvc     = 92
 	EvICMPCode   = 96
+
+	EvPreviewVerdict = 97  // DPD_VERDICT_* of the staged preview; VerdictNone: none
+	EvPreviewRuleID  = 104 // the preview's deciding rule
+)
+
+// Staged-policy preview: with EvCfgPreview set, the epilogue runs the
+// endpoint's preview program (MapPreview, indexed as dpd_jump) on each
+// decided packet and reports its verdict beside the real one.
+const (
+	MapPreview    = "dpd_preview"    // PROG_ARRAY, sized as dpd_jump; not pinned
+	MapPreviewSt  = "dpd_preview_st" // PERCPU_ARRAY[1] struct dpd_preview_st
+	EvCfgPreview  = 1 << 1           // dpd_ev_cfg.flags: run the previews
+	StPreview     = 1 << 27          // dpd_state.flags: the preview program is running
+	PreviewStSize = 16
 )
 
 // Offsets of the dpd_ct_val fields the flow-events work appended: the
