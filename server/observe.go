@@ -99,11 +99,12 @@ type flowFilter struct {
 	port      uint16
 	proto     int    // -1: any
 	kind      string // "new", "end" or "" for both
+	differs   bool   // only flows whose staged preview differs from the verdict
 }
 
 func (s *inspectService) observeFilter(req *dpdv1.ObserveRequest) (*flowFilter, error) {
 	bad := func(f string, a ...any) error { return status.Errorf(codes.InvalidArgument, f, a...) }
-	f := &flowFilter{namespace: req.GetNamespace(), policy: req.GetPolicy(), proto: -1}
+	f := &flowFilter{namespace: req.GetNamespace(), policy: req.GetPolicy(), proto: -1, differs: req.GetStagedDiffers()}
 	if id := req.GetEndpoint(); id != "" {
 		ep, ok := s.engine.Endpoint(id)
 		if !ok {
@@ -153,6 +154,9 @@ func (f *flowFilter) match(ev *model.FlowEvent, peers *peerIndex) bool {
 		return false
 	}
 	if f.kind != "" && (f.kind == "end") != ev.End {
+		return false
+	}
+	if f.differs && (!ev.Staged || ev.StagedAllowed == (ev.Allowed && ev.Stage == model.TraceDecided)) {
 		return false
 	}
 	if f.port != 0 && ev.Src.Port() != f.port && ev.Dst.Port() != f.port && ev.Frontend.Port() != f.port {
@@ -271,6 +275,12 @@ func flowMessage(ev *model.FlowEvent, peers *peerIndex) *dpdv1.Flow {
 	}
 	if ev.Frontend.IsValid() {
 		m.ServiceIp, m.ServicePort = ev.Frontend.Addr().String(), uint32(ev.Frontend.Port())
+	}
+	if ev.Staged {
+		var ref *dpdv1.RuleRef
+		m.StagedVerdict, m.StagedDecidedBy, ref = decision(model.TraceDecided, ev.StagedAllowed, ev.StagedRuleID,
+			ev.StagedRule, ev.StagedRuleFound, ev.Direction)
+		m.StagedRule = ref
 	}
 	if ev.End {
 		m.Ended = true

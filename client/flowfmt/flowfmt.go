@@ -31,6 +31,9 @@ func FlowLine(f *dpdv1.Flow) string {
 	if n := f.GetSuppressed(); n > 0 {
 		fmt.Fprintf(&b, "  (+%d denied since the last report)", n)
 	}
+	if v := f.GetStagedVerdict(); v != "" && !f.GetEnded() {
+		fmt.Fprintf(&b, "  staged: would %s  %s", v, RuleLabel(f.GetStagedDecidedBy(), f.GetStagedRule()))
+	}
 	if f.GetEnded() {
 		fw, rp := f.GetForward(), f.GetReply()
 		fmt.Fprintf(&b, "  -> %d pkts %d B, <- %d pkts %d B", fw.GetPackets(), fw.GetBytes(), rp.GetPackets(), rp.GetBytes())

@@ -33,6 +33,12 @@ type FlowOptions struct {
 	// packets in between are counted into its next event (default
 	// tcbpf.DefaultDenyInterval).
 	DenyInterval time.Duration
+	// StagedPreview runs, for endpoint directions with staged policies
+	// (the engine's Options.StagedPreview resolves them), a preview
+	// program on every packet the policy decides and reports its verdict
+	// and rule beside the real one. It costs a decided packet a second
+	// policy evaluation; packets without a preview pay a failed tail call.
+	StagedPreview bool
 	// ConntrackScan is how often expired conntrack entries are deleted
 	// and, with events on, reported as flow ends (default
 	// DefaultConntrackScan).
@@ -69,7 +75,7 @@ func (k *Kernel) startFlowsLocked(d *tcbpf.Datapath) {
 	if interval <= 0 {
 		interval = tcbpf.DefaultDenyInterval
 	}
-	if err := d.SetEvents(!o.Off, interval); err != nil {
+	if err := d.SetEventsPreview(!o.Off, interval, o.StagedPreview); err != nil {
 		k.log.Warn("flow events unavailable", "err", err)
 		return
 	}
@@ -141,6 +147,9 @@ func flowEvent(raw *tcbpf.FlowEvent, clock tcbpf.MonoClock) model.FlowEvent {
 	if raw.Kind == abi.EvNoPolicy {
 		ev.Stage = model.TraceNoPolicy
 	}
+	if raw.PreviewVerdict != abi.VerdictNone {
+		ev.Staged, ev.StagedAllowed, ev.StagedRuleID = true, raw.PreviewVerdict == abi.VerdictAllow, raw.PreviewRuleId
+	}
 	if raw.Flags&abi.StNAT != 0 {
 		ev.Frontend = netip.AddrPortFrom(netip.AddrFrom4([4]byte(raw.NatAddr[:4])), raw.NatPort)
 	}
@@ -169,13 +178,20 @@ func (k *Kernel) resolveFlowLocked(ev *model.FlowEvent, c *flowCache) {
 		c.ifaces[ev.Ifindex] = name
 	}
 	ev.Iface = name
-	if ev.RuleID == 0 {
-		return
+	if ev.RuleID != 0 {
+		if prog := k.installedLocked(name, ev.Direction); prog != nil {
+			ev.Rule, ev.RuleFound = c.table(prog)[ev.RuleID]
+		}
 	}
-	prog := k.installedLocked(name, ev.Direction)
-	if prog == nil {
-		return
+	if ev.Staged && ev.StagedRuleID != 0 && k.preview != nil {
+		if prog := k.preview.program(name, ev.Direction); prog != nil {
+			ev.StagedRule, ev.StagedRuleFound = c.table(prog)[ev.StagedRuleID]
+		}
 	}
+}
+
+// table is prog's rules by counter id.
+func (c *flowCache) table(prog loadedProgram) map[uint64]model.RuleInfo {
 	table, ok := c.rules[prog]
 	if !ok {
 		if len(c.rules) >= maxCachedPrograms {
@@ -188,7 +204,7 @@ func (k *Kernel) resolveFlowLocked(ev *model.FlowEvent, c *flowCache) {
 		}
 		c.rules[prog] = table
 	}
-	ev.Rule, ev.RuleFound = table[ev.RuleID]
+	return table
 }
 
 // ObserveFlows implements engine.FlowObserver.

@@ -89,7 +89,11 @@ type Kernel struct {
 	logged       map[string]bool // one-time warnings given; guarded by mu
 	ctCount      ctCount         // the last conntrack count (inspect.go); guarded by mu
 	flows        *flowWatcher    // flow events (flows.go); set by the first open, guarded by mu
-	scan         *ctScanner      // the current datapath's conntrack scanner (flowends.go); guarded by mu
+
+	// The current datapath's conntrack scanner (flowends.go) and staged
+	// previews (preview.go; nil unless FlowOptions.StagedPreview). Guarded by mu.
+	scan    *ctScanner
+	preview *previewProgrammer
 
 	attach tcbpf.AttachChoice // the attach mode in force and why; immutable
 }
@@ -205,6 +209,10 @@ func (k *Kernel) openBPFLocked() error {
 		_ = d.Close()
 		return err
 	}
+	if k.opts.Flows.StagedPreview && !k.opts.Flows.Off {
+		k.preview = newPreviewProgrammer(d, polprogFacility{d}.LoadPreview, k.log)
+		k.eps.releasePreview = k.preview.release
+	}
 	k.startFlowsLocked(d)
 	k.startScanLocked(d, !k.opts.Flows.Off)
 	return nil
@@ -249,6 +257,10 @@ func (k *Kernel) Close() error {
 	k.waitAllAttachesLocked() // they use the datapath's programs
 	k.stopFlowsLocked()
 	k.stopScanLocked()
+	if k.preview != nil {
+		k.preview.closeAll()
+		k.preview = nil
+	}
 	if k.flows != nil {
 		k.flows.hist.Close()
 	}
@@ -310,6 +322,10 @@ func (k *Kernel) Configure(cfg map[string]string) error {
 	k.pols.abandon()
 	k.stopFlowsLocked()
 	k.stopScanLocked()
+	if k.preview != nil {
+		k.preview.closeAll()
+		k.preview = nil
+	}
 	if err := k.bpf.Close(); err != nil {
 		k.log.Warn("close bpf dataplane before resize", "err", err)
 	}

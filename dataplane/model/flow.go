@@ -42,6 +42,15 @@ type FlowEvent struct {
 	End            bool
 	Started        time.Time
 	Forward, Reply FlowCounts
+	// Staged is set when the endpoint direction's staged policies were
+	// previewed (the kernel's staged preview is on and it has some):
+	// StagedAllowed and the Staged rule are what its policy would have
+	// decided with them enforced in their tier order. Never enforced.
+	Staged          bool
+	StagedAllowed   bool
+	StagedRuleID    uint64
+	StagedRule      RuleInfo
+	StagedRuleFound bool
 }
 
 // FlowCounts are one direction's totals of a flow.

@@ -2260,7 +2260,10 @@ type ObserveRequest struct {
 	// At most this many flows from the history (the newest); 0 for all.
 	Last uint32 `protobuf:"varint,9,opt,name=last,proto3" json:"last,omitempty"`
 	// "new" for decisions only, "end" for flow ends only; "" for both.
-	Type          string `protobuf:"bytes,10,opt,name=type,proto3" json:"type,omitempty"`
+	Type string `protobuf:"bytes,10,opt,name=type,proto3" json:"type,omitempty"`
+	// Only flows whose staged preview differs from the real verdict
+	// (dpd's --staged-preview): what enforcing the staged policies changes.
+	StagedDiffers bool `protobuf:"varint,11,opt,name=staged_differs,json=stagedDiffers,proto3" json:"staged_differs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2365,6 +2368,13 @@ func (x *ObserveRequest) GetType() string {
 	return ""
 }
 
+func (x *ObserveRequest) GetStagedDiffers() bool {
+	if x != nil {
+		return x.StagedDiffers
+	}
+	return false
+}
+
 type ObserveResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Set on every response but the ones that only report a loss.
@@ -2453,12 +2463,19 @@ type Flow struct {
 	// FIN or RST) and dpd's conntrack scan removed it. time is the removal,
 	// started the decision, rule the rule that allowed the flow; forward
 	// (source to destination) and reply are what it carried at this hook.
-	Ended         bool                   `protobuf:"varint,17,opt,name=ended,proto3" json:"ended,omitempty"`
-	Started       *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=started,proto3" json:"started,omitempty"`
-	Forward       *FlowCounts            `protobuf:"bytes,19,opt,name=forward,proto3" json:"forward,omitempty"`
-	Reply         *FlowCounts            `protobuf:"bytes,20,opt,name=reply,proto3" json:"reply,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Ended   bool                   `protobuf:"varint,17,opt,name=ended,proto3" json:"ended,omitempty"`
+	Started *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=started,proto3" json:"started,omitempty"`
+	Forward *FlowCounts            `protobuf:"bytes,19,opt,name=forward,proto3" json:"forward,omitempty"`
+	Reply   *FlowCounts            `protobuf:"bytes,20,opt,name=reply,proto3" json:"reply,omitempty"`
+	// With dpd's --staged-preview, for an endpoint direction with staged
+	// policies: what its policy would have decided with them enforced in
+	// their tier order ("allow" or "deny"; empty when not previewed), as
+	// verdict, decided_by and rule say it. Never enforced.
+	StagedVerdict   string   `protobuf:"bytes,21,opt,name=staged_verdict,json=stagedVerdict,proto3" json:"staged_verdict,omitempty"`
+	StagedDecidedBy string   `protobuf:"bytes,22,opt,name=staged_decided_by,json=stagedDecidedBy,proto3" json:"staged_decided_by,omitempty"`
+	StagedRule      *RuleRef `protobuf:"bytes,23,opt,name=staged_rule,json=stagedRule,proto3" json:"staged_rule,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Flow) Reset() {
@@ -2627,6 +2644,27 @@ func (x *Flow) GetForward() *FlowCounts {
 func (x *Flow) GetReply() *FlowCounts {
 	if x != nil {
 		return x.Reply
+	}
+	return nil
+}
+
+func (x *Flow) GetStagedVerdict() string {
+	if x != nil {
+		return x.StagedVerdict
+	}
+	return ""
+}
+
+func (x *Flow) GetStagedDecidedBy() string {
+	if x != nil {
+		return x.StagedDecidedBy
+	}
+	return ""
+}
+
+func (x *Flow) GetStagedRule() *RuleRef {
+	if x != nil {
+		return x.StagedRule
 	}
 	return nil
 }
@@ -2929,7 +2967,7 @@ const file_dpd_v1_dataplane_proto_rawDesc = "" +
 	"\vexplanation\x18\x05 \x01(\tR\vexplanation\x12\x1c\n" +
 	"\tinterface\x18\x06 \x01(\tR\tinterface\x12\x18\n" +
 	"\aifindex\x18\a \x01(\x05R\aifindex\x12\x1b\n" +
-	"\ttc_return\x18\b \x01(\x05R\btcReturn\"\x9e\x02\n" +
+	"\ttc_return\x18\b \x01(\x05R\btcReturn\"\xc5\x02\n" +
 	"\x0eObserveRequest\x12\x1a\n" +
 	"\bendpoint\x18\x01 \x01(\tR\bendpoint\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x18\n" +
@@ -2941,10 +2979,11 @@ const file_dpd_v1_dataplane_proto_rawDesc = "" +
 	"\x06follow\x18\b \x01(\bR\x06follow\x12\x12\n" +
 	"\x04last\x18\t \x01(\rR\x04last\x12\x12\n" +
 	"\x04type\x18\n" +
-	" \x01(\tR\x04type\"G\n" +
+	" \x01(\tR\x04type\x12%\n" +
+	"\x0estaged_differs\x18\v \x01(\bR\rstagedDiffers\"G\n" +
 	"\x0fObserveResponse\x12 \n" +
 	"\x04flow\x18\x01 \x01(\v2\f.dpd.v1.FlowR\x04flow\x12\x12\n" +
-	"\x04lost\x18\x02 \x01(\x04R\x04lost\"\xb6\x05\n" +
+	"\x04lost\x18\x02 \x01(\x04R\x04lost\"\xbb\x06\n" +
 	"\x04Flow\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1c\n" +
 	"\tinterface\x18\x02 \x01(\tR\tinterface\x12\x18\n" +
@@ -2970,7 +3009,11 @@ const file_dpd_v1_dataplane_proto_rawDesc = "" +
 	"\x05ended\x18\x11 \x01(\bR\x05ended\x124\n" +
 	"\astarted\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\astarted\x12,\n" +
 	"\aforward\x18\x13 \x01(\v2\x12.dpd.v1.FlowCountsR\aforward\x12(\n" +
-	"\x05reply\x18\x14 \x01(\v2\x12.dpd.v1.FlowCountsR\x05reply\"<\n" +
+	"\x05reply\x18\x14 \x01(\v2\x12.dpd.v1.FlowCountsR\x05reply\x12%\n" +
+	"\x0estaged_verdict\x18\x15 \x01(\tR\rstagedVerdict\x12*\n" +
+	"\x11staged_decided_by\x18\x16 \x01(\tR\x0fstagedDecidedBy\x120\n" +
+	"\vstaged_rule\x18\x17 \x01(\v2\x0f.dpd.v1.RuleRefR\n" +
+	"stagedRule\"<\n" +
 	"\n" +
 	"FlowCounts\x12\x18\n" +
 	"\apackets\x18\x01 \x01(\x04R\apackets\x12\x14\n" +
@@ -3079,33 +3122,34 @@ var file_dpd_v1_dataplane_proto_depIdxs = []int32{
 	35, // 26: dpd.v1.Flow.started:type_name -> google.protobuf.Timestamp
 	33, // 27: dpd.v1.Flow.forward:type_name -> dpd.v1.FlowCounts
 	33, // 28: dpd.v1.Flow.reply:type_name -> dpd.v1.FlowCounts
-	37, // 29: dpd.v1.Dataplane.Sync:input_type -> felix.ToDataplane
-	0,  // 30: dpd.v1.Inspect.GetStatus:input_type -> dpd.v1.GetStatusRequest
-	6,  // 31: dpd.v1.Inspect.ListEndpoints:input_type -> dpd.v1.ListEndpointsRequest
-	8,  // 32: dpd.v1.Inspect.GetEndpoint:input_type -> dpd.v1.GetEndpointRequest
-	10, // 33: dpd.v1.Inspect.ListPolicies:input_type -> dpd.v1.ListPoliciesRequest
-	13, // 34: dpd.v1.Inspect.ListIPSets:input_type -> dpd.v1.ListIPSetsRequest
-	16, // 35: dpd.v1.Inspect.ListServices:input_type -> dpd.v1.ListServicesRequest
-	21, // 36: dpd.v1.Inspect.ListRoutes:input_type -> dpd.v1.ListRoutesRequest
-	26, // 37: dpd.v1.Inspect.GetCounters:input_type -> dpd.v1.GetCountersRequest
-	28, // 38: dpd.v1.Inspect.Trace:input_type -> dpd.v1.TraceRequest
-	30, // 39: dpd.v1.Inspect.Observe:input_type -> dpd.v1.ObserveRequest
-	38, // 40: dpd.v1.Dataplane.Sync:output_type -> felix.FromDataplane
-	1,  // 41: dpd.v1.Inspect.GetStatus:output_type -> dpd.v1.GetStatusResponse
-	7,  // 42: dpd.v1.Inspect.ListEndpoints:output_type -> dpd.v1.ListEndpointsResponse
-	9,  // 43: dpd.v1.Inspect.GetEndpoint:output_type -> dpd.v1.Endpoint
-	11, // 44: dpd.v1.Inspect.ListPolicies:output_type -> dpd.v1.ListPoliciesResponse
-	14, // 45: dpd.v1.Inspect.ListIPSets:output_type -> dpd.v1.ListIPSetsResponse
-	17, // 46: dpd.v1.Inspect.ListServices:output_type -> dpd.v1.ListServicesResponse
-	22, // 47: dpd.v1.Inspect.ListRoutes:output_type -> dpd.v1.ListRoutesResponse
-	27, // 48: dpd.v1.Inspect.GetCounters:output_type -> dpd.v1.GetCountersResponse
-	29, // 49: dpd.v1.Inspect.Trace:output_type -> dpd.v1.TraceResponse
-	31, // 50: dpd.v1.Inspect.Observe:output_type -> dpd.v1.ObserveResponse
-	40, // [40:51] is the sub-list for method output_type
-	29, // [29:40] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	24, // 29: dpd.v1.Flow.staged_rule:type_name -> dpd.v1.RuleRef
+	37, // 30: dpd.v1.Dataplane.Sync:input_type -> felix.ToDataplane
+	0,  // 31: dpd.v1.Inspect.GetStatus:input_type -> dpd.v1.GetStatusRequest
+	6,  // 32: dpd.v1.Inspect.ListEndpoints:input_type -> dpd.v1.ListEndpointsRequest
+	8,  // 33: dpd.v1.Inspect.GetEndpoint:input_type -> dpd.v1.GetEndpointRequest
+	10, // 34: dpd.v1.Inspect.ListPolicies:input_type -> dpd.v1.ListPoliciesRequest
+	13, // 35: dpd.v1.Inspect.ListIPSets:input_type -> dpd.v1.ListIPSetsRequest
+	16, // 36: dpd.v1.Inspect.ListServices:input_type -> dpd.v1.ListServicesRequest
+	21, // 37: dpd.v1.Inspect.ListRoutes:input_type -> dpd.v1.ListRoutesRequest
+	26, // 38: dpd.v1.Inspect.GetCounters:input_type -> dpd.v1.GetCountersRequest
+	28, // 39: dpd.v1.Inspect.Trace:input_type -> dpd.v1.TraceRequest
+	30, // 40: dpd.v1.Inspect.Observe:input_type -> dpd.v1.ObserveRequest
+	38, // 41: dpd.v1.Dataplane.Sync:output_type -> felix.FromDataplane
+	1,  // 42: dpd.v1.Inspect.GetStatus:output_type -> dpd.v1.GetStatusResponse
+	7,  // 43: dpd.v1.Inspect.ListEndpoints:output_type -> dpd.v1.ListEndpointsResponse
+	9,  // 44: dpd.v1.Inspect.GetEndpoint:output_type -> dpd.v1.Endpoint
+	11, // 45: dpd.v1.Inspect.ListPolicies:output_type -> dpd.v1.ListPoliciesResponse
+	14, // 46: dpd.v1.Inspect.ListIPSets:output_type -> dpd.v1.ListIPSetsResponse
+	17, // 47: dpd.v1.Inspect.ListServices:output_type -> dpd.v1.ListServicesResponse
+	22, // 48: dpd.v1.Inspect.ListRoutes:output_type -> dpd.v1.ListRoutesResponse
+	27, // 49: dpd.v1.Inspect.GetCounters:output_type -> dpd.v1.GetCountersResponse
+	29, // 50: dpd.v1.Inspect.Trace:output_type -> dpd.v1.TraceResponse
+	31, // 51: dpd.v1.Inspect.Observe:output_type -> dpd.v1.ObserveResponse
+	41, // [41:52] is the sub-list for method output_type
+	30, // [30:41] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_dpd_v1_dataplane_proto_init() }
