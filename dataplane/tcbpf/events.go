@@ -71,10 +71,17 @@ func (d *Datapath) EventDrops() (uint64, error) {
 	return n, nil
 }
 
+// EventPoll is how often a reader looks at a ring it found empty: the
+// programs submit events without waking it (a wakeup per event cost ~20 us
+// of CPU at thousands of events a second), so an event waits at most this
+// long before a blocked Read sees it.
+const EventPoll = 10 * time.Millisecond
+
 // EventReader reads dpd_events. One reader per ring: records are consumed.
 type EventReader struct {
-	r   *ringbuf.Reader
-	rec ringbuf.Record
+	r        *ringbuf.Reader
+	rec      ringbuf.Record
+	deadline time.Time // the caller's (SetDeadline); zero: none
 }
 
 // NewEventReader opens a reader on the ring. The caller closes it.
@@ -83,21 +90,33 @@ func (d *Datapath) NewEventReader() (*EventReader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open flow event ring: %w", err)
 	}
-	return &EventReader{r: r}, nil
+	e := &EventReader{r: r}
+	e.r.SetDeadline(time.Now().Add(EventPoll))
+	return e, nil
 }
 
 // Read blocks until an event arrives, the deadline passes
 // (os.ErrDeadlineExceeded) or the reader is closed (ErrEventsClosed).
 func (e *EventReader) Read() (FlowEvent, error) {
 	var ev FlowEvent
-	if err := e.r.ReadInto(&e.rec); err != nil {
+	for {
+		err := e.r.ReadInto(&e.rec)
+		if err == nil {
+			break
+		}
 		if errors.Is(err, ringbuf.ErrClosed) {
 			return ev, ErrEventsClosed
 		}
-		if errors.Is(err, os.ErrDeadlineExceeded) {
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			return ev, fmt.Errorf("read flow event: %w", err)
+		}
+		// The ring was empty for a poll: the caller's deadline, or the
+		// next poll.
+		now := time.Now()
+		if !e.deadline.IsZero() && !now.Before(e.deadline) {
 			return ev, os.ErrDeadlineExceeded
 		}
-		return ev, fmt.Errorf("read flow event: %w", err)
+		e.r.SetDeadline(e.nextWait(now))
 	}
 	if len(e.rec.RawSample) < abi.FlowEventLen {
 		return ev, fmt.Errorf("flow event of %d bytes, want %d", len(e.rec.RawSample), abi.FlowEventLen)
@@ -132,7 +151,20 @@ func decodeFlowEvent(b []byte, ev *FlowEvent) {
 }
 
 // SetDeadline bounds the next Reads; the zero time blocks forever.
-func (e *EventReader) SetDeadline(t time.Time) { e.r.SetDeadline(t) }
+func (e *EventReader) SetDeadline(t time.Time) {
+	e.deadline = t
+	e.r.SetDeadline(e.nextWait(time.Now()))
+}
+
+// nextWait is when a wait on an empty ring from now ends: the next poll,
+// or the caller's deadline if sooner.
+func (e *EventReader) nextWait(now time.Time) time.Time {
+	next := now.Add(EventPoll)
+	if !e.deadline.IsZero() && e.deadline.Before(next) {
+		return e.deadline
+	}
+	return next
+}
 
 // Pending is the number of bytes not yet read from the ring.
 func (e *EventReader) Pending() int { return e.r.AvailableBytes() }
