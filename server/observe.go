@@ -100,6 +100,8 @@ type flowFilter struct {
 	proto     int    // -1: any
 	kind      string // "new", "end" or "" for both
 	differs   bool   // only flows whose staged preview differs from the verdict
+	labels    []labelTerm
+	labeler   namespaceLabeler // nil: the engine knows no labels
 }
 
 func (s *inspectService) observeFilter(req *dpdv1.ObserveRequest) (*flowFilter, error) {
@@ -126,6 +128,17 @@ func (s *inspectService) observeFilter(req *dpdv1.ObserveRequest) (*flowFilter, 
 		f.verdict = "deny"
 	default:
 		return nil, bad("verdict %q: want allow or deny", req.GetVerdict())
+	}
+	if len(req.GetLabels()) > 0 {
+		terms, err := parseLabelTerms(req.GetLabels())
+		if err != nil {
+			return nil, bad("%v", err)
+		}
+		nl, ok := s.engine.(namespaceLabeler)
+		if !ok {
+			return nil, status.Error(codes.Unimplemented, "this engine knows no namespace labels")
+		}
+		f.labels, f.labeler = terms, nl
 	}
 	switch k := strings.ToLower(req.GetType()); k {
 	case "", "new", "end":
@@ -174,6 +187,12 @@ func (f *flowFilter) match(ev *model.FlowEvent, peers *peerIndex) bool {
 	if f.namespace != "" {
 		src, dst := peers.sides(ev)
 		if namespaceOf(src) != f.namespace && namespaceOf(dst) != f.namespace {
+			return false
+		}
+	}
+	if len(f.labels) > 0 {
+		src, dst := peers.sides(ev)
+		if !labelsMatch(f.labels, f.labeler, src) && !labelsMatch(f.labels, f.labeler, dst) {
 			return false
 		}
 	}

@@ -14,7 +14,8 @@ import (
 
 // TestObserveStagedPreview: with --staged-preview, a connection a staged
 // policy would deny passes, and observe shows it allowed by what enforced
-// it and "would deny" by the staged policy's rule.
+// it and "would deny" by the staged policy's rule; the namespace's labels
+// filter it.
 func TestObserveStagedPreview(t *testing.T) {
 	testutil.RequirePrivileged(t)
 	d := StartDaemon(t, "--staged-preview")
@@ -37,6 +38,9 @@ func TestObserveStagedPreview(t *testing.T) {
 	c := d.Connect(t, msgs)
 	c.WaitInSync(t)
 	c.WaitStatus(t, "up", a.ID(), b.ID())
+	// The workloads' namespace, with labels Observe can filter by.
+	c.Send(t, &felix.ToDataplane{Payload: &felix.ToDataplane_NamespaceUpdate{NamespaceUpdate: &felix.NamespaceUpdate{
+		Id: &felix.NamespaceID{Name: strings.Split(b.ID().GetWorkloadId(), "/")[0]}, Labels: map[string]string{"team": "web"}}}})
 
 	Expect(t, Allowed(TCP(a, b.IP, tcpPort)))
 
@@ -62,4 +66,12 @@ func TestObserveStagedPreview(t *testing.T) {
 		t.Errorf("dpdctl observe printed %q, want ALLOWED and staged: would deny … t1.lock#0", text)
 	}
 	t.Logf("%s", strings.TrimSpace(text))
+
+	// The namespace's labels filter.
+	testutil.WaitFor(t, 5*time.Second, "a flow with --label team=web", func() bool {
+		return len(observed(t, d, "--label", "team=web", "--port", fmt.Sprint(tcpPort))) > 0
+	})
+	if fs := observed(t, d, "--label", "team=db"); len(fs) != 0 {
+		t.Errorf("--label team=db: %d flows, want none", len(fs))
+	}
 }

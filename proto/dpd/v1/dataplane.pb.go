@@ -2264,6 +2264,11 @@ type ObserveRequest struct {
 	// Only flows whose staged preview differs from the real verdict
 	// (dpd's --staged-preview): what enforcing the staged policies changes.
 	StagedDiffers bool `protobuf:"varint,11,opt,name=staged_differs,json=stagedDiffers,proto3" json:"staged_differs,omitempty"`
+	// Only flows with a local endpoint on either side whose namespace's
+	// labels match every one of these: "key=value", "key!=value", "key"
+	// (present) or "!key" (absent). Felix sends dataplanes namespace labels
+	// (NamespaceUpdate) but no workload labels, so these are what is known.
+	Labels        []string `protobuf:"bytes,12,rep,name=labels,proto3" json:"labels,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2373,6 +2378,13 @@ func (x *ObserveRequest) GetStagedDiffers() bool {
 		return x.StagedDiffers
 	}
 	return false
+}
+
+func (x *ObserveRequest) GetLabels() []string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
 }
 
 type ObserveResponse struct {
@@ -2967,7 +2979,7 @@ const file_dpd_v1_dataplane_proto_rawDesc = "" +
 	"\vexplanation\x18\x05 \x01(\tR\vexplanation\x12\x1c\n" +
 	"\tinterface\x18\x06 \x01(\tR\tinterface\x12\x18\n" +
 	"\aifindex\x18\a \x01(\x05R\aifindex\x12\x1b\n" +
-	"\ttc_return\x18\b \x01(\x05R\btcReturn\"\xc5\x02\n" +
+	"\ttc_return\x18\b \x01(\x05R\btcReturn\"\xdd\x02\n" +
 	"\x0eObserveRequest\x12\x1a\n" +
 	"\bendpoint\x18\x01 \x01(\tR\bendpoint\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x18\n" +
@@ -2980,7 +2992,8 @@ const file_dpd_v1_dataplane_proto_rawDesc = "" +
 	"\x04last\x18\t \x01(\rR\x04last\x12\x12\n" +
 	"\x04type\x18\n" +
 	" \x01(\tR\x04type\x12%\n" +
-	"\x0estaged_differs\x18\v \x01(\bR\rstagedDiffers\"G\n" +
+	"\x0estaged_differs\x18\v \x01(\bR\rstagedDiffers\x12\x16\n" +
+	"\x06labels\x18\f \x03(\tR\x06labels\"G\n" +
 	"\x0fObserveResponse\x12 \n" +
 	"\x04flow\x18\x01 \x01(\v2\f.dpd.v1.FlowR\x04flow\x12\x12\n" +
 	"\x04lost\x18\x02 \x01(\x04R\x04lost\"\xbb\x06\n" +
