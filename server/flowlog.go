@@ -106,6 +106,7 @@ type flowAggregator struct {
 	flowsD    *prometheus.Desc
 	historyD  *prometheus.Desc
 	decodeErr *prometheus.Desc
+	endsD     *prometheus.Desc
 }
 
 func newFlowAggregator(fo engine.FlowObserver, eng Engine, out io.Writer, interval time.Duration, log *slog.Logger) *flowAggregator {
@@ -128,6 +129,8 @@ func newFlowAggregator(fo engine.FlowObserver, eng Engine, out io.Writer, interv
 			"Flow events held in the in-memory history Observe answers from.", nil, nil),
 		decodeErr: prometheus.NewDesc("dpd_flow_event_read_errors_total",
 			"Flow event records that could not be read.", nil, nil),
+		endsD: prometheus.NewDesc("dpd_flow_ends_total",
+			"Allowed flows reported ended: conntrack entries the scanner expired.", nil, nil),
 		flowsD: prometheus.NewDesc("dpd_flows_total",
 			"New flows decided, by verdict and deciding policy (denied flows at most once per flow per second); at most 500 policies, the rest as policy \"_other\".",
 			[]string{"verdict", "tier", "policy"}, nil),
@@ -135,7 +138,7 @@ func newFlowAggregator(fo engine.FlowObserver, eng Engine, out io.Writer, interv
 }
 
 func (a *flowAggregator) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{a.eventsD, a.droppedD, a.lostD, a.subsD, a.historyD, a.decodeErr, a.flowsD} {
+	for _, d := range []*prometheus.Desc{a.eventsD, a.droppedD, a.lostD, a.subsD, a.historyD, a.decodeErr, a.flowsD, a.endsD} {
 		ch <- d
 	}
 }
@@ -148,6 +151,7 @@ func (a *flowAggregator) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(a.subsD, prometheus.GaugeValue, float64(st.Subscribers))
 	ch <- prometheus.MustNewConstMetric(a.historyD, prometheus.GaugeValue, float64(st.History))
 	ch <- prometheus.MustNewConstMetric(a.decodeErr, prometheus.CounterValue, float64(st.ReadErrors))
+	ch <- prometheus.MustNewConstMetric(a.endsD, prometheus.CounterValue, float64(st.Ended))
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for k, n := range a.byPolicy {
