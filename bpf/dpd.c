@@ -132,6 +132,7 @@ static __always_inline int dpd_entry(struct __sk_buff *skb, __u32 dir)
 	if (ct && dpd_ct_live(ct, p.proto, now)) {
 		if (!trace) {
 			dpd_ct_refresh(ct, &p, 0, now);
+			dpd_ct_count(ct, 0, skb->len);
 			if (nat.hairpin)
 				return dpd_hairpin_redirect(skb, ifindex);
 			return TC_ACT_OK;
@@ -143,6 +144,7 @@ static __always_inline int dpd_entry(struct __sk_buff *skb, __u32 dir)
 		if (ct && dpd_ct_live(ct, p.proto, now)) {
 			if (!trace) {
 				dpd_ct_refresh(ct, &p, 1, now);
+				dpd_ct_count(ct, 1, skb->len);
 				if (dir == DPD_DIR_TO_WEP && (ct->flags & DPD_CT_F_NAT_FWD) &&
 				    dpd_nat_reverse(skb, &p, ct))
 					return TC_ACT_SHOT;
@@ -209,6 +211,8 @@ int dpd_epilogue(struct __sk_buff *skb)
 {
 	struct dpd_counter *ctr;
 	struct dpd_state *st;
+	__u8 preview_verdict = DPD_VERDICT_NONE;
+	__u64 preview_rule = 0;
 	__u32 zero = 0;
 
 	st = bpf_map_lookup_elem(&dpd_state, &zero);
@@ -223,6 +227,10 @@ int dpd_epilogue(struct __sk_buff *skb)
 		return st->verdict == DPD_VERDICT_ALLOW ? TC_ACT_OK : TC_ACT_SHOT;
 	}
 
+	if (st->flags & DPD_ST_PREVIEW)
+		dpd_preview_back(st, &preview_verdict, &preview_rule);
+	else
+		dpd_preview_run(skb, st); /* returns only without a preview */
 	if (st->rule_id) {
 		ctr = bpf_map_lookup_elem(&dpd_rule_ctrs, &st->rule_id);
 		if (ctr) {
@@ -230,7 +238,7 @@ int dpd_epilogue(struct __sk_buff *skb)
 			ctr->bytes += st->pkt_len;
 		}
 	}
-	dpd_event(st, DPD_EV_DECIDED);
+	dpd_event_preview(st, DPD_EV_DECIDED, preview_verdict, preview_rule);
 	if (st->verdict != DPD_VERDICT_ALLOW)
 		return TC_ACT_SHOT;
 	if (dpd_hep_wep_to_host(skb, st))

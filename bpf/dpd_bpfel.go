@@ -42,17 +42,24 @@ type DpdDpdCtVal struct {
 	NatPort  uint16
 	NatPad   uint16
 	NatSvc   uint32
+	RuleId   uint64
+	PktsFwd  uint64
+	BytesFwd uint64
+	PktsRev  uint64
+	BytesRev uint64
 }
 
 type DpdDpdEvCfg struct {
 	_              structs.HostLayout
 	Flags          uint32
-	Pad            uint32
+	DenyMask       uint32
 	DenyIntervalNs uint64
 }
 
 type DpdDpdEvDeny struct {
 	_      structs.HostLayout
+	Key    DpdDpdCtKey
+	Pad    uint32
 	LastNs uint64
 	Count  uint64
 }
@@ -67,28 +74,30 @@ type DpdDpdFailsafeKey struct {
 }
 
 type DpdDpdFlowEvent struct {
-	_          structs.HostLayout
-	TsNs       uint64
-	RuleId     uint64
-	Saddr      [16]uint8
-	Daddr      [16]uint8
-	Sport      uint16
-	Dport      uint16
-	Proto      uint8
-	Family     uint8
-	Dir        uint8
-	Verdict    uint8
-	Ifindex    uint32
-	Flags      uint32
-	Suppressed uint32
-	PktLen     uint32
-	NatAddr    [16]uint8
-	NatPort    uint16
-	Kind       uint8
-	IcmpType   uint8
-	NatSvc     uint32
-	IcmpCode   uint8
-	EvPad      [7]uint8
+	_              structs.HostLayout
+	TsNs           uint64
+	RuleId         uint64
+	Saddr          [16]uint8
+	Daddr          [16]uint8
+	Sport          uint16
+	Dport          uint16
+	Proto          uint8
+	Family         uint8
+	Dir            uint8
+	Verdict        uint8
+	Ifindex        uint32
+	Flags          uint32
+	Suppressed     uint32
+	PktLen         uint32
+	NatAddr        [16]uint8
+	NatPort        uint16
+	Kind           uint8
+	IcmpType       uint8
+	NatSvc         uint32
+	IcmpCode       uint8
+	PreviewVerdict uint8
+	EvPad          [6]uint8
+	PreviewRuleId  uint64
 }
 
 type DpdDpdFragKey struct {
@@ -182,6 +191,13 @@ type DpdDpdNatFeVal struct {
 	Pad   uint32
 }
 
+type DpdDpdPreviewSt struct {
+	_       structs.HostLayout
+	RuleId  uint64
+	Verdict uint32
+	Pad     uint32
+}
+
 type DpdDpdRouteKey struct {
 	_         structs.HostLayout
 	Prefixlen uint32
@@ -247,6 +263,8 @@ const (
 	DpdMapDpdNatBe        = "dpd_nat_be"
 	DpdMapDpdNatFe        = "dpd_nat_fe"
 	DpdMapDpdNatFeBits    = "dpd_nat_fe_bits"
+	DpdMapDpdPreview      = "dpd_preview"
+	DpdMapDpdPreviewSt    = "dpd_preview_st"
 	DpdMapDpdRoutes       = "dpd_routes"
 	DpdMapDpdRuleCtrs     = "dpd_rule_ctrs"
 	DpdMapDpdState        = "dpd_state"
@@ -334,6 +352,8 @@ type DpdMapSpecs struct {
 	DpdNatBe     *ebpf.MapSpec `ebpf:"dpd_nat_be"`
 	DpdNatFe     *ebpf.MapSpec `ebpf:"dpd_nat_fe"`
 	DpdNatFeBits *ebpf.MapSpec `ebpf:"dpd_nat_fe_bits"`
+	DpdPreview   *ebpf.MapSpec `ebpf:"dpd_preview"`
+	DpdPreviewSt *ebpf.MapSpec `ebpf:"dpd_preview_st"`
 	DpdRoutes    *ebpf.MapSpec `ebpf:"dpd_routes"`
 	DpdRuleCtrs  *ebpf.MapSpec `ebpf:"dpd_rule_ctrs"`
 	DpdState     *ebpf.MapSpec `ebpf:"dpd_state"`
@@ -385,6 +405,8 @@ type DpdMaps struct {
 	DpdNatBe     *ebpf.Map `ebpf:"dpd_nat_be"`
 	DpdNatFe     *ebpf.Map `ebpf:"dpd_nat_fe"`
 	DpdNatFeBits *ebpf.Map `ebpf:"dpd_nat_fe_bits"`
+	DpdPreview   *ebpf.Map `ebpf:"dpd_preview"`
+	DpdPreviewSt *ebpf.Map `ebpf:"dpd_preview_st"`
 	DpdRoutes    *ebpf.Map `ebpf:"dpd_routes"`
 	DpdRuleCtrs  *ebpf.Map `ebpf:"dpd_rule_ctrs"`
 	DpdState     *ebpf.Map `ebpf:"dpd_state"`
@@ -411,6 +433,8 @@ func (m *DpdMaps) Close() error {
 		m.DpdNatBe,
 		m.DpdNatFe,
 		m.DpdNatFeBits,
+		m.DpdPreview,
+		m.DpdPreviewSt,
 		m.DpdRoutes,
 		m.DpdRuleCtrs,
 		m.DpdState,

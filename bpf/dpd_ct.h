@@ -129,6 +129,22 @@ static __always_inline void dpd_ct_refresh(struct dpd_ct_val *v, const struct dp
 		v->last_seen = now;
 }
 
+/* dpd_ct_count adds a live hit to the entry's totals for its end event.
+ * Plain adds: atomic ones cost the established path 8 ns a packet (of ~50)
+ * where these cost 1-2, and only packets of one flow and direction handled
+ * on two CPUs at the same instant can lose a count (a veth flow's packets
+ * are mostly handled on one CPU). */
+static __always_inline void dpd_ct_count(struct dpd_ct_val *v, int reply, __u32 len)
+{
+	if (reply) {
+		v->pkts_rev++;
+		v->bytes_rev += len;
+	} else {
+		v->pkts_fwd++;
+		v->bytes_fwd += len;
+	}
+}
+
 /* dpd_ct_create records the flow the policy just allowed at this hook. */
 static __always_inline void dpd_ct_create(const struct dpd_state *st)
 {
@@ -147,6 +163,9 @@ static __always_inline void dpd_ct_create(const struct dpd_state *st)
 	k.ifindex = st->ifindex;
 	v.created = now;
 	v.last_seen = now;
+	v.rule_id = st->rule_id;
+	v.pkts_fwd = 1;
+	v.bytes_fwd = st->pkt_len;
 	if (st->proto == IPPROTO_TCP && (st->flags & (DPD_ST_TCP_FIN | DPD_ST_TCP_RST)))
 		v.flags = DPD_CT_F_CLOSING;
 	if (st->flags & DPD_ST_NAT) {

@@ -76,6 +76,9 @@ type Config struct {
 	// for "-" (linux dataplane).
 	FlowLog         string
 	FlowLogInterval time.Duration
+	// StagedPreview has the engine resolve staged previews for kernels
+	// that run them (the linux kernel's FlowOptions.StagedPreview).
+	StagedPreview bool
 }
 
 // withDefaults fills zero values.

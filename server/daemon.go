@@ -41,7 +41,8 @@ func NewDaemon(cfg Config, kernel engine.Kernel) (*Daemon, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	eng := engine.New(engine.Options{Kernel: kernel, Name: cfg.Dataplane, Log: cfg.Log, Registry: reg,
-		MaxPendingStatuses: cfg.MaxPendingStatuses, InterfaceExclude: cfg.InterfaceExclude})
+		MaxPendingStatuses: cfg.MaxPendingStatuses, InterfaceExclude: cfg.InterfaceExclude,
+		StagedPreview: cfg.StagedPreview})
 	// Controllers (gRPC or pipe) reach the engine through front, which also
 	// feeds policy sync when it is on.
 	var front Engine = eng

@@ -60,7 +60,30 @@ type FlowLogRecord struct {
 	Policy     string    `json:"policy"`
 	NumFlows   uint64    `json:"num_flows"`
 	NumPackets uint64    `json:"num_packets"` // the packets the events stand for: a new flow's first, plus the denied ones counted while rate-limited
-	Overflow   bool      `json:"overflow,omitempty"`
+	// Flows of the key that ended in the interval (their conntrack entries
+	// expired) and what they carried in total: out is source to
+	// destination, in the replies.
+	NumFlowsCompleted uint64 `json:"num_flows_completed"`
+	PacketsOut        uint64 `json:"packets_out"`
+	BytesOut          uint64 `json:"bytes_out"`
+	PacketsIn         uint64 `json:"packets_in"`
+	BytesIn           uint64 `json:"bytes_in"`
+	Overflow          bool   `json:"overflow,omitempty"`
+}
+
+// count adds ev to r: a decision counts a flow and the packets it stands
+// for, an end the completed flow and its totals.
+func (r *FlowLogRecord) count(ev *model.FlowEvent) {
+	if ev.End {
+		r.NumFlowsCompleted++
+		r.PacketsOut += ev.Forward.Packets
+		r.BytesOut += ev.Forward.Bytes
+		r.PacketsIn += ev.Reply.Packets
+		r.BytesIn += ev.Reply.Bytes
+		return
+	}
+	r.NumFlows++
+	r.NumPackets += 1 + uint64(ev.Suppressed)
 }
 
 type flowAggregator struct {
@@ -83,6 +106,7 @@ type flowAggregator struct {
 	flowsD    *prometheus.Desc
 	historyD  *prometheus.Desc
 	decodeErr *prometheus.Desc
+	endsD     *prometheus.Desc
 }
 
 func newFlowAggregator(fo engine.FlowObserver, eng Engine, out io.Writer, interval time.Duration, log *slog.Logger) *flowAggregator {
@@ -105,6 +129,8 @@ func newFlowAggregator(fo engine.FlowObserver, eng Engine, out io.Writer, interv
 			"Flow events held in the in-memory history Observe answers from.", nil, nil),
 		decodeErr: prometheus.NewDesc("dpd_flow_event_read_errors_total",
 			"Flow event records that could not be read.", nil, nil),
+		endsD: prometheus.NewDesc("dpd_flow_ends_total",
+			"Allowed flows reported ended: conntrack entries the scanner expired.", nil, nil),
 		flowsD: prometheus.NewDesc("dpd_flows_total",
 			"New flows decided, by verdict and deciding policy (denied flows at most once per flow per second); at most 500 policies, the rest as policy \"_other\".",
 			[]string{"verdict", "tier", "policy"}, nil),
@@ -112,7 +138,7 @@ func newFlowAggregator(fo engine.FlowObserver, eng Engine, out io.Writer, interv
 }
 
 func (a *flowAggregator) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{a.eventsD, a.droppedD, a.lostD, a.subsD, a.historyD, a.decodeErr, a.flowsD} {
+	for _, d := range []*prometheus.Desc{a.eventsD, a.droppedD, a.lostD, a.subsD, a.historyD, a.decodeErr, a.flowsD, a.endsD} {
 		ch <- d
 	}
 }
@@ -125,6 +151,7 @@ func (a *flowAggregator) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(a.subsD, prometheus.GaugeValue, float64(st.Subscribers))
 	ch <- prometheus.MustNewConstMetric(a.historyD, prometheus.GaugeValue, float64(st.History))
 	ch <- prometheus.MustNewConstMetric(a.decodeErr, prometheus.CounterValue, float64(st.ReadErrors))
+	ch <- prometheus.MustNewConstMetric(a.endsD, prometheus.CounterValue, float64(st.Ended))
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for k, n := range a.byPolicy {
@@ -169,12 +196,14 @@ func (a *flowAggregator) add(ev *model.FlowEvent) {
 	case ev.Rule.Synthetic != "":
 		pk.policy = "_" + ev.Rule.Synthetic
 	}
-	a.mu.Lock()
-	if _, ok := a.byPolicy[pk]; !ok && len(a.byPolicy) >= maxFlowPolicySeries {
-		pk = flowPolicyKey{verdict: verdict, policy: "_other"}
+	if !ev.End { // dpd_flows_total counts decisions
+		a.mu.Lock()
+		if _, ok := a.byPolicy[pk]; !ok && len(a.byPolicy) >= maxFlowPolicySeries {
+			pk = flowPolicyKey{verdict: verdict, policy: "_other"}
+		}
+		a.byPolicy[pk]++
+		a.mu.Unlock()
 	}
-	a.byPolicy[pk]++
-	a.mu.Unlock()
 	if a.out == nil {
 		return
 	}
@@ -188,20 +217,17 @@ func (a *flowAggregator) add(ev *model.FlowEvent) {
 	_, by, ref := decision(ev.Stage, ev.Allowed, ev.RuleID, ev.Rule, ev.RuleFound, ev.Direction)
 	k := flowLogKey{src: name(src, ev.Src.Addr().String()), dst: name(dst, ev.Dst.Addr().String()),
 		dstPort: ev.Dst.Port(), proto: ev.Proto, action: verdict, rule: flowfmt.RuleLabel(by, ref)}
-	packets := 1 + uint64(ev.Suppressed)
 	r, ok := a.window[k]
 	if !ok {
 		if len(a.window) >= maxFlowLogKeys {
-			a.overflow.NumFlows++
-			a.overflow.NumPackets += packets
+			a.overflow.count(ev)
 			return
 		}
 		r = &FlowLogRecord{Source: k.src, Dest: k.dst, DestPort: k.dstPort, Proto: protoName(k.proto),
 			Action: k.action, Policy: k.rule}
 		a.window[k] = r
 	}
-	r.NumFlows++
-	r.NumPackets += packets
+	r.count(ev)
 }
 
 // flush writes the interval's aggregates, sorted, and starts the next.
@@ -226,7 +252,7 @@ func (a *flowAggregator) flush(now time.Time) {
 		}
 		return x.Action+x.Policy+x.Proto < y.Action+y.Policy+y.Proto
 	})
-	if a.overflow.NumFlows > 0 {
+	if a.overflow.NumFlows > 0 || a.overflow.NumFlowsCompleted > 0 {
 		o := a.overflow
 		o.Overflow = true
 		recs = append(recs, &o)

@@ -97,12 +97,16 @@ type flowFilter struct {
 	verdict   string
 	policy    string
 	port      uint16
-	proto     int // -1: any
+	proto     int    // -1: any
+	kind      string // "new", "end" or "" for both
+	differs   bool   // only flows whose staged preview differs from the verdict
+	labels    []labelTerm
+	labeler   namespaceLabeler // nil: the engine knows no labels
 }
 
 func (s *inspectService) observeFilter(req *dpdv1.ObserveRequest) (*flowFilter, error) {
 	bad := func(f string, a ...any) error { return status.Errorf(codes.InvalidArgument, f, a...) }
-	f := &flowFilter{namespace: req.GetNamespace(), policy: req.GetPolicy(), proto: -1}
+	f := &flowFilter{namespace: req.GetNamespace(), policy: req.GetPolicy(), proto: -1, differs: req.GetStagedDiffers()}
 	if id := req.GetEndpoint(); id != "" {
 		ep, ok := s.engine.Endpoint(id)
 		if !ok {
@@ -125,6 +129,25 @@ func (s *inspectService) observeFilter(req *dpdv1.ObserveRequest) (*flowFilter, 
 	default:
 		return nil, bad("verdict %q: want allow or deny", req.GetVerdict())
 	}
+	if len(req.GetLabels()) > 0 {
+		terms, err := parseLabelTerms(req.GetLabels())
+		if err != nil {
+			return nil, bad("%v", err)
+		}
+		nl, ok := s.engine.(namespaceLabeler)
+		if !ok {
+			return nil, status.Error(codes.Unimplemented, "this engine knows no namespace labels")
+		}
+		f.labels, f.labeler = terms, nl
+	}
+	switch k := strings.ToLower(req.GetType()); k {
+	case "", "new", "end":
+		f.kind = k
+	case "ended":
+		f.kind = "end"
+	default:
+		return nil, bad("type %q: want new or end", req.GetType())
+	}
 	if req.GetPort() > 65535 {
 		return nil, bad("port must be at most 65535")
 	}
@@ -143,6 +166,12 @@ func (f *flowFilter) match(ev *model.FlowEvent, peers *peerIndex) bool {
 	if f.proto >= 0 && int(ev.Proto) != f.proto {
 		return false
 	}
+	if f.kind != "" && (f.kind == "end") != ev.End {
+		return false
+	}
+	if f.differs && (!ev.Staged || ev.StagedAllowed == (ev.Allowed && ev.Stage == model.TraceDecided)) {
+		return false
+	}
 	if f.port != 0 && ev.Src.Port() != f.port && ev.Dst.Port() != f.port && ev.Frontend.Port() != f.port {
 		return false
 	}
@@ -158,6 +187,12 @@ func (f *flowFilter) match(ev *model.FlowEvent, peers *peerIndex) bool {
 	if f.namespace != "" {
 		src, dst := peers.sides(ev)
 		if namespaceOf(src) != f.namespace && namespaceOf(dst) != f.namespace {
+			return false
+		}
+	}
+	if len(f.labels) > 0 {
+		src, dst := peers.sides(ev)
+		if !labelsMatch(f.labels, f.labeler, src) && !labelsMatch(f.labels, f.labeler, dst) {
 			return false
 		}
 	}
@@ -259,6 +294,20 @@ func flowMessage(ev *model.FlowEvent, peers *peerIndex) *dpdv1.Flow {
 	}
 	if ev.Frontend.IsValid() {
 		m.ServiceIp, m.ServicePort = ev.Frontend.Addr().String(), uint32(ev.Frontend.Port())
+	}
+	if ev.Staged {
+		var ref *dpdv1.RuleRef
+		m.StagedVerdict, m.StagedDecidedBy, ref = decision(model.TraceDecided, ev.StagedAllowed, ev.StagedRuleID,
+			ev.StagedRule, ev.StagedRuleFound, ev.Direction)
+		m.StagedRule = ref
+	}
+	if ev.End {
+		m.Ended = true
+		if !ev.Started.IsZero() {
+			m.Started = timestamppb.New(ev.Started)
+		}
+		m.Forward = &dpdv1.FlowCounts{Packets: ev.Forward.Packets, Bytes: ev.Forward.Bytes}
+		m.Reply = &dpdv1.FlowCounts{Packets: ev.Reply.Packets, Bytes: ev.Reply.Bytes}
 	}
 	return m
 }

@@ -133,7 +133,14 @@ struct dpd_ct_val {
 	__u16 nat_port;     /* 40: host order */
 	__u16 nat_pad;      /* 42 */
 	__u32 nat_svc;      /* 44: service port id */
-};                       /* sizeof == 48 */
+	/* Added by the flow-events work: what the flow carried, reported in
+	 * its end event when the userspace scanner expires the entry. */
+	__u64 rule_id;      /* 48: the rule that allowed the flow; 0 = none */
+	__u64 pkts_fwd;     /* 56: packets matching the key (the creating one included) */
+	__u64 bytes_fwd;    /* 64 */
+	__u64 pkts_rev;     /* 72: replies (packets matching the swapped key at the opposite hook) */
+	__u64 bytes_rev;    /* 80 */
+};                       /* sizeof == 88 */
 
 #define DPD_CT_F_ESTABLISHED (1u << 0) /* TCP: a reply with ACK was seen */
 #define DPD_CT_F_CLOSING     (1u << 1) /* TCP: FIN or RST seen in either direction */
@@ -375,23 +382,47 @@ struct dpd_flow_event {
 	__u8  icmp_type;    /* 91 */
 	__u32 nat_svc;      /* 92 */
 	__u8  icmp_code;    /* 96 */
-	__u8  ev_pad[7];    /* 97 */
-};                          /* sizeof == 104 */
+	__u8  preview_verdict; /* 97: DPD_VERDICT_* of the staged preview; NONE = no preview */
+	__u8  ev_pad[6];    /* 98 */
+	__u64 preview_rule_id; /* 104: the preview's deciding rule */
+};                          /* sizeof == 112 */
 
 /* dpd_ev_cfg: ARRAY[1], written by userspace. Events are off until it says
  * DPD_EV_CFG_ON. */
 #define DPD_EV_CFG_ON (1u << 0)
+/* Staged-policy preview: after an endpoint's policy decided, the epilogue
+ * keeps the verdict aside (dpd_preview_st), tail-calls the endpoint's
+ * preview program (dpd_preview[DPD_JUMP_POL_BASE + 2*slot + dir]: its
+ * policy with the staged policies enforced) and, when that returns to the
+ * epilogue, reports its verdict beside the real one, which alone is acted
+ * on. A slot without a preview program costs the failed tail call. */
+#define DPD_EV_CFG_PREVIEW (1u << 1)
+/* dpd_state.flags: the preview program is running (the epilogue's second pass). */
+#define DPD_ST_PREVIEW (1u << 27)
+
+/* dpd_preview_st: PERCPU_ARRAY[1], the real decision while the preview runs. */
+struct dpd_preview_st {
+	__u64 rule_id;  /* 0 */
+	__u32 verdict;  /* 8 */
+	__u32 pad;      /* 12 */
+};                      /* sizeof == 16 */
 struct dpd_ev_cfg {
 	__u32 flags;            /* 0: DPD_EV_CFG_* */
-	__u32 pad;              /* 4 */
+	__u32 deny_mask;        /* 4: dpd_ev_deny slots - 1 (a power of two minus one) */
 	__u64 deny_interval_ns; /* 8: one event per denied flow per interval */
 };                              /* sizeof == 16 */
 
-/* dpd_ev_deny: LRU_HASH struct dpd_ct_key -> recently reported denied flows. */
+/* dpd_ev_deny: ARRAY of recently reported denied flows, direct-mapped: a
+ * flow lives in slot hash(flow) & deny_mask, so looking it up is one
+ * inlined array access and a key compare instead of an LRU hash lookup
+ * and insert. A flow whose slot holds another flow with packets still to
+ * report is reported without rate limiting (counts are never lost). */
 struct dpd_ev_deny {
-	__u64 last_ns;  /* 0: ts_ns of the flow's last event */
-	__u64 count;    /* 8: denied packets since, not reported */
-};                      /* sizeof == 16 */
+	struct dpd_ct_key key; /* 0: the flow (dpd_ct_key as the hook would create it) */
+	__u32 pad;      /* 44 */
+	__u64 last_ns;  /* 48: ts_ns of the flow's last event */
+	__u64 count;    /* 56: denied packets since, not reported */
+};                      /* sizeof == 64 */
 
 /* ---- Added by the host-endpoint work; mirrored in abi.go. ---- */
 

@@ -27,6 +27,12 @@ func runObserve(g *globals, args []string, w io.Writer) error {
 	fs.StringVar(&req.Policy, "policy", "", "only flows decided by this policy or profile")
 	port := fs.Uint("port", 0, "only flows with this port, either side")
 	fs.StringVar(&req.Protocol, "protocol", "", "tcp, udp, icmp or a protocol number")
+	fs.StringVar(&req.Type, "type", "", "new (decisions) or end (ended flows with their byte counts); both by default")
+	fs.Func("label", "only flows with an endpoint whose namespace has these labels: key=value, key!=value, key or !key (repeat for more)", func(v string) error {
+		req.Labels = append(req.Labels, v)
+		return nil
+	})
+	fs.BoolVar(&req.StagedDiffers, "staged-differs", false, "only flows whose staged-policy preview differs from the verdict (dpd --staged-preview)")
 	since := fs.String("since", "", "only flows since a time (RFC 3339) or a duration ago (5m)")
 	last := fs.Uint("last", 0, "at most this many flows from the history (the newest)")
 	fs.BoolVar(&req.Follow, "follow", false, "keep printing flows as they happen")

@@ -21,12 +21,25 @@ func FlowLine(f *dpdv1.Flow) string {
 		fmt.Fprintf(&b, " (service %s:%d)", ip, f.GetServicePort())
 	}
 	verdict := "DENIED"
-	if f.GetVerdict() == "allow" {
+	switch {
+	case f.GetEnded():
+		verdict = "ENDED"
+	case f.GetVerdict() == "allow":
 		verdict = "ALLOWED"
 	}
 	fmt.Fprintf(&b, "  %s %s  %s  %s", f.GetProtocol(), f.GetDirection(), verdict, RuleLabel(f.GetDecidedBy(), f.GetRule()))
 	if n := f.GetSuppressed(); n > 0 {
 		fmt.Fprintf(&b, "  (+%d denied since the last report)", n)
+	}
+	if v := f.GetStagedVerdict(); v != "" && !f.GetEnded() {
+		fmt.Fprintf(&b, "  staged: would %s  %s", v, RuleLabel(f.GetStagedDecidedBy(), f.GetStagedRule()))
+	}
+	if f.GetEnded() {
+		fw, rp := f.GetForward(), f.GetReply()
+		fmt.Fprintf(&b, "  -> %d pkts %d B, <- %d pkts %d B", fw.GetPackets(), fw.GetBytes(), rp.GetPackets(), rp.GetBytes())
+		if st := f.GetStarted(); st != nil {
+			fmt.Fprintf(&b, ", %s", f.GetTime().AsTime().Sub(st.AsTime()).Round(time.Millisecond))
+		}
 	}
 	return b.String()
 }

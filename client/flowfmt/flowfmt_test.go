@@ -46,3 +46,42 @@ func TestFlowLine(t *testing.T) {
 		}
 	}
 }
+
+func TestFlowLineEnded(t *testing.T) {
+	start := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	f := &dpdv1.Flow{
+		Time: timestamppb.New(start.Add(31 * time.Second)), Started: timestamppb.New(start),
+		Source:      &dpdv1.FlowPeer{Ip: "10.65.0.2", Port: 40000},
+		Destination: &dpdv1.FlowPeer{Ip: "10.65.0.3", Port: 80},
+		Protocol:    "tcp", Direction: "ingress", Verdict: "allow", DecidedBy: "policy", Ended: true,
+		Rule:    &dpdv1.RuleRef{Tier: "default", Policy: "default/web", Kind: "policy", Index: 0},
+		Forward: &dpdv1.FlowCounts{Packets: 6, Bytes: 400}, Reply: &dpdv1.FlowCounts{Packets: 4, Bytes: 1500},
+	}
+	got := FlowLine(f)
+	for _, want := range []string{"ENDED", "default/web#0", "-> 6 pkts 400 B, <- 4 pkts 1500 B", "31s"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("FlowLine = %q, missing %q", got, want)
+		}
+	}
+	if strings.Contains(got, "ALLOWED") {
+		t.Errorf("FlowLine = %q: an end is not a decision", got)
+	}
+}
+
+func TestFlowLineStaged(t *testing.T) {
+	f := &dpdv1.Flow{
+		Time:        timestamppb.New(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)),
+		Source:      &dpdv1.FlowPeer{Ip: "10.65.0.2", Port: 40000},
+		Destination: &dpdv1.FlowPeer{Ip: "10.65.0.3", Port: 80},
+		Protocol:    "tcp", Direction: "ingress", Verdict: "allow", DecidedBy: "profile",
+		Rule:          &dpdv1.RuleRef{Policy: "allow-all", Kind: "profile", Index: 0},
+		StagedVerdict: "deny", StagedDecidedBy: "policy",
+		StagedRule: &dpdv1.RuleRef{Tier: "t1", Policy: "t1/StagedNetworkPolicy:ns/lock", Kind: "policy", Index: 0},
+	}
+	got := FlowLine(f)
+	for _, want := range []string{"ALLOWED  profile:allow-all#0", "staged: would deny  t1/StagedNetworkPolicy:ns/lock#0"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("FlowLine = %q, missing %q", got, want)
+		}
+	}
+}

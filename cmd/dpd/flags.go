@@ -81,6 +81,8 @@ func parseInto(lo *linux.Options, mem *memorySize, gc *gcPercent, st *startFlags
 	flowEvents := fs.Bool("flow-events", true, "record each new flow's decision with its rule (dpdctl observe, dpd.v1.Inspect/Observe); off leaves the programs' events switched off")
 	fs.IntVar(&lo.Flows.History, "flow-history", 10000, "flow events kept in memory for Observe")
 	fs.DurationVar(&lo.Flows.DenyInterval, "flow-deny-interval", time.Second, "a denied flow is reported at most once per interval; the packets in between are counted into its next event")
+	fs.DurationVar(&lo.Flows.ConntrackScan, "conntrack-scan-interval", linux.DefaultConntrackScan, "how often expired conntrack entries are deleted and, with --flow-events, reported as flow ends with their byte and packet counts")
+	fs.BoolVar(&lo.Flows.StagedPreview, "staged-preview", false, "with --flow-events, evaluate staged policies on every packet the policy decides and report what they would have decided beside the verdict (never enforced); costs such packets a second policy evaluation")
 	fs.StringVar(&cfg.FlowLog, "flow-log", "", "write flow logs (JSON lines aggregated per --flow-log-interval) to this file, or - for stdout")
 	fs.DurationVar(&cfg.FlowLogInterval, "flow-log-interval", server.DefaultFlowLogInterval, "aggregation interval of --flow-log")
 	fs.Var(mem, "memory-limit", "soft memory limit of the Go runtime, which collects more often near it: a `size` as GOMEMLIMIT takes (48MiB, 1GiB), 0 or off for none; if neither this flag nor DPD_MEMORY_LIMIT is given and GOMEMLIMIT is set, GOMEMLIMIT applies; lifted with a warning if the live heap outgrows it")
@@ -129,10 +131,14 @@ func parseInto(lo *linux.Options, mem *memorySize, gc *gcPercent, st *startFlags
 		return cfg, level, fmt.Errorf("--flow-history must be positive")
 	case lo.Flows.DenyInterval <= 0:
 		return cfg, level, fmt.Errorf("--flow-deny-interval must be positive")
+	case lo.Flows.ConntrackScan <= 0:
+		return cfg, level, fmt.Errorf("--conntrack-scan-interval must be positive")
 	case cfg.FlowLogInterval <= 0:
 		return cfg, level, fmt.Errorf("--flow-log-interval must be positive")
 	case cfg.FlowLog != "" && lo.Flows.Off:
 		return cfg, level, fmt.Errorf("--flow-log needs --flow-events")
+	case lo.Flows.StagedPreview && lo.Flows.Off:
+		return cfg, level, fmt.Errorf("--staged-preview needs --flow-events")
 	}
 	mode, err := tcbpf.ParseAttachMode(lo.AttachMode)
 	if err != nil {

@@ -35,6 +35,7 @@ func newDaemon(c config) (*server.Daemon, func(), error) {
 		}
 		k = lk
 		closeKernel = func() { _ = lk.Close() }
+		cfg.StagedPreview = lo.Flows.StagedPreview
 	default:
 		return nil, nil, fmt.Errorf("unknown dataplane %q (want memory or linux)", cfg.Dataplane)
 	}

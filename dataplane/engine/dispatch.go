@@ -76,7 +76,7 @@ func (e *Engine) dispatch(u model.Update, recv time.Time) {
 
 	// Stored and acknowledged; not yet enforced by dpd.
 	case *model.StoredUpdate:
-		e.acks.put(u.Object, u.Key, e.log)
+		e.acks.putUpdate(u, e.log)
 	case *model.StoredRemove:
 		e.acks.remove(u.Object, u.Key)
 

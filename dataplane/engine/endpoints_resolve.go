@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/dpd-dev/dpd/dataplane/model"
@@ -11,8 +12,11 @@ import (
 // with the same references share it within an apply pass.
 type resolution struct {
 	ingress, egress model.DirectionPolicy // with Digest filled in
-	sets            []string
-	missing         string
+	// The staged previews (Options.StagedPreview), nil for a direction
+	// without staged policies.
+	previewIn, previewOut *model.DirectionPolicy
+	sets                  []string
+	missing               string
 }
 
 // resolve builds the endpoint's model with its policy: per direction, the
@@ -42,6 +46,9 @@ func (e *Engine) resolve(ent *wepEntry) (*model.Endpoint, []string, string) {
 		IPv6Nets: sp.IPv6Nets,
 		Ingress:  r.ingress,
 		Egress:   r.egress,
+
+		PreviewIngress: r.previewIn,
+		PreviewEgress:  r.previewOut,
 	}
 	return ep, r.sets, r.missing
 }
@@ -75,7 +82,31 @@ func (e *Engine) resolveRefs(sp *model.WorkloadEndpoint) *resolution {
 		}
 	}
 	r.missing = missingReason(missing)
+	if e.opts.StagedPreview {
+		r.previewIn = e.previewWithSets(r, e.resolvePreview(sp, model.Ingress, in.Profiles))
+		r.previewOut = e.previewWithSets(r, e.resolvePreview(sp, model.Egress, out.Profiles))
+	}
 	return r
+}
+
+// previewWithSets adds the IP sets p references to r's, or drops p (nil)
+// when one is missing: a preview never holds up or fails the endpoint.
+func (e *Engine) previewWithSets(r *resolution, p *model.DirectionPolicy) *model.DirectionPolicy {
+	if p == nil {
+		return nil
+	}
+	sets := model.ReferencedSets(p.RuleLists()...)
+	for _, id := range sets {
+		if !e.ipsets.exists(id) {
+			return nil
+		}
+	}
+	for _, id := range sets {
+		if !slices.Contains(r.sets, id) {
+			r.sets = append(r.sets, id)
+		}
+	}
+	return p
 }
 
 // referenceKey identifies sp's tier and profile references: equal keys
@@ -136,6 +167,42 @@ func (e *Engine) resolveTier(t model.TierRef, keys []model.PolicyKey, d model.Di
 	return tier, enforced
 }
 
+// resolvePreview is direction d's policy with its staged policies
+// enforced in their tier order, nil when d has none. A staged policy the
+// engine does not have is left out: the preview never fails an endpoint.
+func (e *Engine) resolvePreview(sp *model.WorkloadEndpoint, d model.Direction, profiles []model.PolicyRules) *model.DirectionPolicy {
+	var p model.DirectionPolicy
+	staged := false
+	for _, t := range sp.Tiers {
+		keys := t.Egress
+		if d == model.Ingress {
+			keys = t.Ingress
+		}
+		tier := model.Tier{Name: t.Name, DefaultAction: t.DefaultAction}
+		for _, k := range keys {
+			staged = staged || model.IsStagedKind(k.Kind)
+			pol := e.policies.get(k)
+			if pol == nil {
+				continue
+			}
+			rules := pol.outbound
+			if d == model.Ingress {
+				rules = pol.inbound
+			}
+			tier.Policies = append(tier.Policies, model.PolicyRules{Name: t.Name + "/" + k.String(), Kind: "policy", Rules: rules})
+		}
+		if len(keys) > 0 {
+			p.Tiers = append(p.Tiers, tier)
+		}
+	}
+	if !staged {
+		return nil
+	}
+	p.Profiles = profiles
+	p = p.WithDigest()
+	return &p
+}
+
 // missingReason names up to five missing references.
 func missingReason(missing []string) string {
 	if len(missing) == 0 {
@@ -155,5 +222,10 @@ func missingReason(missing []string) string {
 func sameEndpoint(a, b *model.Endpoint) bool {
 	return a.ID == b.ID && a.SameInterface(b) &&
 		a.Ingress.Hash() == b.Ingress.Hash() &&
-		a.Egress.Hash() == b.Egress.Hash()
+		a.Egress.Hash() == b.Egress.Hash() &&
+		samePreview(a.PreviewIngress, b.PreviewIngress) && samePreview(a.PreviewEgress, b.PreviewEgress)
+}
+
+func samePreview(a, b *model.DirectionPolicy) bool {
+	return (a == nil) == (b == nil) && (a == nil || a.Hash() == b.Hash())
 }

@@ -52,6 +52,10 @@ type Options struct {
 	// DefaultInterfaceExclude. Invalid: New panics (check it with
 	// ValidateInterfaceExclude).
 	InterfaceExclude string
+	// StagedPreview resolves, for every endpoint direction with staged
+	// policies, a preview policy with them enforced (model.Endpoint's
+	// Preview fields), for kernels that report what they would decide.
+	StagedPreview bool
 }
 
 // ValidateInterfaceExclude checks an InterfaceExclude value.

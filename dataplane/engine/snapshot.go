@@ -171,3 +171,10 @@ func (e *Engine) Endpoint(id string) (EndpointInfo, bool) {
 	}
 	return EndpointInfo{}, false
 }
+
+// NamespaceLabels are the labels the controller sent for namespace ns
+// (NamespaceUpdate); Felix sends no workload labels to dataplanes. Safe
+// for concurrent use.
+func (e *Engine) NamespaceLabels(ns string) (map[string]string, bool) {
+	return e.acks.namespaceLabels(ns)
+}

@@ -33,6 +33,9 @@ type endpointProgrammer struct {
 	queue  *attachQueue // the interfaces waiting for the attach worker
 	// afterAttach is Options.AfterAttach.
 	afterAttach func(iface string)
+	// releasePreview, when staged previews are on, clears an interface's
+	// previews before its slot is freed (preview.go).
+	releasePreview func(iface string)
 
 	eps   map[string]*endpointState // by interface name
 	slots slotAllocator
@@ -374,6 +377,9 @@ func (e *endpointProgrammer) closeRemoved(iface string, st *endpointState, nets 
 // releasePolicies clears the endpoint's jump slots, releases its policy
 // programs and frees its slot.
 func (e *endpointProgrammer) releasePolicies(iface string, st *endpointState) error {
+	if e.releasePreview != nil {
+		e.releasePreview(iface)
+	}
 	var errs []error
 	for _, dir := range []model.Direction{model.Ingress, model.Egress} {
 		if st.inst[dir] == nil && !st.hasSlot {

@@ -87,6 +87,25 @@ func (f polprogFacility) Load(pol *model.DirectionPolicy, dir model.Direction) (
 	return p, nil
 }
 
+// previewMaxChunks bounds a staged preview program: it runs after the
+// real policy (at most polprog.DefaultMaxChunks chunks), and the two with
+// their epilogue passes must stay within the kernel's 33 tail calls, or a
+// chunk's failed tail call would drop the packet.
+const previewMaxChunks = 2
+
+// LoadPreview compiles and loads a staged preview program.
+func (f polprogFacility) LoadPreview(pol *model.DirectionPolicy, dir model.Direction) (loadedProgram, error) {
+	spec, err := polprog.Compile(pol, dir, f.d, polprog.Options{MaxChunks: previewMaxChunks, Name: "dpd_prev"})
+	if err != nil {
+		return nil, err
+	}
+	p, err := spec.Load(f.maps())
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
 func (f polprogFacility) Adopt(pol *model.DirectionPolicy, dir model.Direction, p pinnedProgram) (loadedProgram, error) {
 	spec, err := polprog.Compile(pol, dir, f.d, polprog.Options{})
 	if err != nil {

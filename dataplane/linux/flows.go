@@ -33,12 +33,23 @@ type FlowOptions struct {
 	// packets in between are counted into its next event (default
 	// tcbpf.DefaultDenyInterval).
 	DenyInterval time.Duration
+	// StagedPreview runs, for endpoint directions with staged policies
+	// (the engine's Options.StagedPreview resolves them), a preview
+	// program on every packet the policy decides and reports its verdict
+	// and rule beside the real one. It costs a decided packet a second
+	// policy evaluation; packets without a preview pay a failed tail call.
+	StagedPreview bool
+	// ConntrackScan is how often expired conntrack entries are deleted
+	// and, with events on, reported as flow ends (default
+	// DefaultConntrackScan).
+	ConntrackScan time.Duration
 }
 
 // flowWatcher owns the history and the reader of the current datapath.
 type flowWatcher struct {
 	hist   *flowhist.History
 	read   atomic.Uint64
+	ended  atomic.Uint64 // end events of expired conntrack entries (flowends.go)
 	errs   atomic.Uint64
 	drops  func() (uint64, error) // the current datapath's drop counter; guarded by Kernel.mu
 	reader *tcbpf.EventReader     // guarded by Kernel.mu
@@ -64,7 +75,7 @@ func (k *Kernel) startFlowsLocked(d *tcbpf.Datapath) {
 	if interval <= 0 {
 		interval = tcbpf.DefaultDenyInterval
 	}
-	if err := d.SetEvents(!o.Off, interval); err != nil {
+	if err := d.SetEventsPreview(!o.Off, interval, o.StagedPreview); err != nil {
 		k.log.Warn("flow events unavailable", "err", err)
 		return
 	}
@@ -117,8 +128,8 @@ func (k *Kernel) readFlows(r *tcbpf.EventReader, clock tcbpf.MonoClock) {
 
 // flowEvent is the kernel-independent part of a raw event.
 func flowEvent(raw *tcbpf.FlowEvent, clock tcbpf.MonoClock) model.FlowEvent {
-	src := netip.AddrFrom4([4]byte(raw.Saddr[:4]))
-	dst := netip.AddrFrom4([4]byte(raw.Daddr[:4]))
+	v6 := raw.Family == 6
+	src, dst := ctAddr(raw.Saddr, v6), ctAddr(raw.Daddr, v6)
 	ev := model.FlowEvent{
 		Time:       clock.Time(raw.TsNs),
 		Ifindex:    int(raw.Ifindex),
@@ -136,8 +147,11 @@ func flowEvent(raw *tcbpf.FlowEvent, clock tcbpf.MonoClock) model.FlowEvent {
 	if raw.Kind == abi.EvNoPolicy {
 		ev.Stage = model.TraceNoPolicy
 	}
+	if raw.PreviewVerdict != abi.VerdictNone {
+		ev.Staged, ev.StagedAllowed, ev.StagedRuleID = true, raw.PreviewVerdict == abi.VerdictAllow, raw.PreviewRuleId
+	}
 	if raw.Flags&abi.StNAT != 0 {
-		ev.Frontend = netip.AddrPortFrom(netip.AddrFrom4([4]byte(raw.NatAddr[:4])), raw.NatPort)
+		ev.Frontend = netip.AddrPortFrom(ctAddr(raw.NatAddr, v6), raw.NatPort)
 	}
 	return ev
 }
@@ -164,13 +178,20 @@ func (k *Kernel) resolveFlowLocked(ev *model.FlowEvent, c *flowCache) {
 		c.ifaces[ev.Ifindex] = name
 	}
 	ev.Iface = name
-	if ev.RuleID == 0 {
-		return
+	if ev.RuleID != 0 {
+		if prog := k.installedLocked(name, ev.Direction); prog != nil {
+			ev.Rule, ev.RuleFound = c.table(prog)[ev.RuleID]
+		}
 	}
-	prog := k.installedLocked(name, ev.Direction)
-	if prog == nil {
-		return
+	if ev.Staged && ev.StagedRuleID != 0 && k.preview != nil {
+		if prog := k.preview.program(name, ev.Direction); prog != nil {
+			ev.StagedRule, ev.StagedRuleFound = c.table(prog)[ev.StagedRuleID]
+		}
 	}
+}
+
+// table is prog's rules by counter id.
+func (c *flowCache) table(prog loadedProgram) map[uint64]model.RuleInfo {
 	table, ok := c.rules[prog]
 	if !ok {
 		if len(c.rules) >= maxCachedPrograms {
@@ -183,7 +204,7 @@ func (k *Kernel) resolveFlowLocked(ev *model.FlowEvent, c *flowCache) {
 		}
 		c.rules[prog] = table
 	}
-	ev.Rule, ev.RuleFound = table[ev.RuleID]
+	return table
 }
 
 // ObserveFlows implements engine.FlowObserver.
@@ -215,7 +236,7 @@ func (k *Kernel) FlowStats() model.FlowStats {
 	}
 	held, capacity, subs, lost := fw.hist.Stats()
 	return model.FlowStats{
-		Read: fw.read.Load(), KernelDrops: drops, ReadErrors: fw.errs.Load(),
+		Read: fw.read.Load(), Ended: fw.ended.Load(), KernelDrops: drops, ReadErrors: fw.errs.Load(),
 		History: held, HistoryCap: capacity, Subscribers: subs, SubscriberLost: lost,
 	}
 }

@@ -95,6 +95,11 @@ type Kernel struct {
 	flows        *flowWatcher    // flow events (flows.go); set by the first open, guarded by mu
 	failsafesSet bool            // dpd_failsafes holds a valid list; guarded by mu
 
+	// The current datapath's conntrack scanner (flowends.go) and staged
+	// previews (preview.go; nil unless FlowOptions.StagedPreview). Guarded by mu.
+	scan    *ctScanner
+	preview *previewProgrammer
+
 	attach tcbpf.AttachChoice // the attach mode in force and why; immutable
 }
 
@@ -210,7 +215,12 @@ func (k *Kernel) openBPFLocked() error {
 		_ = d.Close()
 		return err
 	}
+	if k.opts.Flows.StagedPreview && !k.opts.Flows.Off {
+		k.preview = newPreviewProgrammer(d, polprogFacility{d}.LoadPreview, k.log)
+		k.eps.releasePreview = k.preview.release
+	}
 	k.startFlowsLocked(d)
+	k.startScanLocked(d, !k.opts.Flows.Off)
 	return nil
 }
 
@@ -253,6 +263,11 @@ func (k *Kernel) Close() error {
 	k.closed = true
 	k.waitAllAttachesLocked() // they use the datapath's programs
 	k.stopFlowsLocked()
+	k.stopScanLocked()
+	if k.preview != nil {
+		k.preview.closeAll()
+		k.preview = nil
+	}
 	if k.flows != nil {
 		k.flows.hist.Close()
 	}
@@ -318,6 +333,11 @@ func (k *Kernel) Configure(cfg map[string]string) error {
 	k.waitAllAttachesLocked() // they use the datapath about to close
 	k.pols.abandon()
 	k.stopFlowsLocked()
+	k.stopScanLocked()
+	if k.preview != nil {
+		k.preview.closeAll()
+		k.preview = nil
+	}
 	if err := k.bpf.Close(); err != nil {
 		k.log.Warn("close bpf dataplane before resize", "err", err)
 	}

@@ -26,6 +26,9 @@ func (k *Kernel) ApplyEndpoint(ep *model.Endpoint) error {
 		}
 		p, err := k.eps.apply(ep)
 		if p == nil || err != nil {
+			if err == nil {
+				k.applyPreviewLocked(ep)
+			}
 			return err
 		}
 		r := k.runAttachLocked(p)

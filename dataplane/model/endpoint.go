@@ -46,6 +46,19 @@ type Endpoint struct {
 	// Forward, Untracked and PreDNAT are a host endpoint's extra stages
 	// (nil: none, and always for workloads).
 	Forward, Untracked, PreDNAT *HostStage
+	// PreviewIngress and PreviewEgress, when the engine previews staged
+	// policies and the direction has any, are the direction's policy with
+	// its staged policies enforced in their tier order: what they would
+	// decide, reported beside the real verdict and never enforced.
+	PreviewIngress, PreviewEgress *DirectionPolicy
+}
+
+// Preview returns the staged preview for direction d, nil if none.
+func (e *Endpoint) Preview(d Direction) *DirectionPolicy {
+	if d == Ingress {
+		return e.PreviewIngress
+	}
+	return e.PreviewEgress
 }
 
 // SameInterface reports whether e and o ask the same of their interface

@@ -35,11 +35,33 @@ type FlowEvent struct {
 	// Lost, on an event delivered to a subscriber, counts the events the
 	// subscriber missed right before it (it was too slow).
 	Lost uint64
+	// End marks an allowed flow's end: its conntrack entry idled out
+	// (TCP: 30 s after FIN or RST) and was removed. Time is the removal,
+	// Started the decision; RuleID is the rule that allowed the flow, and
+	// Forward and Reply what it carried each way at this hook.
+	End            bool
+	Started        time.Time
+	Forward, Reply FlowCounts
+	// Staged is set when the endpoint direction's staged policies were
+	// previewed (the kernel's staged preview is on and it has some):
+	// StagedAllowed and the Staged rule are what its policy would have
+	// decided with them enforced in their tier order. Never enforced.
+	Staged          bool
+	StagedAllowed   bool
+	StagedRuleID    uint64
+	StagedRule      RuleInfo
+	StagedRuleFound bool
+}
+
+// FlowCounts are one direction's totals of a flow.
+type FlowCounts struct {
+	Packets, Bytes uint64
 }
 
 // FlowStats describes the flow event pipeline.
 type FlowStats struct {
 	Read           uint64 // events read from the kernel
+	Ended          uint64 // end events from expired conntrack entries
 	KernelDrops    uint64 // events the kernel's full ring could not take
 	ReadErrors     uint64 // records that could not be decoded
 	History        int    // events held now

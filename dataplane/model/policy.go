@@ -221,6 +221,9 @@ func ReferencedSets(rules ...[]Rule) []string {
 
 // ruleLists returns the rule lists of p: every tier's policies, then the
 // profiles.
+// RuleLists are p's rule lists, tiers' policies first, then profiles.
+func (p *DirectionPolicy) RuleLists() [][]Rule { return p.ruleLists() }
+
 func (p *DirectionPolicy) ruleLists() [][]Rule {
 	var out [][]Rule
 	for _, t := range p.Tiers {

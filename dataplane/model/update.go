@@ -229,6 +229,8 @@ type StoredUpdate struct {
 	Meta
 	Object StoredKind
 	Key    string
+	// Labels of a namespace or service account, as sent.
+	Labels map[string]string
 }
 
 // StoredRemove deletes a stored object.

@@ -46,6 +46,8 @@ func TestBTFLayout(t *testing.T) {
 		{"dpd_ct_val", abi.CTValSize, map[string]uint32{
 			"created": abi.CTValCreated, "last_seen": abi.CTValLastSeen, "flags": abi.CTValFlags,
 			"nat_addr": abi.CTValNATAddr, "nat_port": abi.CTValNATPort, "nat_svc": abi.CTValNATSvc,
+			"rule_id": abi.CTValRuleID, "pkts_fwd": abi.CTValPktsFwd, "bytes_fwd": abi.CTValBytesFwd,
+			"pkts_rev": abi.CTValPktsRev, "bytes_rev": abi.CTValBytesRev,
 		}},
 		{"dpd_nat_fe_key", abi.NATFrontendKeySize, map[string]uint32{"addr": 0, "port": 16, "proto": 18, "family": 19}},
 		{"dpd_nat_fe_val", abi.NATFrontendValSize, map[string]uint32{"svc_id": 0, "count": 4, "flags": 8}},
@@ -71,15 +73,17 @@ func TestBTFLayout(t *testing.T) {
 			"suppressed": abi.EvSuppressed, "pkt_len": abi.EvPktLen, "nat_addr": abi.EvNATAddr,
 			"nat_port": abi.EvNATPort, "kind": abi.EvKind, "icmp_type": abi.EvICMPType,
 			"nat_svc": abi.EvNATSvc, "icmp_code": abi.EvICMPCode,
+			"preview_verdict": abi.EvPreviewVerdict, "preview_rule_id": abi.EvPreviewRuleID,
 		}},
-		{"dpd_ev_cfg", abi.EvCfgSize, map[string]uint32{"flags": 0, "deny_interval_ns": 8}},
 		{"dpd_hep_cfg", abi.HepCfgSize, map[string]uint32{"to_host": 0, "to_host_slot": 4}},
 		{"dpd_hep_stages", abi.HepStagesSize, map[string]uint32{"untracked": 0, "prednat": 4}},
 		{"dpd_failsafe_key", abi.FailsafeKeySize, map[string]uint32{
 			"prefixlen": abi.FailsafeKeyPrefixlen, "port": abi.FailsafeKeyPort, "proto": abi.FailsafeKeyProto,
 			"flags": abi.FailsafeKeyFlags, "addr": abi.FailsafeKeyAddr,
 		}},
-		{"dpd_ev_deny", abi.EvDenySize, map[string]uint32{"last_ns": 0, "count": 8}},
+		{"dpd_preview_st", abi.PreviewStSize, map[string]uint32{"rule_id": 0, "verdict": 8}},
+		{"dpd_ev_cfg", abi.EvCfgSize, map[string]uint32{"flags": 0, "deny_mask": 4, "deny_interval_ns": 8}},
+		{"dpd_ev_deny", abi.EvDenySize, map[string]uint32{"key": 0, "last_ns": 48, "count": 56}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -150,6 +154,7 @@ func TestHeaderDefines(t *testing.T) {
 		"DPD_ST_HEP_UNTRACKED": abi.StHepUntracked, "DPD_CT_F_FAILSAFE": abi.CTFFailsafe,
 		"DPD_TO_HOST_ACCEPT": abi.ToHostAccept, "DPD_TO_HOST_DROP": abi.ToHostDrop, "DPD_TO_HOST_RETURN": abi.ToHostReturn, "DPD_ST_HEP_TOHOST": abi.StHepToHost, "DPD_ST_HEP_PREDNAT": abi.StHepPreDNAT,
 		"DPD_JUMP_HEP_CONT_FROM_WEP": abi.JumpHepContFromWEP, "DPD_JUMP_HEP_CONT_TO_WEP": abi.JumpHepContToWEP,
+		"DPD_EV_CFG_PREVIEW": abi.EvCfgPreview, "DPD_ST_PREVIEW": abi.StPreview,
 	}
 	f, err := os.Open("../../bpf/include/dpd_abi.h")
 	if err != nil {

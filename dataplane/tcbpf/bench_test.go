@@ -1,6 +1,7 @@
 package tcbpf
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -72,6 +73,9 @@ func runRepeated(b *testing.B, d *Datapath, cases []benchCase) {
 //	                  cost of a new flow's event
 //	deny_on_limited   events on, the flow already reported: the rate
 //	                  limiter's lookup and count
+//	deny_on_limited_preview(_none)  deny_on_limited with the staged
+//	                  preview on: a preview program that runs on every
+//	                  decided packet (or none in the slot: a failed tail call)
 //	ct_hit_off/on     an established flow
 //	allow_new_off/on  a new allowed flow (conntrack entry created), a
 //	                  different flow every run: one BPF_PROG_TEST_RUN per
@@ -82,6 +86,10 @@ func BenchmarkEvents(b *testing.B) {
 	mustNil(b, d.SetIfState(1, 0, abi.IfReady))
 	mustNil(b, d.InstallPolicy(0, abi.DirFromWEP, verdictProg(b, d, abi.VerdictAllow, 0xa1)))
 	mustNil(b, d.InstallPolicy(1, abi.DirFromWEP, verdictProg(b, d, abi.VerdictDeny, 0xd1)))
+	// Slot 1 has a staged preview (a stand-in that allows), slot 2 the
+	// same policy without one.
+	mustNil(b, d.InstallPreview(1, abi.DirFromWEP, verdictProg(b, d, abi.VerdictAllow, 0xa2)))
+	mustNil(b, d.InstallPolicy(2, abi.DirFromWEP, verdictProg(b, d, abi.VerdictDeny, 0xd1)))
 	flow := tcpPkt(ipA, ipB, 40000, 80, tcpACK)
 	if ret, _, err := d.Programs().FromWEP.Test(flow); err != nil || ret != abi.TCActOK {
 		b.Fatalf("seeding the flow: %d %v", ret, err)
@@ -99,11 +107,13 @@ func BenchmarkEvents(b *testing.B) {
 		{"deny_off", false, 0, benchCase{"", d.Programs().FromWEP, deny, 1, abi.TCActShot}},
 		{"deny_on_every", true, 0, benchCase{"", d.Programs().FromWEP, deny, 1, abi.TCActShot}},
 		{"deny_on_limited", true, time.Hour, benchCase{"", d.Programs().FromWEP, deny, 1, abi.TCActShot}},
+		{"deny_on_limited_preview_none", true, time.Hour, benchCase{"", d.Programs().FromWEP, deny, 2, abi.TCActShot}},
+		{"deny_on_limited_preview", true, time.Hour, benchCase{"", d.Programs().FromWEP, deny, 1, abi.TCActShot}},
 		{"ct_hit_off", false, 0, benchCase{"", d.Programs().FromWEP, flow, 0, abi.TCActOK}},
 		{"ct_hit_on", true, 0, benchCase{"", d.Programs().FromWEP, flow, 0, abi.TCActOK}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			mustNil(b, d.SetEvents(tc.on, tc.interval))
+			mustNil(b, d.SetEventsPreview(tc.on, tc.interval, strings.Contains(tc.name, "preview")))
 			mustNil(b, d.SetIfState(1, tc.c.slot, abi.IfReady))
 			// Seed the rate limiter and empty the ring.
 			_, _, _ = tc.c.prog.Test(tc.c.frame)
@@ -124,14 +134,18 @@ func BenchmarkEvents(b *testing.B) {
 			b.ReportMetric(float64(after-before), "drops")
 		})
 	}
-	for _, on := range []bool{false, true} {
-		name := "allow_new_off"
-		if on {
-			name = "allow_new_on"
-		}
-		b.Run(name, func(b *testing.B) {
-			mustNil(b, d.SetEvents(on, 0))
-			mustNil(b, d.SetIfState(1, 0, abi.IfReady))
+	for _, c := range []struct {
+		name string
+		on   bool
+		slot uint32
+		want uint32
+	}{
+		{"allow_new_off", false, 0, abi.TCActOK}, {"allow_new_on", true, 0, abi.TCActOK},
+	} {
+		on := c.on
+		b.Run(c.name, func(b *testing.B) {
+			mustNil(b, d.SetEvents(on, time.Second))
+			mustNil(b, d.SetIfState(1, c.slot, abi.IfReady))
 			prog := d.Programs().FromWEP
 			var total time.Duration
 			b.ResetTimer()
@@ -143,7 +157,7 @@ func BenchmarkEvents(b *testing.B) {
 				}
 				frame := udpPkt(ipA, ipB, uint16(seed), uint16(seed>>16))
 				ret, per, err := prog.Benchmark(frame, 1, nil)
-				if err != nil || ret != abi.TCActOK {
+				if err != nil || ret != c.want {
 					b.Fatalf("ret %d err %v", ret, err)
 				}
 				total += per

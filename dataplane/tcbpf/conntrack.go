@@ -16,6 +16,9 @@ import (
 type (
 	ctKey = bpf.DpdDpdCtKey
 	ctVal = bpf.DpdDpdCtVal
+	// CTKey and CTVal are a conntrack entry as the programs write it.
+	CTKey = bpf.DpdDpdCtKey
+	CTVal = bpf.DpdDpdCtVal
 )
 
 // CTTimeout is the idle timeout of an entry, the same rule the programs
@@ -54,6 +57,13 @@ func ctExpired(v *ctVal, proto uint8, kt uint64) bool {
 // ScanConntrack deletes the entries idle past their timeout at now. Each
 // is re-read before deletion, so a flow refreshed during the scan stays.
 func (d *Datapath) ScanConntrack(now time.Time) (expired int, err error) {
+	return d.ScanConntrackEnded(now, nil)
+}
+
+// ScanConntrackEnded is ScanConntrack calling ended (when not nil) with
+// each flow entry it deleted, as last read: the flow ended. NAT entries
+// (dir DirNAT) are deleted without a call: they are not flows of a hook.
+func (d *Datapath) ScanConntrackEnded(now time.Time, ended func(*CTKey, *CTVal)) (expired int, err error) {
 	kt, err := ktime(now)
 	if err != nil {
 		return 0, err
@@ -80,6 +90,9 @@ func (d *Datapath) ScanConntrack(now time.Time) (expired int, err error) {
 			return expired, fmt.Errorf("expire conntrack entry: %w", err)
 		}
 		expired++
+		if ended != nil && err == nil && cands[i].Dir != abi.DirNAT {
+			ended(&cands[i], &v)
+		}
 	}
 	return expired, nil
 }

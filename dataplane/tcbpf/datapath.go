@@ -48,7 +48,7 @@ type Maps struct {
 	Events  *ebpf.Map // RINGBUF of struct dpd_flow_event
 	EvDrops *ebpf.Map // PERCPU_ARRAY[1] u64
 	EvCfg   *ebpf.Map // ARRAY[1] struct dpd_ev_cfg
-	EvDeny  *ebpf.Map // LRU_HASH struct dpd_ct_key -> struct dpd_ev_deny
+	EvDeny  *ebpf.Map // ARRAY u32 -> struct dpd_ev_deny (direct-mapped by flow)
 }
 
 // Programs are the loaded entry programs and the epilogue.
@@ -216,6 +216,7 @@ func applySizes(spec *ebpf.CollectionSpec, s MapSizes) {
 		abi.MapFrags:        s.Fragments,
 		abi.MapEvents:       s.Events,
 		abi.MapEvDeny:       s.EventDeny,
+		abi.MapPreview:      s.Jump,
 	} {
 		if m, ok := spec.Maps[name]; ok {
 			m.MaxEntries = uint32(n)

@@ -193,3 +193,44 @@ func TestEventsServiceFlowNamesFrontend(t *testing.T) {
 		t.Fatalf("service flow event %+v: frontend %s, want %s -> backend %s:%d", ev, fe, feAddr, beB.Addr, beB.Port)
 	}
 }
+
+// TestEventsDeniedSlotShared: with one rate-limit slot every denied flow
+// shares it. A flow holding it with packets still to report keeps it, and
+// the other flows are reported on every packet, so no count is lost; once
+// nothing is pending, the next flow takes the slot over.
+func TestEventsDeniedSlotShared(t *testing.T) {
+	d := openTest(t, Options{Sizes: MapSizes{EventDeny: 1}})
+	ifA, _ := vethPair(t)
+	mustNil(t, d.SetIfState(ifA, 1, abi.IfReady))
+	mustNil(t, d.InstallPolicy(1, abi.DirFromWEP, verdictProg(t, d, abi.VerdictDeny, 0xd1)))
+	mustNil(t, d.SetEvents(true, time.Hour))
+	r := eventReader(t, d)
+	a, b := udpPkt(ipA, ipB, 1000, 53), udpPkt(ipA, ipB, 1001, 53)
+	sports := func(evs []FlowEvent) (out []uint16) {
+		for _, ev := range evs {
+			out = append(out, ev.Sport)
+		}
+		return out
+	}
+	for _, f := range [][]byte{a, a, a, b, b} {
+		run(t, d, abi.DirFromWEP, ifA, f)
+	}
+	// a: reported, then 2 counted; b: reported twice (the slot is a's).
+	if got := sports(drain(t, r)); len(got) != 3 || got[0] != 1000 || got[1] != 1001 || got[2] != 1001 {
+		t.Fatalf("events from flows %v, want 1000 1001 1001", got)
+	}
+	mustNil(t, d.SetEvents(true, 0))
+	run(t, d, abi.DirFromWEP, ifA, a)
+	evs := drain(t, r)
+	if len(evs) != 1 || evs[0].Sport != 1000 || evs[0].Suppressed != 2 {
+		t.Fatalf("a past the interval: %+v, want its event with 2 suppressed", evs)
+	}
+	// Nothing pending: b takes the slot and is rate-limited from now on.
+	mustNil(t, d.SetEvents(true, time.Hour))
+	for range 3 {
+		run(t, d, abi.DirFromWEP, ifA, b)
+	}
+	if got := sports(drain(t, r)); len(got) != 1 || got[0] != 1001 {
+		t.Fatalf("events from flows %v, want b's once", got)
+	}
+}

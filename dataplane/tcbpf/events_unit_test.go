@@ -19,7 +19,7 @@ func TestDecodeFlowEvent(t *testing.T) {
 	if err := binary.Read(bytes.NewReader(raw), binary.LittleEndian, &want); err != nil {
 		t.Fatal(err)
 	}
-	want.EvPad = [7]uint8{}
+	want.EvPad = [6]uint8{}
 	decodeFlowEvent(raw, &got)
 	if got != want {
 		t.Fatalf("decoded %+v, want %+v", got, want)

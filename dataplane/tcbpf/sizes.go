@@ -35,8 +35,9 @@ type MapSizes struct {
 	// of two of at least a page; BPFMapSizeFlowEvents; default 1 MiB
 	// (about 9,800 events of abi.FlowEventLen + the ring's 8-byte header).
 	Events int
-	// EventDeny is dpd_ev_deny: denied flows whose events are being
-	// rate-limited; BPFMapSizeFlowEventDeny; default 65536.
+	// EventDeny is dpd_ev_deny: slots of denied flows whose events are
+	// being rate-limited (a direct-mapped cache: the largest power of two
+	// of them is used); BPFMapSizeFlowEventDeny; default 65536.
 	EventDeny int
 }
 

@@ -3,6 +3,7 @@ package felixconv
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 
 	"github.com/dpd-dev/dpd/dataplane/model"
@@ -69,7 +70,11 @@ func translateInfra(msg *felix.ToDataplane) (model.Update, error) {
 		if err := required("namespace name", name); err != nil {
 			return nil, err
 		}
-		return stored(model.StoredNamespace, name), nil
+		u := &model.StoredUpdate{Object: model.StoredNamespace, Key: name}
+		if l := p.NamespaceUpdate.GetLabels(); len(l) > 0 {
+			u.Labels = maps.Clone(l)
+		}
+		return u, nil
 	case *felix.ToDataplane_NamespaceRemove:
 		return storedRemove(model.StoredNamespace, "namespace name", p.NamespaceRemove.GetId().GetName())
 	}

@@ -49,8 +49,9 @@ func observed(t *testing.T, d *Daemon, args ...string) []*dpdv1.Flow {
 // observe with the tier, policy and rule that decided them.
 func TestObserve(t *testing.T) {
 	testutil.RequirePrivileged(t)
-	// A short deny interval, so the flood below is reported within the test.
-	d := StartDaemon(t, "--flow-deny-interval=200ms")
+	// A short deny interval, so the flood below is reported within the
+	// test, and a short conntrack scan, so the allowed flow's end is.
+	d := StartDaemon(t, "--flow-deny-interval=200ms", "--conntrack-scan-interval=1s")
 	a, b := NewWorkload(t, 1), NewWorkload(t, 2)
 	b.Serve(t, []int{tcpPort, tcpOther}, nil)
 	web := Policy("t1", "t1.web", Rules(
@@ -120,6 +121,37 @@ func TestObserve(t *testing.T) {
 	}
 
 	t.Run("denied-flood-rate-limited-with-count", func(t *testing.T) { deniedFlood(t, d, a, b) })
+	t.Run("allowed-flow-ends-with-byte-counts", func(t *testing.T) { flowEnds(t, d, allowed, bID) })
+}
+
+// flowEnds waits for the end of the allowed connection: closed (FIN), its
+// entry expires 30 s later and the next scan reports it with the rule that
+// allowed it and what it carried both ways.
+func flowEnds(t *testing.T, d *Daemon, allowed *dpdv1.Flow, bID string) {
+	var end *dpdv1.Flow
+	testutil.WaitFor(t, 60*time.Second, "the allowed connection's end in observe", func() bool {
+		for _, f := range observed(t, d, "--endpoint", bID, "--type", "end", "--port", fmt.Sprint(allowed.GetSource().GetPort())) {
+			if f.GetDirection() == "ingress" && f.GetSource().GetPort() == allowed.GetSource().GetPort() {
+				end = f
+				return true
+			}
+		}
+		return false
+	})
+	r := end.GetRule()
+	// A handshake, a close and its ACKs at least: three packets each way.
+	if !end.GetEnded() || end.GetVerdict() != "allow" || r.GetTier() != "t1" || !strings.HasSuffix(r.GetPolicy(), "t1.web") ||
+		r.GetIndex() != 0 || end.GetForward().GetPackets() < 3 || end.GetReply().GetPackets() < 2 ||
+		end.GetForward().GetBytes() < 3*40 || end.GetReply().GetBytes() < 2*40 || end.GetStarted() == nil ||
+		end.GetStarted().AsTime().Sub(allowed.GetTime().AsTime()).Abs() > time.Second {
+		t.Fatalf("end of the allowed flow: %v", end)
+	}
+	text := dpdctl(t, d, "observe", "--endpoint", bID, "--type", "end", "--port", fmt.Sprint(allowed.GetSource().GetPort()))
+	if !strings.Contains(text, "ENDED") || !strings.Contains(text, "t1.web#0") ||
+		!strings.Contains(text, fmt.Sprintf("-> %d pkts %d B", end.GetForward().GetPackets(), end.GetForward().GetBytes())) {
+		t.Errorf("dpdctl observe --type end printed %q", text)
+	}
+	t.Logf("ended: %s", strings.TrimSpace(text))
 }
 
 // deniedFlood sends a burst of UDP datagrams of one flow that B's tier

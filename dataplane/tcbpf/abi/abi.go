@@ -129,7 +129,7 @@ const (
 	CTValCreated  = 0
 	CTValLastSeen = 8
 	CTValFlags    = 16
-	CTValSize     = 48
+	CTValSize     = 88
 )
 
 // dpd_ct_val.flags.

@@ -2266,7 +2266,17 @@ type ObserveRequest struct {
 	// Keep the stream open and send flows as they happen.
 	Follow bool `protobuf:"varint,8,opt,name=follow,proto3" json:"follow,omitempty"`
 	// At most this many flows from the history (the newest); 0 for all.
-	Last          uint32 `protobuf:"varint,9,opt,name=last,proto3" json:"last,omitempty"`
+	Last uint32 `protobuf:"varint,9,opt,name=last,proto3" json:"last,omitempty"`
+	// "new" for decisions only, "end" for flow ends only; "" for both.
+	Type string `protobuf:"bytes,10,opt,name=type,proto3" json:"type,omitempty"`
+	// Only flows whose staged preview differs from the real verdict
+	// (dpd's --staged-preview): what enforcing the staged policies changes.
+	StagedDiffers bool `protobuf:"varint,11,opt,name=staged_differs,json=stagedDiffers,proto3" json:"staged_differs,omitempty"`
+	// Only flows with a local endpoint on either side whose namespace's
+	// labels match every one of these: "key=value", "key!=value", "key"
+	// (present) or "!key" (absent). Felix sends dataplanes namespace labels
+	// (NamespaceUpdate) but no workload labels, so these are what is known.
+	Labels        []string `protobuf:"bytes,12,rep,name=labels,proto3" json:"labels,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2364,6 +2374,27 @@ func (x *ObserveRequest) GetLast() uint32 {
 	return 0
 }
 
+func (x *ObserveRequest) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *ObserveRequest) GetStagedDiffers() bool {
+	if x != nil {
+		return x.StagedDiffers
+	}
+	return false
+}
+
+func (x *ObserveRequest) GetLabels() []string {
+	if x != nil {
+		return x.Labels
+	}
+	return nil
+}
+
 type ObserveResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Set on every response but the ones that only report a loss.
@@ -2419,7 +2450,7 @@ func (x *ObserveResponse) GetLost() uint64 {
 	return 0
 }
 
-// Flow is one new flow's decision.
+// Flow is one new flow's decision, or an allowed flow's end (ended).
 type Flow struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Time  *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=time,proto3" json:"time,omitempty"`
@@ -2447,9 +2478,24 @@ type Flow struct {
 	IcmpType    uint32 `protobuf:"varint,14,opt,name=icmp_type,json=icmpType,proto3" json:"icmp_type,omitempty"`
 	IcmpCode    uint32 `protobuf:"varint,15,opt,name=icmp_code,json=icmpCode,proto3" json:"icmp_code,omitempty"`
 	// Numbers the flows dpd recorded, without gaps (the history's order).
-	Seq           uint64 `protobuf:"varint,16,opt,name=seq,proto3" json:"seq,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Seq uint64 `protobuf:"varint,16,opt,name=seq,proto3" json:"seq,omitempty"`
+	// An allowed flow's end: its conntrack entry idled out (TCP: 30 s after
+	// FIN or RST) and dpd's conntrack scan removed it. time is the removal,
+	// started the decision, rule the rule that allowed the flow; forward
+	// (source to destination) and reply are what it carried at this hook.
+	Ended   bool                   `protobuf:"varint,17,opt,name=ended,proto3" json:"ended,omitempty"`
+	Started *timestamppb.Timestamp `protobuf:"bytes,18,opt,name=started,proto3" json:"started,omitempty"`
+	Forward *FlowCounts            `protobuf:"bytes,19,opt,name=forward,proto3" json:"forward,omitempty"`
+	Reply   *FlowCounts            `protobuf:"bytes,20,opt,name=reply,proto3" json:"reply,omitempty"`
+	// With dpd's --staged-preview, for an endpoint direction with staged
+	// policies: what its policy would have decided with them enforced in
+	// their tier order ("allow" or "deny"; empty when not previewed), as
+	// verdict, decided_by and rule say it. Never enforced.
+	StagedVerdict   string   `protobuf:"bytes,21,opt,name=staged_verdict,json=stagedVerdict,proto3" json:"staged_verdict,omitempty"`
+	StagedDecidedBy string   `protobuf:"bytes,22,opt,name=staged_decided_by,json=stagedDecidedBy,proto3" json:"staged_decided_by,omitempty"`
+	StagedRule      *RuleRef `protobuf:"bytes,23,opt,name=staged_rule,json=stagedRule,proto3" json:"staged_rule,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *Flow) Reset() {
@@ -2594,6 +2640,108 @@ func (x *Flow) GetSeq() uint64 {
 	return 0
 }
 
+func (x *Flow) GetEnded() bool {
+	if x != nil {
+		return x.Ended
+	}
+	return false
+}
+
+func (x *Flow) GetStarted() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Started
+	}
+	return nil
+}
+
+func (x *Flow) GetForward() *FlowCounts {
+	if x != nil {
+		return x.Forward
+	}
+	return nil
+}
+
+func (x *Flow) GetReply() *FlowCounts {
+	if x != nil {
+		return x.Reply
+	}
+	return nil
+}
+
+func (x *Flow) GetStagedVerdict() string {
+	if x != nil {
+		return x.StagedVerdict
+	}
+	return ""
+}
+
+func (x *Flow) GetStagedDecidedBy() string {
+	if x != nil {
+		return x.StagedDecidedBy
+	}
+	return ""
+}
+
+func (x *Flow) GetStagedRule() *RuleRef {
+	if x != nil {
+		return x.StagedRule
+	}
+	return nil
+}
+
+// FlowCounts are one direction's totals of a flow.
+type FlowCounts struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Packets       uint64                 `protobuf:"varint,1,opt,name=packets,proto3" json:"packets,omitempty"`
+	Bytes         uint64                 `protobuf:"varint,2,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FlowCounts) Reset() {
+	*x = FlowCounts{}
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FlowCounts) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FlowCounts) ProtoMessage() {}
+
+func (x *FlowCounts) ProtoReflect() protoreflect.Message {
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FlowCounts.ProtoReflect.Descriptor instead.
+func (*FlowCounts) Descriptor() ([]byte, []int) {
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *FlowCounts) GetPackets() uint64 {
+	if x != nil {
+		return x.Packets
+	}
+	return 0
+}
+
+func (x *FlowCounts) GetBytes() uint64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
 // FlowPeer is one side of a flow.
 type FlowPeer struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -2607,7 +2755,7 @@ type FlowPeer struct {
 
 func (x *FlowPeer) Reset() {
 	*x = FlowPeer{}
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[33]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2619,7 +2767,7 @@ func (x *FlowPeer) String() string {
 func (*FlowPeer) ProtoMessage() {}
 
 func (x *FlowPeer) ProtoReflect() protoreflect.Message {
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[33]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2632,7 +2780,7 @@ func (x *FlowPeer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FlowPeer.ProtoReflect.Descriptor instead.
 func (*FlowPeer) Descriptor() ([]byte, []int) {
-	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{33}
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *FlowPeer) GetIp() string {
@@ -2664,7 +2812,7 @@ type ListHostEndpointsRequest struct {
 
 func (x *ListHostEndpointsRequest) Reset() {
 	*x = ListHostEndpointsRequest{}
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[34]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2676,7 +2824,7 @@ func (x *ListHostEndpointsRequest) String() string {
 func (*ListHostEndpointsRequest) ProtoMessage() {}
 
 func (x *ListHostEndpointsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[34]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2689,7 +2837,7 @@ func (x *ListHostEndpointsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostEndpointsRequest.ProtoReflect.Descriptor instead.
 func (*ListHostEndpointsRequest) Descriptor() ([]byte, []int) {
-	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{34}
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{35}
 }
 
 type ListHostEndpointsResponse struct {
@@ -2701,7 +2849,7 @@ type ListHostEndpointsResponse struct {
 
 func (x *ListHostEndpointsResponse) Reset() {
 	*x = ListHostEndpointsResponse{}
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[35]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2713,7 +2861,7 @@ func (x *ListHostEndpointsResponse) String() string {
 func (*ListHostEndpointsResponse) ProtoMessage() {}
 
 func (x *ListHostEndpointsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[35]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2726,7 +2874,7 @@ func (x *ListHostEndpointsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListHostEndpointsResponse.ProtoReflect.Descriptor instead.
 func (*ListHostEndpointsResponse) Descriptor() ([]byte, []int) {
-	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{35}
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListHostEndpointsResponse) GetHostEndpoints() []*HostEndpoint {
@@ -2756,7 +2904,7 @@ type HostEndpoint struct {
 
 func (x *HostEndpoint) Reset() {
 	*x = HostEndpoint{}
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[36]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2768,7 +2916,7 @@ func (x *HostEndpoint) String() string {
 func (*HostEndpoint) ProtoMessage() {}
 
 func (x *HostEndpoint) ProtoReflect() protoreflect.Message {
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[36]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2781,7 +2929,7 @@ func (x *HostEndpoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostEndpoint.ProtoReflect.Descriptor instead.
 func (*HostEndpoint) Descriptor() ([]byte, []int) {
-	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{36}
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *HostEndpoint) GetId() string {
@@ -2856,7 +3004,7 @@ type HostInterface struct {
 
 func (x *HostInterface) Reset() {
 	*x = HostInterface{}
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[37]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2868,7 +3016,7 @@ func (x *HostInterface) String() string {
 func (*HostInterface) ProtoMessage() {}
 
 func (x *HostInterface) ProtoReflect() protoreflect.Message {
-	mi := &file_dpd_v1_dataplane_proto_msgTypes[37]
+	mi := &file_dpd_v1_dataplane_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2881,7 +3029,7 @@ func (x *HostInterface) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HostInterface.ProtoReflect.Descriptor instead.
 func (*HostInterface) Descriptor() ([]byte, []int) {
-	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{37}
+	return file_dpd_v1_dataplane_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *HostInterface) GetName() string {
@@ -3110,7 +3258,7 @@ const file_dpd_v1_dataplane_proto_rawDesc = "" +
 	"\vexplanation\x18\x05 \x01(\tR\vexplanation\x12\x1c\n" +
 	"\tinterface\x18\x06 \x01(\tR\tinterface\x12\x18\n" +
 	"\aifindex\x18\a \x01(\x05R\aifindex\x12\x1b\n" +
-	"\ttc_return\x18\b \x01(\x05R\btcReturn\"\x8a\x02\n" +
+	"\ttc_return\x18\b \x01(\x05R\btcReturn\"\xdd\x02\n" +
 	"\x0eObserveRequest\x12\x1a\n" +
 	"\bendpoint\x18\x01 \x01(\tR\bendpoint\x12\x1c\n" +
 	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x18\n" +
@@ -3120,10 +3268,14 @@ const file_dpd_v1_dataplane_proto_rawDesc = "" +
 	"\bprotocol\x18\x06 \x01(\tR\bprotocol\x120\n" +
 	"\x05since\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x16\n" +
 	"\x06follow\x18\b \x01(\bR\x06follow\x12\x12\n" +
-	"\x04last\x18\t \x01(\rR\x04last\"G\n" +
+	"\x04last\x18\t \x01(\rR\x04last\x12\x12\n" +
+	"\x04type\x18\n" +
+	" \x01(\tR\x04type\x12%\n" +
+	"\x0estaged_differs\x18\v \x01(\bR\rstagedDiffers\x12\x16\n" +
+	"\x06labels\x18\f \x03(\tR\x06labels\"G\n" +
 	"\x0fObserveResponse\x12 \n" +
 	"\x04flow\x18\x01 \x01(\v2\f.dpd.v1.FlowR\x04flow\x12\x12\n" +
-	"\x04lost\x18\x02 \x01(\x04R\x04lost\"\x92\x04\n" +
+	"\x04lost\x18\x02 \x01(\x04R\x04lost\"\xbb\x06\n" +
 	"\x04Flow\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1c\n" +
 	"\tinterface\x18\x02 \x01(\tR\tinterface\x12\x18\n" +
@@ -3145,7 +3297,19 @@ const file_dpd_v1_dataplane_proto_rawDesc = "" +
 	"\fservice_port\x18\r \x01(\rR\vservicePort\x12\x1b\n" +
 	"\ticmp_type\x18\x0e \x01(\rR\bicmpType\x12\x1b\n" +
 	"\ticmp_code\x18\x0f \x01(\rR\bicmpCode\x12\x10\n" +
-	"\x03seq\x18\x10 \x01(\x04R\x03seq\"J\n" +
+	"\x03seq\x18\x10 \x01(\x04R\x03seq\x12\x14\n" +
+	"\x05ended\x18\x11 \x01(\bR\x05ended\x124\n" +
+	"\astarted\x18\x12 \x01(\v2\x1a.google.protobuf.TimestampR\astarted\x12,\n" +
+	"\aforward\x18\x13 \x01(\v2\x12.dpd.v1.FlowCountsR\aforward\x12(\n" +
+	"\x05reply\x18\x14 \x01(\v2\x12.dpd.v1.FlowCountsR\x05reply\x12%\n" +
+	"\x0estaged_verdict\x18\x15 \x01(\tR\rstagedVerdict\x12*\n" +
+	"\x11staged_decided_by\x18\x16 \x01(\tR\x0fstagedDecidedBy\x120\n" +
+	"\vstaged_rule\x18\x17 \x01(\v2\x0f.dpd.v1.RuleRefR\n" +
+	"stagedRule\"<\n" +
+	"\n" +
+	"FlowCounts\x12\x18\n" +
+	"\apackets\x18\x01 \x01(\x04R\apackets\x12\x14\n" +
+	"\x05bytes\x18\x02 \x01(\x04R\x05bytes\"J\n" +
 	"\bFlowPeer\x12\x0e\n" +
 	"\x02ip\x18\x01 \x01(\tR\x02ip\x12\x12\n" +
 	"\x04port\x18\x02 \x01(\rR\x04port\x12\x1a\n" +
@@ -3202,7 +3366,7 @@ func file_dpd_v1_dataplane_proto_rawDescGZIP() []byte {
 	return file_dpd_v1_dataplane_proto_rawDescData
 }
 
-var file_dpd_v1_dataplane_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_dpd_v1_dataplane_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_dpd_v1_dataplane_proto_goTypes = []any{
 	(*GetStatusRequest)(nil),          // 0: dpd.v1.GetStatusRequest
 	(*GetStatusResponse)(nil),         // 1: dpd.v1.GetStatusResponse
@@ -3237,27 +3401,28 @@ var file_dpd_v1_dataplane_proto_goTypes = []any{
 	(*ObserveRequest)(nil),            // 30: dpd.v1.ObserveRequest
 	(*ObserveResponse)(nil),           // 31: dpd.v1.ObserveResponse
 	(*Flow)(nil),                      // 32: dpd.v1.Flow
-	(*FlowPeer)(nil),                  // 33: dpd.v1.FlowPeer
-	(*ListHostEndpointsRequest)(nil),  // 34: dpd.v1.ListHostEndpointsRequest
-	(*ListHostEndpointsResponse)(nil), // 35: dpd.v1.ListHostEndpointsResponse
-	(*HostEndpoint)(nil),              // 36: dpd.v1.HostEndpoint
-	(*HostInterface)(nil),             // 37: dpd.v1.HostInterface
-	(*timestamppb.Timestamp)(nil),     // 38: google.protobuf.Timestamp
-	(*felix.WorkloadEndpointID)(nil),  // 39: felix.WorkloadEndpointID
-	(*felix.ToDataplane)(nil),         // 40: felix.ToDataplane
-	(*felix.FromDataplane)(nil),       // 41: felix.FromDataplane
+	(*FlowCounts)(nil),                // 33: dpd.v1.FlowCounts
+	(*FlowPeer)(nil),                  // 34: dpd.v1.FlowPeer
+	(*ListHostEndpointsRequest)(nil),  // 35: dpd.v1.ListHostEndpointsRequest
+	(*ListHostEndpointsResponse)(nil), // 36: dpd.v1.ListHostEndpointsResponse
+	(*HostEndpoint)(nil),              // 37: dpd.v1.HostEndpoint
+	(*HostInterface)(nil),             // 38: dpd.v1.HostInterface
+	(*timestamppb.Timestamp)(nil),     // 39: google.protobuf.Timestamp
+	(*felix.WorkloadEndpointID)(nil),  // 40: felix.WorkloadEndpointID
+	(*felix.ToDataplane)(nil),         // 41: felix.ToDataplane
+	(*felix.FromDataplane)(nil),       // 42: felix.FromDataplane
 }
 var file_dpd_v1_dataplane_proto_depIdxs = []int32{
-	38, // 0: dpd.v1.GetStatusResponse.started:type_name -> google.protobuf.Timestamp
+	39, // 0: dpd.v1.GetStatusResponse.started:type_name -> google.protobuf.Timestamp
 	4,  // 1: dpd.v1.GetStatusResponse.session:type_name -> dpd.v1.ControllerSession
 	5,  // 2: dpd.v1.GetStatusResponse.counts:type_name -> dpd.v1.Counts
-	38, // 3: dpd.v1.GetStatusResponse.last_apply:type_name -> google.protobuf.Timestamp
+	39, // 3: dpd.v1.GetStatusResponse.last_apply:type_name -> google.protobuf.Timestamp
 	2,  // 4: dpd.v1.GetStatusResponse.attach:type_name -> dpd.v1.AttachInfo
 	3,  // 5: dpd.v1.AttachInfo.costs:type_name -> dpd.v1.KernelCost
-	38, // 6: dpd.v1.ControllerSession.since:type_name -> google.protobuf.Timestamp
+	39, // 6: dpd.v1.ControllerSession.since:type_name -> google.protobuf.Timestamp
 	9,  // 7: dpd.v1.ListEndpointsResponse.endpoints:type_name -> dpd.v1.Endpoint
-	39, // 8: dpd.v1.Endpoint.id:type_name -> felix.WorkloadEndpointID
-	38, // 9: dpd.v1.Endpoint.last_programmed:type_name -> google.protobuf.Timestamp
+	40, // 8: dpd.v1.Endpoint.id:type_name -> felix.WorkloadEndpointID
+	39, // 9: dpd.v1.Endpoint.last_programmed:type_name -> google.protobuf.Timestamp
 	25, // 10: dpd.v1.Endpoint.counters:type_name -> dpd.v1.RuleCounter
 	12, // 11: dpd.v1.ListPoliciesResponse.policies:type_name -> dpd.v1.Policy
 	15, // 12: dpd.v1.ListIPSetsResponse.ip_sets:type_name -> dpd.v1.IPSet
@@ -3268,43 +3433,47 @@ var file_dpd_v1_dataplane_proto_depIdxs = []int32{
 	24, // 17: dpd.v1.RuleCounter.rule:type_name -> dpd.v1.RuleRef
 	25, // 18: dpd.v1.GetCountersResponse.counters:type_name -> dpd.v1.RuleCounter
 	24, // 19: dpd.v1.TraceResponse.rule:type_name -> dpd.v1.RuleRef
-	38, // 20: dpd.v1.ObserveRequest.since:type_name -> google.protobuf.Timestamp
+	39, // 20: dpd.v1.ObserveRequest.since:type_name -> google.protobuf.Timestamp
 	32, // 21: dpd.v1.ObserveResponse.flow:type_name -> dpd.v1.Flow
-	38, // 22: dpd.v1.Flow.time:type_name -> google.protobuf.Timestamp
-	33, // 23: dpd.v1.Flow.source:type_name -> dpd.v1.FlowPeer
-	33, // 24: dpd.v1.Flow.destination:type_name -> dpd.v1.FlowPeer
+	39, // 22: dpd.v1.Flow.time:type_name -> google.protobuf.Timestamp
+	34, // 23: dpd.v1.Flow.source:type_name -> dpd.v1.FlowPeer
+	34, // 24: dpd.v1.Flow.destination:type_name -> dpd.v1.FlowPeer
 	24, // 25: dpd.v1.Flow.rule:type_name -> dpd.v1.RuleRef
-	36, // 26: dpd.v1.ListHostEndpointsResponse.host_endpoints:type_name -> dpd.v1.HostEndpoint
-	37, // 27: dpd.v1.HostEndpoint.interfaces:type_name -> dpd.v1.HostInterface
-	40, // 28: dpd.v1.Dataplane.Sync:input_type -> felix.ToDataplane
-	0,  // 29: dpd.v1.Inspect.GetStatus:input_type -> dpd.v1.GetStatusRequest
-	6,  // 30: dpd.v1.Inspect.ListEndpoints:input_type -> dpd.v1.ListEndpointsRequest
-	8,  // 31: dpd.v1.Inspect.GetEndpoint:input_type -> dpd.v1.GetEndpointRequest
-	10, // 32: dpd.v1.Inspect.ListPolicies:input_type -> dpd.v1.ListPoliciesRequest
-	13, // 33: dpd.v1.Inspect.ListIPSets:input_type -> dpd.v1.ListIPSetsRequest
-	16, // 34: dpd.v1.Inspect.ListServices:input_type -> dpd.v1.ListServicesRequest
-	21, // 35: dpd.v1.Inspect.ListRoutes:input_type -> dpd.v1.ListRoutesRequest
-	26, // 36: dpd.v1.Inspect.GetCounters:input_type -> dpd.v1.GetCountersRequest
-	28, // 37: dpd.v1.Inspect.Trace:input_type -> dpd.v1.TraceRequest
-	30, // 38: dpd.v1.Inspect.Observe:input_type -> dpd.v1.ObserveRequest
-	34, // 39: dpd.v1.Inspect.ListHostEndpoints:input_type -> dpd.v1.ListHostEndpointsRequest
-	41, // 40: dpd.v1.Dataplane.Sync:output_type -> felix.FromDataplane
-	1,  // 41: dpd.v1.Inspect.GetStatus:output_type -> dpd.v1.GetStatusResponse
-	7,  // 42: dpd.v1.Inspect.ListEndpoints:output_type -> dpd.v1.ListEndpointsResponse
-	9,  // 43: dpd.v1.Inspect.GetEndpoint:output_type -> dpd.v1.Endpoint
-	11, // 44: dpd.v1.Inspect.ListPolicies:output_type -> dpd.v1.ListPoliciesResponse
-	14, // 45: dpd.v1.Inspect.ListIPSets:output_type -> dpd.v1.ListIPSetsResponse
-	17, // 46: dpd.v1.Inspect.ListServices:output_type -> dpd.v1.ListServicesResponse
-	22, // 47: dpd.v1.Inspect.ListRoutes:output_type -> dpd.v1.ListRoutesResponse
-	27, // 48: dpd.v1.Inspect.GetCounters:output_type -> dpd.v1.GetCountersResponse
-	29, // 49: dpd.v1.Inspect.Trace:output_type -> dpd.v1.TraceResponse
-	31, // 50: dpd.v1.Inspect.Observe:output_type -> dpd.v1.ObserveResponse
-	35, // 51: dpd.v1.Inspect.ListHostEndpoints:output_type -> dpd.v1.ListHostEndpointsResponse
-	40, // [40:52] is the sub-list for method output_type
-	28, // [28:40] is the sub-list for method input_type
-	28, // [28:28] is the sub-list for extension type_name
-	28, // [28:28] is the sub-list for extension extendee
-	0,  // [0:28] is the sub-list for field type_name
+	39, // 26: dpd.v1.Flow.started:type_name -> google.protobuf.Timestamp
+	33, // 27: dpd.v1.Flow.forward:type_name -> dpd.v1.FlowCounts
+	33, // 28: dpd.v1.Flow.reply:type_name -> dpd.v1.FlowCounts
+	24, // 29: dpd.v1.Flow.staged_rule:type_name -> dpd.v1.RuleRef
+	37, // 30: dpd.v1.ListHostEndpointsResponse.host_endpoints:type_name -> dpd.v1.HostEndpoint
+	38, // 31: dpd.v1.HostEndpoint.interfaces:type_name -> dpd.v1.HostInterface
+	41, // 32: dpd.v1.Dataplane.Sync:input_type -> felix.ToDataplane
+	0,  // 33: dpd.v1.Inspect.GetStatus:input_type -> dpd.v1.GetStatusRequest
+	6,  // 34: dpd.v1.Inspect.ListEndpoints:input_type -> dpd.v1.ListEndpointsRequest
+	8,  // 35: dpd.v1.Inspect.GetEndpoint:input_type -> dpd.v1.GetEndpointRequest
+	10, // 36: dpd.v1.Inspect.ListPolicies:input_type -> dpd.v1.ListPoliciesRequest
+	13, // 37: dpd.v1.Inspect.ListIPSets:input_type -> dpd.v1.ListIPSetsRequest
+	16, // 38: dpd.v1.Inspect.ListServices:input_type -> dpd.v1.ListServicesRequest
+	21, // 39: dpd.v1.Inspect.ListRoutes:input_type -> dpd.v1.ListRoutesRequest
+	26, // 40: dpd.v1.Inspect.GetCounters:input_type -> dpd.v1.GetCountersRequest
+	28, // 41: dpd.v1.Inspect.Trace:input_type -> dpd.v1.TraceRequest
+	30, // 42: dpd.v1.Inspect.Observe:input_type -> dpd.v1.ObserveRequest
+	35, // 43: dpd.v1.Inspect.ListHostEndpoints:input_type -> dpd.v1.ListHostEndpointsRequest
+	42, // 44: dpd.v1.Dataplane.Sync:output_type -> felix.FromDataplane
+	1,  // 45: dpd.v1.Inspect.GetStatus:output_type -> dpd.v1.GetStatusResponse
+	7,  // 46: dpd.v1.Inspect.ListEndpoints:output_type -> dpd.v1.ListEndpointsResponse
+	9,  // 47: dpd.v1.Inspect.GetEndpoint:output_type -> dpd.v1.Endpoint
+	11, // 48: dpd.v1.Inspect.ListPolicies:output_type -> dpd.v1.ListPoliciesResponse
+	14, // 49: dpd.v1.Inspect.ListIPSets:output_type -> dpd.v1.ListIPSetsResponse
+	17, // 50: dpd.v1.Inspect.ListServices:output_type -> dpd.v1.ListServicesResponse
+	22, // 51: dpd.v1.Inspect.ListRoutes:output_type -> dpd.v1.ListRoutesResponse
+	27, // 52: dpd.v1.Inspect.GetCounters:output_type -> dpd.v1.GetCountersResponse
+	29, // 53: dpd.v1.Inspect.Trace:output_type -> dpd.v1.TraceResponse
+	31, // 54: dpd.v1.Inspect.Observe:output_type -> dpd.v1.ObserveResponse
+	36, // 55: dpd.v1.Inspect.ListHostEndpoints:output_type -> dpd.v1.ListHostEndpointsResponse
+	44, // [44:56] is the sub-list for method output_type
+	32, // [32:44] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_dpd_v1_dataplane_proto_init() }
@@ -3319,7 +3488,7 @@ func file_dpd_v1_dataplane_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_dpd_v1_dataplane_proto_rawDesc), len(file_dpd_v1_dataplane_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   38,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -180,7 +180,8 @@ type InspectClient interface {
 	// Observe streams flow events: each new flow a policy program decided
 	// (and each denied flow at most once per dpd's --flow-deny-interval,
 	// default 1 s, with the packets denied in between), naming the deciding
-	// rule as Trace does. It answers from a
+	// rule as Trace does, and each allowed flow's end with its byte and
+	// packet counts both ways. It answers from a
 	// bounded in-memory history, then, with follow, as flows happen. A
 	// subscriber that falls behind loses events and is told how many
 	// (ObserveResponse.lost); it never slows the dataplane. At most 64
@@ -356,7 +357,8 @@ type InspectServer interface {
 	// Observe streams flow events: each new flow a policy program decided
 	// (and each denied flow at most once per dpd's --flow-deny-interval,
 	// default 1 s, with the packets denied in between), naming the deciding
-	// rule as Trace does. It answers from a
+	// rule as Trace does, and each allowed flow's end with its byte and
+	// packet counts both ways. It answers from a
 	// bounded in-memory history, then, with follow, as flows happen. A
 	// subscriber that falls behind loses events and is told how many
 	// (ObserveResponse.lost); it never slows the dataplane. At most 64
