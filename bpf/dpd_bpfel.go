@@ -247,6 +247,7 @@ type DpdDpdState struct {
 const (
 	DpdMapDpdChain        = "dpd_chain"
 	DpdMapDpdCt           = "dpd_ct"
+	DpdMapDpdCtNew        = "dpd_ct_new"
 	DpdMapDpdDropCtrs     = "dpd_drop_ctrs"
 	DpdMapDpdEvCfg        = "dpd_ev_cfg"
 	DpdMapDpdEvDeny       = "dpd_ev_deny"
@@ -336,6 +337,7 @@ type DpdProgramSpecs struct {
 type DpdMapSpecs struct {
 	DpdChain     *ebpf.MapSpec `ebpf:"dpd_chain"`
 	DpdCt        *ebpf.MapSpec `ebpf:"dpd_ct"`
+	DpdCtNew     *ebpf.MapSpec `ebpf:"dpd_ct_new"`
 	DpdDropCtrs  *ebpf.MapSpec `ebpf:"dpd_drop_ctrs"`
 	DpdEvCfg     *ebpf.MapSpec `ebpf:"dpd_ev_cfg"`
 	DpdEvDeny    *ebpf.MapSpec `ebpf:"dpd_ev_deny"`
@@ -389,6 +391,7 @@ func (o *DpdObjects) Close() error {
 type DpdMaps struct {
 	DpdChain     *ebpf.Map `ebpf:"dpd_chain"`
 	DpdCt        *ebpf.Map `ebpf:"dpd_ct"`
+	DpdCtNew     *ebpf.Map `ebpf:"dpd_ct_new"`
 	DpdDropCtrs  *ebpf.Map `ebpf:"dpd_drop_ctrs"`
 	DpdEvCfg     *ebpf.Map `ebpf:"dpd_ev_cfg"`
 	DpdEvDeny    *ebpf.Map `ebpf:"dpd_ev_deny"`
@@ -417,6 +420,7 @@ func (m *DpdMaps) Close() error {
 	return _DpdClose(
 		m.DpdChain,
 		m.DpdCt,
+		m.DpdCtNew,
 		m.DpdDropCtrs,
 		m.DpdEvCfg,
 		m.DpdEvDeny,

@@ -186,6 +186,19 @@ static __always_inline void dpd_nat_flow_key(struct dpd_ct_key *k, const struct 
 	dpd_ct_key_fwd(k, p, DPD_DIR_NAT, ifindex);
 }
 
+/* dpd_ct_new is where the entry program builds a new conntrack value: at
+ * 88 bytes it does not fit beside the rest of the entry's stack and the
+ * IPv6 walk's frame (512 bytes together). Per CPU: a packet is processed
+ * on one CPU from start to end. Pinned like every map the entry programs
+ * use, so a restarted dpd finds its attached programs current. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+	__type(key, __u32);
+	__type(value, struct dpd_ct_val);
+} dpd_ct_new SEC(".maps");
+
 /* dpd_nat_from_wep translates a packet leaving a workload: a reply to the
  * hairpin address goes back to the workload, a packet to a frontend goes to
  * its connection's backend. p is updated to what the packet now carries,
@@ -253,16 +266,22 @@ static __always_inline int dpd_nat_from_wep(struct __sk_buff *skb, struct dpd_pk
 		__builtin_memcpy(baddr, be->addr, 16);
 		bport = be->port;
 		if (!trace) {
-			struct dpd_ct_val v = {};
+			__u32 zero = 0;
+			struct dpd_ct_val *v = bpf_map_lookup_elem(&dpd_ct_new, &zero);
 
-			v.created = now;
-			v.last_seen = now;
+			if (!v) { /* cannot happen (a one-entry array); fail closed */
+				p->flags |= DPD_ST_NO_BACKEND;
+				return -1;
+			}
+			__builtin_memset(v, 0, sizeof(*v));
+			v->created = now;
+			v->last_seen = now;
 			if (p->proto == IPPROTO_TCP && (p->flags & (DPD_ST_TCP_FIN | DPD_ST_TCP_RST)))
-				v.flags = DPD_CT_F_CLOSING;
-			__builtin_memcpy(v.nat_addr, baddr, 16);
-			v.nat_port = bport;
-			v.nat_svc = bk.svc_id;
-			bpf_map_update_elem(&dpd_ct, &k, &v, BPF_ANY);
+				v->flags = DPD_CT_F_CLOSING;
+			__builtin_memcpy(v->nat_addr, baddr, 16);
+			v->nat_port = bport;
+			v->nat_svc = bk.svc_id;
+			bpf_map_update_elem(&dpd_ct, &k, v, BPF_ANY);
 		}
 	}
 
