@@ -225,9 +225,11 @@ func (p *plan) classify(s *stream, pfx string) {
 // bitmapPtrs (every chunk that walks) looks up the bitmap of each
 // dimension's class and keeps the pointer on the stack; classified: the
 // chunk classified the packet, which left the set dimensions' pointers. A
-// missing class cannot happen (ids come from the program's own trie, or
-// are set entries present at classification: one removed since fails
-// closed).
+// missing class cannot happen for address and port dimensions (ids come
+// from the program's own trie); a set dimension's class is looked up again
+// as "in none of the program's sets" when absent: not classified yet (a
+// chunk entered before the index's start block), or its combination
+// released since classification.
 func (p *plan) bitmapPtrs(s *stream, pfx string, classified bool) {
 	for _, d := range p.idx.dims {
 		if d.sd != nil && classified {
@@ -247,9 +249,17 @@ func (p *plan) bitmapPtrs(s *stream, pfx string, classified bool) {
 			s.emit(ldMap(asm.R1, mapBits))
 		}
 		s.emit(stackPtr(asm.R2, stackBitsKey)...)
+		s.emit(asm.FnMapLookupElem.Call(), asm.JNE.Imm(asm.R0, 0, ok))
+		if d.sd != nil {
+			// A chunk entered before the index's start block (after a
+			// linear head) finds no class yet: the start block classifies.
+			// Meanwhile the side's miss entry (always present) stands in.
+			s.emit(asm.StoreImm(asm.RFP, stackBitsKey, int64(d.sd.side), asm.Word))
+			setMap(s)
+			s.emit(stackPtr(asm.R2, stackBitsKey)...)
+			s.emit(asm.FnMapLookupElem.Call(), asm.JNE.Imm(asm.R0, 0, ok))
+		}
 		s.emit(
-			asm.FnMapLookupElem.Call(),
-			asm.JNE.Imm(asm.R0, 0, ok),
 			asm.Mov.Imm(asm.R0, abi.TCActShot),
 			asm.Return(),
 		)
