@@ -52,12 +52,15 @@ struct {
 
 /* Staged previews: the preview program of endpoint slot s, direction d
  * at DPD_JUMP_POL_BASE + 2*s + d, as in dpd_jump; max_entries is set by
- * userspace to dpd_jump's. Not pinned: a restarted dpd loads them again. */
+ * userspace to dpd_jump's. Pinned, so that a restarted dpd finds its
+ * epilogue current (it refers to the map), but emptied at every start: the
+ * programs are not pinned and are loaded again as endpoints are applied. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
 	__uint(max_entries, 2016);
 	__type(key, __u32);
 	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } dpd_preview SEC(".maps");
 
 struct {
@@ -65,6 +68,7 @@ struct {
 	__uint(max_entries, 1);
 	__type(key, __u32);
 	__type(value, struct dpd_preview_st);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } dpd_preview_st SEC(".maps");
 
 /* Keeps struct dpd_flow_event in the object's BTF (only a ring buffer
