@@ -477,32 +477,27 @@ func (e *endpointProgrammer) releaseSlot(what string, ss *stageSlot) error {
 	return nil
 }
 
-// ApplyToHostPolicy implements engine.ToHostKernel.
-func (k *Kernel) ApplyToHostPolicy(pol *model.DirectionPolicy) error {
+// whileOpen runs f under the lock unless the kernel is closed.
+func (k *Kernel) whileOpen(f func() error) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.closed {
 		return errKernelClosed
 	}
-	return k.eps.applyToHost(pol)
+	return f()
+}
+
+// ApplyToHostPolicy implements engine.ToHostKernel.
+func (k *Kernel) ApplyToHostPolicy(pol *model.DirectionPolicy) error {
+	return k.whileOpen(func() error { return k.eps.applyToHost(pol) })
 }
 
 // ApplyHostEndpoint implements engine.HostEndpointKernel.
 func (k *Kernel) ApplyHostEndpoint(ep *model.Endpoint) error {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.closed {
-		return errKernelClosed
-	}
-	return k.eps.applyHost(ep)
+	return k.whileOpen(func() error { return k.eps.applyHost(ep) })
 }
 
 // RemoveHostEndpoint implements engine.HostEndpointKernel.
 func (k *Kernel) RemoveHostEndpoint(ep *model.Endpoint) error {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.closed {
-		return errKernelClosed
-	}
-	return k.eps.removeHost(ep)
+	return k.whileOpen(func() error { return k.eps.removeHost(ep) })
 }
