@@ -158,11 +158,7 @@ func (e *Engine) resolveTier(t model.TierRef, keys []model.PolicyKey, d model.Di
 			*missing = append(*missing, "policy "+k.String())
 			continue
 		}
-		rules := pol.outbound
-		if d == model.Ingress {
-			rules = pol.inbound
-		}
-		tier.Policies = append(tier.Policies, model.PolicyRules{Name: t.Name + "/" + k.String(), Kind: "policy", Rules: rules})
+		tier.Policies = append(tier.Policies, pol.inTier(t.Name, k, d))
 	}
 	return tier, enforced
 }
@@ -185,11 +181,7 @@ func (e *Engine) resolvePreview(sp *model.WorkloadEndpoint, d model.Direction, p
 			if pol == nil {
 				continue
 			}
-			rules := pol.outbound
-			if d == model.Ingress {
-				rules = pol.inbound
-			}
-			tier.Policies = append(tier.Policies, model.PolicyRules{Name: t.Name + "/" + k.String(), Kind: "policy", Rules: rules})
+			tier.Policies = append(tier.Policies, pol.inTier(t.Name, k, d))
 		}
 		if len(keys) > 0 {
 			p.Tiers = append(p.Tiers, tier)

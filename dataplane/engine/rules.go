@@ -15,6 +15,19 @@ type rulesEntry struct {
 	stale             bool // not re-sent yet in the current epoch
 }
 
+// rules are the entry's rules for direction d.
+func (e *rulesEntry) rules(d model.Direction) []model.Rule {
+	if d == model.Ingress {
+		return e.inbound
+	}
+	return e.outbound
+}
+
+// inTier is the entry as policy k of tier, for direction d.
+func (e *rulesEntry) inTier(tier string, k model.PolicyKey, d model.Direction) model.PolicyRules {
+	return model.PolicyRules{Name: tier + "/" + k.String(), Kind: "policy", Rules: e.rules(d)}
+}
+
 // rulesStore holds active policies (keyed by policyKey) or profiles (keyed
 // by name). Which endpoints use an entry is indexed by endpointManager.
 type rulesStore[K comparable] struct {

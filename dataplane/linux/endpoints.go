@@ -181,12 +181,8 @@ func (e *endpointProgrammer) apply(ep *model.Endpoint) (*attachPlan, error) {
 		e.forgetIfindex(st)
 	}
 	st.ifindex = ifindex
-	if !st.hasSlot {
-		s, err := e.slots.get()
-		if err != nil {
-			return nil, err
-		}
-		st.slot, st.hasSlot = s, true
+	if err := e.slots.ensure(&st.slot, &st.hasSlot); err != nil {
+		return nil, err
 	}
 	if !st.attachOK {
 		// Attach now, whether or not the worker has it queued: this

@@ -23,6 +23,11 @@ import (
 // (and their flows reported ended) when FlowOptions.ConntrackScan is 0.
 const DefaultConntrackScan = 10 * time.Second
 
+// maxEndsPerScan bounds the end events one scan reports (about 4 MiB held
+// while they are handed on): a scan that expires more, after a burst of
+// short flows, deletes them all and says how many went unreported.
+const maxEndsPerScan = 16384
+
 // ctScanner runs one datapath's scans. mu is held for each scan, so
 // stopping waits for a scan under way without waiting for Kernel.mu,
 // which the scanner takes only between scans.
@@ -70,10 +75,17 @@ func (k *Kernel) runScan(ctx context.Context, s *ctScanner, d *tcbpf.Datapath, i
 		case <-t.C:
 		}
 		ends = ends[:0]
+		unreported := 0
 		var record func(*tcbpf.CTKey, *tcbpf.CTVal)
 		if events {
 			now := time.Now()
-			record = func(key *tcbpf.CTKey, v *tcbpf.CTVal) { ends = append(ends, flowEnd(key, v, now, clock)) }
+			record = func(key *tcbpf.CTKey, v *tcbpf.CTVal) {
+				if len(ends) == maxEndsPerScan {
+					unreported++
+					return
+				}
+				ends = append(ends, flowEnd(key, v, now, clock))
+			}
 		}
 		s.mu.Lock()
 		if ctx.Err() != nil {
@@ -86,6 +98,10 @@ func (k *Kernel) runScan(ctx context.Context, s *ctScanner, d *tcbpf.Datapath, i
 			k.log.Warn("conntrack scan failed", "err", err)
 		} else if n > 0 {
 			k.log.Debug("conntrack entries expired", "count", n)
+		}
+		if unreported > 0 {
+			k.log.Warn("conntrack scan: more flows ended than one scan reports; the rest are not reported",
+				"reported", len(ends), "unreported", unreported)
 		}
 		if len(ends) == 0 {
 			continue

@@ -90,12 +90,8 @@ func (e *endpointProgrammer) applyHost(ep *model.Endpoint) error {
 		e.forgetIfindex(st)
 	}
 	st.ifindex = ifindex
-	if !st.hasSlot {
-		s, err := e.slots.get()
-		if err != nil {
-			return err
-		}
-		st.slot, st.hasSlot = s, true
+	if err := e.slots.ensure(&st.slot, &st.hasSlot); err != nil {
+		return err
 	}
 	mode, current := e.host.AttachedCurrentHost(ifindex, ep.Iface)
 	if !current {
@@ -191,7 +187,7 @@ func (e *endpointProgrammer) dropHost(iface string, st *endpointState) error {
 		}
 		e.ops.Detaches++
 	} else if err := e.entry.RemoveLinkPins(iface); err != nil {
-		return err
+		return fmt.Errorf("remove link pins of %s: %w", iface, err)
 	}
 	st.mode, st.attachOK = "", false
 	if st.ifindex != 0 && (!st.stagesKnown || st.ifsStages != (tcbpf.HepStages{})) {
@@ -218,12 +214,8 @@ func (e *endpointProgrammer) installStage(st *endpointState, i int) error {
 		return nil // releaseStage frees the slot once the maps let go
 	}
 	ss := &st.stages[i]
-	if !ss.has {
-		s, err := e.slots.get()
-		if err != nil {
-			return err
-		}
-		ss.slot, ss.has = s, true
+	if err := e.slots.ensure(&ss.slot, &ss.has); err != nil {
+		return err
 	}
 	for _, dir := range []model.Direction{model.Ingress, model.Egress} {
 		pol, ok := fw.Policy(dir)
@@ -375,12 +367,8 @@ func (e *endpointProgrammer) applyToHost(pol *model.DirectionPolicy) error {
 		return e.releaseSlot("to-host", &th.stage)
 	}
 	ss := &th.stage
-	if !ss.has {
-		s, err := e.slots.get()
-		if err != nil {
-			return err
-		}
-		ss.slot, ss.has = s, true
+	if err := e.slots.ensure(&ss.slot, &ss.has); err != nil {
+		return err
 	}
 	sp, err := e.pols.acquire(pol, model.Ingress)
 	if err != nil {

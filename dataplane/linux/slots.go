@@ -27,6 +27,19 @@ func (a *slotAllocator) get() (uint32, error) {
 	return 0, errNoSlots
 }
 
+// ensure gives *slot a slot unless *has says it holds one already.
+func (a *slotAllocator) ensure(slot *uint32, has *bool) error {
+	if *has {
+		return nil
+	}
+	s, err := a.get()
+	if err != nil {
+		return err
+	}
+	*slot, *has = s, true
+	return nil
+}
+
 // reserve marks s as taken; false when it is out of range or taken already.
 func (a *slotAllocator) reserve(s uint32) bool {
 	if int(s) >= len(a.used) || a.used[s] {
