@@ -41,7 +41,7 @@ func TestRestartCollectsIPv6(t *testing.T) {
 	pin := newPinDir(t)
 	k1 := openKernel(t, pin)
 	if !k1.cfg.IPv6() {
-		t.Skip("this host has no IPv6")
+		testutil.CannotRun(t, "IPv6 test", "this host has no IPv6")
 	}
 	a, c := newWorkload(t, "10.77.6.1"), newWorkload(t, "10.77.6.3")
 	a6, c6 := "fd00:77:6::1", "fd00:77:6::3"

@@ -82,7 +82,7 @@ func TestEndpointDualStack(t *testing.T) {
 	testutil.RequirePrivileged(t)
 	c := newConfigurer(t)
 	if !c.IPv6() {
-		t.Skip("this host has no IPv6")
+		testutil.CannotRun(t, "IPv6 test", "this host has no IPv6")
 	}
 	if err := c.ConfigureHost(); err != nil {
 		t.Fatalf("configure host: %v", err)
@@ -190,7 +190,7 @@ func TestNewEndpointDualStack(t *testing.T) {
 	testutil.RequirePrivileged(t)
 	c := newConfigurer(t)
 	if !c.IPv6() {
-		t.Skip("this host has no IPv6")
+		testutil.CannotRun(t, "IPv6 test", "this host has no IPv6")
 	}
 	w := testutil.NewWorkload(t, "cali", testIPs(13))
 	ip6 := testIP6s(13)
