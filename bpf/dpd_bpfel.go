@@ -64,6 +64,15 @@ type DpdDpdEvDeny struct {
 	Count  uint64
 }
 
+type DpdDpdFailsafe6Key struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Port      uint16
+	Proto     uint8
+	Flags     uint8
+	Addr      [16]uint8
+}
+
 type DpdDpdFailsafeKey struct {
 	_         structs.HostLayout
 	Prefixlen uint32
@@ -254,6 +263,7 @@ const (
 	DpdMapDpdEvDrops      = "dpd_ev_drops"
 	DpdMapDpdEvents       = "dpd_events"
 	DpdMapDpdFailsafes    = "dpd_failsafes"
+	DpdMapDpdFailsafes6   = "dpd_failsafes6"
 	DpdMapDpdFrags        = "dpd_frags"
 	DpdMapDpdHepCfg       = "dpd_hep_cfg"
 	DpdMapDpdHepStages    = "dpd_hep_stages"
@@ -335,31 +345,32 @@ type DpdProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type DpdMapSpecs struct {
-	DpdChain     *ebpf.MapSpec `ebpf:"dpd_chain"`
-	DpdCt        *ebpf.MapSpec `ebpf:"dpd_ct"`
-	DpdCtNew     *ebpf.MapSpec `ebpf:"dpd_ct_new"`
-	DpdDropCtrs  *ebpf.MapSpec `ebpf:"dpd_drop_ctrs"`
-	DpdEvCfg     *ebpf.MapSpec `ebpf:"dpd_ev_cfg"`
-	DpdEvDeny    *ebpf.MapSpec `ebpf:"dpd_ev_deny"`
-	DpdEvDrops   *ebpf.MapSpec `ebpf:"dpd_ev_drops"`
-	DpdEvents    *ebpf.MapSpec `ebpf:"dpd_events"`
-	DpdFailsafes *ebpf.MapSpec `ebpf:"dpd_failsafes"`
-	DpdFrags     *ebpf.MapSpec `ebpf:"dpd_frags"`
-	DpdHepCfg    *ebpf.MapSpec `ebpf:"dpd_hep_cfg"`
-	DpdHepStages *ebpf.MapSpec `ebpf:"dpd_hep_stages"`
-	DpdIfstate   *ebpf.MapSpec `ebpf:"dpd_ifstate"`
-	DpdIpsetIds  *ebpf.MapSpec `ebpf:"dpd_ipset_ids"`
-	DpdIpsets    *ebpf.MapSpec `ebpf:"dpd_ipsets"`
-	DpdJump      *ebpf.MapSpec `ebpf:"dpd_jump"`
-	DpdNatBe     *ebpf.MapSpec `ebpf:"dpd_nat_be"`
-	DpdNatFe     *ebpf.MapSpec `ebpf:"dpd_nat_fe"`
-	DpdNatFeBits *ebpf.MapSpec `ebpf:"dpd_nat_fe_bits"`
-	DpdPreview   *ebpf.MapSpec `ebpf:"dpd_preview"`
-	DpdPreviewSt *ebpf.MapSpec `ebpf:"dpd_preview_st"`
-	DpdRoutes    *ebpf.MapSpec `ebpf:"dpd_routes"`
-	DpdRuleCtrs  *ebpf.MapSpec `ebpf:"dpd_rule_ctrs"`
-	DpdState     *ebpf.MapSpec `ebpf:"dpd_state"`
-	DpdTrace     *ebpf.MapSpec `ebpf:"dpd_trace"`
+	DpdChain      *ebpf.MapSpec `ebpf:"dpd_chain"`
+	DpdCt         *ebpf.MapSpec `ebpf:"dpd_ct"`
+	DpdCtNew      *ebpf.MapSpec `ebpf:"dpd_ct_new"`
+	DpdDropCtrs   *ebpf.MapSpec `ebpf:"dpd_drop_ctrs"`
+	DpdEvCfg      *ebpf.MapSpec `ebpf:"dpd_ev_cfg"`
+	DpdEvDeny     *ebpf.MapSpec `ebpf:"dpd_ev_deny"`
+	DpdEvDrops    *ebpf.MapSpec `ebpf:"dpd_ev_drops"`
+	DpdEvents     *ebpf.MapSpec `ebpf:"dpd_events"`
+	DpdFailsafes  *ebpf.MapSpec `ebpf:"dpd_failsafes"`
+	DpdFailsafes6 *ebpf.MapSpec `ebpf:"dpd_failsafes6"`
+	DpdFrags      *ebpf.MapSpec `ebpf:"dpd_frags"`
+	DpdHepCfg     *ebpf.MapSpec `ebpf:"dpd_hep_cfg"`
+	DpdHepStages  *ebpf.MapSpec `ebpf:"dpd_hep_stages"`
+	DpdIfstate    *ebpf.MapSpec `ebpf:"dpd_ifstate"`
+	DpdIpsetIds   *ebpf.MapSpec `ebpf:"dpd_ipset_ids"`
+	DpdIpsets     *ebpf.MapSpec `ebpf:"dpd_ipsets"`
+	DpdJump       *ebpf.MapSpec `ebpf:"dpd_jump"`
+	DpdNatBe      *ebpf.MapSpec `ebpf:"dpd_nat_be"`
+	DpdNatFe      *ebpf.MapSpec `ebpf:"dpd_nat_fe"`
+	DpdNatFeBits  *ebpf.MapSpec `ebpf:"dpd_nat_fe_bits"`
+	DpdPreview    *ebpf.MapSpec `ebpf:"dpd_preview"`
+	DpdPreviewSt  *ebpf.MapSpec `ebpf:"dpd_preview_st"`
+	DpdRoutes     *ebpf.MapSpec `ebpf:"dpd_routes"`
+	DpdRuleCtrs   *ebpf.MapSpec `ebpf:"dpd_rule_ctrs"`
+	DpdState      *ebpf.MapSpec `ebpf:"dpd_state"`
+	DpdTrace      *ebpf.MapSpec `ebpf:"dpd_trace"`
 }
 
 // DpdVariableSpecs contains global variables before they are loaded into the kernel.
@@ -389,31 +400,32 @@ func (o *DpdObjects) Close() error {
 //
 // It can be passed to LoadDpdObjects or ebpf.CollectionSpec.LoadAndAssign.
 type DpdMaps struct {
-	DpdChain     *ebpf.Map `ebpf:"dpd_chain"`
-	DpdCt        *ebpf.Map `ebpf:"dpd_ct"`
-	DpdCtNew     *ebpf.Map `ebpf:"dpd_ct_new"`
-	DpdDropCtrs  *ebpf.Map `ebpf:"dpd_drop_ctrs"`
-	DpdEvCfg     *ebpf.Map `ebpf:"dpd_ev_cfg"`
-	DpdEvDeny    *ebpf.Map `ebpf:"dpd_ev_deny"`
-	DpdEvDrops   *ebpf.Map `ebpf:"dpd_ev_drops"`
-	DpdEvents    *ebpf.Map `ebpf:"dpd_events"`
-	DpdFailsafes *ebpf.Map `ebpf:"dpd_failsafes"`
-	DpdFrags     *ebpf.Map `ebpf:"dpd_frags"`
-	DpdHepCfg    *ebpf.Map `ebpf:"dpd_hep_cfg"`
-	DpdHepStages *ebpf.Map `ebpf:"dpd_hep_stages"`
-	DpdIfstate   *ebpf.Map `ebpf:"dpd_ifstate"`
-	DpdIpsetIds  *ebpf.Map `ebpf:"dpd_ipset_ids"`
-	DpdIpsets    *ebpf.Map `ebpf:"dpd_ipsets"`
-	DpdJump      *ebpf.Map `ebpf:"dpd_jump"`
-	DpdNatBe     *ebpf.Map `ebpf:"dpd_nat_be"`
-	DpdNatFe     *ebpf.Map `ebpf:"dpd_nat_fe"`
-	DpdNatFeBits *ebpf.Map `ebpf:"dpd_nat_fe_bits"`
-	DpdPreview   *ebpf.Map `ebpf:"dpd_preview"`
-	DpdPreviewSt *ebpf.Map `ebpf:"dpd_preview_st"`
-	DpdRoutes    *ebpf.Map `ebpf:"dpd_routes"`
-	DpdRuleCtrs  *ebpf.Map `ebpf:"dpd_rule_ctrs"`
-	DpdState     *ebpf.Map `ebpf:"dpd_state"`
-	DpdTrace     *ebpf.Map `ebpf:"dpd_trace"`
+	DpdChain      *ebpf.Map `ebpf:"dpd_chain"`
+	DpdCt         *ebpf.Map `ebpf:"dpd_ct"`
+	DpdCtNew      *ebpf.Map `ebpf:"dpd_ct_new"`
+	DpdDropCtrs   *ebpf.Map `ebpf:"dpd_drop_ctrs"`
+	DpdEvCfg      *ebpf.Map `ebpf:"dpd_ev_cfg"`
+	DpdEvDeny     *ebpf.Map `ebpf:"dpd_ev_deny"`
+	DpdEvDrops    *ebpf.Map `ebpf:"dpd_ev_drops"`
+	DpdEvents     *ebpf.Map `ebpf:"dpd_events"`
+	DpdFailsafes  *ebpf.Map `ebpf:"dpd_failsafes"`
+	DpdFailsafes6 *ebpf.Map `ebpf:"dpd_failsafes6"`
+	DpdFrags      *ebpf.Map `ebpf:"dpd_frags"`
+	DpdHepCfg     *ebpf.Map `ebpf:"dpd_hep_cfg"`
+	DpdHepStages  *ebpf.Map `ebpf:"dpd_hep_stages"`
+	DpdIfstate    *ebpf.Map `ebpf:"dpd_ifstate"`
+	DpdIpsetIds   *ebpf.Map `ebpf:"dpd_ipset_ids"`
+	DpdIpsets     *ebpf.Map `ebpf:"dpd_ipsets"`
+	DpdJump       *ebpf.Map `ebpf:"dpd_jump"`
+	DpdNatBe      *ebpf.Map `ebpf:"dpd_nat_be"`
+	DpdNatFe      *ebpf.Map `ebpf:"dpd_nat_fe"`
+	DpdNatFeBits  *ebpf.Map `ebpf:"dpd_nat_fe_bits"`
+	DpdPreview    *ebpf.Map `ebpf:"dpd_preview"`
+	DpdPreviewSt  *ebpf.Map `ebpf:"dpd_preview_st"`
+	DpdRoutes     *ebpf.Map `ebpf:"dpd_routes"`
+	DpdRuleCtrs   *ebpf.Map `ebpf:"dpd_rule_ctrs"`
+	DpdState      *ebpf.Map `ebpf:"dpd_state"`
+	DpdTrace      *ebpf.Map `ebpf:"dpd_trace"`
 }
 
 func (m *DpdMaps) Close() error {
@@ -427,6 +439,7 @@ func (m *DpdMaps) Close() error {
 		m.DpdEvDrops,
 		m.DpdEvents,
 		m.DpdFailsafes,
+		m.DpdFailsafes6,
 		m.DpdFrags,
 		m.DpdHepCfg,
 		m.DpdHepStages,

@@ -12,16 +12,21 @@
  * point of view, so a host endpoint's slot in dpd_jump, its conntrack
  * entries (keyed by ifindex and dir) and the epilogue work unchanged.
  *
- * Flow: anything but IPv4 passes (IPv6 is not policed on host interfaces
- * yet); an interface without a READY|HOST dpd_ifstate entry passes (host
- * interfaces are never failed closed). Traffic the host forwards (to or
+ * Flow: anything but IPv4 and IPv6 passes (ARP, LLDP, ...); an interface
+ * without a READY|HOST dpd_ifstate entry passes (host interfaces are never
+ * failed closed). Both families take one path over dpd_pkt, parsed as the
+ * workload entry parses them (dpd_parse_l3); ICMPv6 neighbour discovery,
+ * router solicitation and advertisement and MLD (v1 and v2) pass without
+ * policy (dpd_hep_nd), or the node loses its IPv6 neighbours, routes and
+ * multicast groups under a deny policy. Traffic the host forwards (to or
  * from workloads, routed through) is told apart from the host's own: at
  * ingress its destination is not one of the host's addresses (FIB lookup),
  * at egress it came in through another interface (skb->ingress_ifindex
  * set). Forwarded traffic passes unless the host endpoint has forward
  * policy (the forward slot in dpd_ifstate.flags), which then polices it
  * like the host's own, failsafes aside. A live conntrack entry, a reply or
- * a related ICMP error passes; a failsafe port (dpd_failsafes) passes and
+ * a related ICMP error passes; a failsafe port (dpd_failsafes, IPv6:
+ * dpd_failsafes6) passes and
  * is tracked, so its replies pass; the rest is described in dpd_state and
  * tail-called into the policy of the slot, which tail-calls the epilogue.
  * No policy program at the slot: pass (never fail a host interface
@@ -43,9 +48,13 @@
 #include "dpd_frag.h"
 #include "dpd_nat.h"
 #include "dpd_events.h"
+#include "dpd_ipv6.h"
 
 #ifndef AF_INET
 #define AF_INET 2
+#endif
+#ifndef AF_INET6
+#define AF_INET6 10
 #endif
 
 /* FailsafeInboundHostPorts / FailsafeOutboundHostPorts, written by userspace. */
@@ -57,6 +66,16 @@ struct {
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } dpd_failsafes SEC(".maps");
+
+/* The IPv6 failsafes: entries as in dpd_failsafes, 16-byte addresses. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 1024);
+	__type(key, struct dpd_failsafe6_key);
+	__type(value, __u32);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dpd_failsafes6 SEC(".maps");
 
 /* ifindex -> the untracked and pre-DNAT policy slots of a host interface. */
 struct {
@@ -88,26 +107,54 @@ struct {
 
 /* dpd_hep_failsafe: is p on a failsafe port? Inbound ports name the
  * destination port with the source as peer; outbound ones the destination
- * port and address. */
+ * port and address. Each family has its map: the IPv6 key is the IPv4 one
+ * with a 16-byte address. */
 static __always_inline int dpd_hep_failsafe(const struct dpd_pkt *p, __u32 dir)
 {
-	struct dpd_failsafe_key k = {};
-	__u32 peer;
+	struct dpd_failsafe6_key k = {};
+	const __u8 *peer = dir == DPD_DIR_TO_WEP ? p->saddr6 : p->daddr6;
 
 	if (p->proto != IPPROTO_TCP && p->proto != IPPROTO_UDP)
 		return 0;
-	k.prefixlen = DPD_FS_KEY_FIXED_BITS + 32;
 	k.port = p->dport;
 	k.proto = p->proto;
-	if (dir == DPD_DIR_TO_WEP) {
-		k.flags = DPD_FS_INBOUND;
-		peer = p->saddr;
-	} else {
-		k.flags = DPD_FS_OUTBOUND;
-		peer = p->daddr;
+	k.flags = dir == DPD_DIR_TO_WEP ? DPD_FS_INBOUND : DPD_FS_OUTBOUND;
+	if (p->family == 6) {
+		k.prefixlen = DPD_FS_KEY_FIXED_BITS + 128;
+		__builtin_memcpy(k.addr, peer, 16);
+		return bpf_map_lookup_elem(&dpd_failsafes6, &k) != 0;
 	}
-	__builtin_memcpy(k.addr, &peer, 4);
+	/* The IPv4 key is the head of the IPv6 one. */
+	k.prefixlen = DPD_FS_KEY_FIXED_BITS + 32;
+	__builtin_memcpy(k.addr, peer, 4);
 	return bpf_map_lookup_elem(&dpd_failsafes, &k) != 0;
+}
+
+/* dpd_hep_nd: ICMPv6 a host interface passes without policy: the
+ * neighbour discovery and MLD a workload interface passes (dpd_ipv6_nd),
+ * router advertisements (134), which a node, unlike a workload, takes its
+ * default route and addresses from, and MLDv2 reports (143), which Linux
+ * sends by default: a switch snooping MLD stops forwarding the node's
+ * solicited-node multicast, so neighbour discovery, without them. */
+static __always_inline int dpd_hep_nd(const struct dpd_pkt *p)
+{
+	return dpd_ipv6_nd(p) || (p->family == 6 && p->proto == DPD_IPPROTO_ICMPV6 &&
+				  p->frag == DPD_FRAG_NONE && (p->icmp_type == 134 || p->icmp_type == 143));
+}
+
+/* dpd_hep_trace_clear writes the all-zero trace of a packet that never
+ * reached the policy, built in the dpd_state scratch: on the stack it
+ * would cost the entry a third of its 512 bytes. */
+static __always_inline void dpd_hep_trace_clear(void)
+{
+	struct dpd_state *st;
+	__u32 zero = 0;
+
+	st = bpf_map_lookup_elem(&dpd_state, &zero);
+	if (!st)
+		return;
+	__builtin_memset(st, 0, sizeof(*st));
+	bpf_map_update_elem(&dpd_trace, &zero, st, BPF_ANY);
 }
 
 /* dpd_hep_failsafe_reply: is p a reply of a failsafe flow of this
@@ -124,18 +171,25 @@ static __always_inline int dpd_hep_failsafe_reply(const struct dpd_pkt *p, __u32
 
 /* dpd_hep_to_host: does traffic entering ifindex go to the host itself?
  * The FIB says so for the host's own addresses (and broadcasts): "not
- * forwarded". With forwarding off on the interface nothing is forwarded,
- * so everything is the host's. */
+ * forwarded"; IPv6 also for link-local and multicast destinations. With
+ * forwarding off on the interface (per family) nothing is forwarded, so
+ * everything is the host's. */
 static __always_inline int dpd_hep_to_host(struct __sk_buff *skb, const struct dpd_pkt *p, __u32 ifindex)
 {
 	struct bpf_fib_lookup fib = {};
 	long rc;
 
-	fib.family = AF_INET;
 	fib.l4_protocol = p->proto;
 	fib.tot_len = skb->len > ETH_HLEN ? skb->len - ETH_HLEN : 0;
-	fib.ipv4_src = p->saddr;
-	fib.ipv4_dst = p->daddr;
+	if (p->family == 6) {
+		fib.family = AF_INET6;
+		__builtin_memcpy(fib.ipv6_src, p->saddr6, 16);
+		__builtin_memcpy(fib.ipv6_dst, p->daddr6, 16);
+	} else {
+		fib.family = AF_INET;
+		fib.ipv4_src = p->saddr;
+		fib.ipv4_dst = p->daddr;
+	}
 	fib.ifindex = ifindex;
 	rc = bpf_fib_lookup(skb, &fib, sizeof(fib), 0);
 	return rc == BPF_FIB_LKUP_RET_NOT_FWDED || rc == BPF_FIB_LKUP_RET_FWD_DISABLED;
@@ -145,12 +199,12 @@ static __always_inline void dpd_hep_fill(struct dpd_state *st, const struct dpd_
 					 struct __sk_buff *skb, __u32 ifindex, __u32 dir, __u64 trace)
 {
 	__builtin_memset(st, 0, sizeof(*st));
-	__builtin_memcpy(st->saddr, &p->saddr, 4);
-	__builtin_memcpy(st->daddr, &p->daddr, 4);
+	__builtin_memcpy(st->saddr, p->saddr6, 16);
+	__builtin_memcpy(st->daddr, p->daddr6, 16);
 	st->sport = p->sport;
 	st->dport = p->dport;
 	st->proto = p->proto;
-	st->family = 4;
+	st->family = p->family;
 	st->icmp_type = p->icmp_type;
 	st->icmp_code = p->icmp_code;
 	st->ifindex = ifindex;
@@ -172,6 +226,7 @@ static __always_inline int dpd_hep_entry(struct __sk_buff *skb, __u32 dir, __u32
 	void *data, *data_end;
 	__u32 zero = 0, ifindex, slot, flags, untracked = 0, prednat = 0;
 	__u64 now, trace;
+	__be16 h_proto;
 	int fwd, failsafe;
 
 	if (dpd_linear(skb, ETH_HLEN))
@@ -181,7 +236,8 @@ static __always_inline int dpd_hep_entry(struct __sk_buff *skb, __u32 dir, __u32
 	eth = data;
 	if ((void *)(eth + 1) > data_end)
 		return TC_ACT_OK;
-	if (eth->h_proto != bpf_htons(ETH_P_IP))
+	h_proto = eth->h_proto;
+	if (h_proto != bpf_htons(ETH_P_IP) && h_proto != bpf_htons(ETH_P_IPV6))
 		return TC_ACT_OK;
 
 	ifindex = skb->ifindex;
@@ -198,14 +254,11 @@ static __always_inline int dpd_hep_entry(struct __sk_buff *skb, __u32 dir, __u32
 		prednat = sg->prednat;
 	}
 	trace = skb->mark == DPD_TRACE_MARK;
-	if (trace && stage == DPD_HEP_STAGE_UNTRACKED) {
-		struct dpd_state empty = {};
+	if (trace && stage == DPD_HEP_STAGE_UNTRACKED)
+		dpd_hep_trace_clear();
 
-		bpf_map_update_elem(&dpd_trace, &zero, &empty, BPF_ANY);
-	}
-
-	if (dpd_parse_ipv4(skb, &p))
-		return TC_ACT_SHOT; /* malformed IPv4 on a policed interface */
+	if (dpd_parse_l3(skb, h_proto, &p, trace))
+		return TC_ACT_SHOT; /* malformed IP on a policed interface */
 
 	/* Forwarded traffic is not the host's: of the host endpoint's
 	 * policies, untracked (ingress), pre-DNAT and forward apply to it. */
@@ -221,6 +274,18 @@ static __always_inline int dpd_hep_entry(struct __sk_buff *skb, __u32 dir, __u32
 	st = bpf_map_lookup_elem(&dpd_state, &zero);
 	if (!st)
 		return TC_ACT_OK;
+
+	/* Before every stage: no untracked, pre-DNAT or forward policy may
+	 * cut the node off its IPv6 neighbours either. */
+	if (dpd_hep_nd(&p)) {
+		if (trace) {
+			dpd_hep_fill(st, &p, skb, ifindex, dir, trace);
+			st->flags |= DPD_ST_ICMP6_ND;
+			st->verdict = DPD_VERDICT_ALLOW;
+			bpf_map_update_elem(&dpd_trace, &zero, st, BPF_ANY);
+		}
+		return TC_ACT_OK;
+	}
 
 	failsafe = !fwd && !(p.flags & DPD_ST_FRAGMENT) && dpd_hep_failsafe(&p, dir);
 

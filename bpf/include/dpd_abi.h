@@ -499,4 +499,16 @@ struct dpd_hep_cfg {
 #define DPD_FS_INBOUND  1 /* to the host, through a host interface */
 #define DPD_FS_OUTBOUND 2 /* from the host */
 
+/* dpd_failsafes6: LPM_TRIE of the IPv6 failsafes, laid out as
+ * dpd_failsafe_key with a 16-byte address: "tcp:22" is prefixlen 32 with
+ * address ::, "tcp:[fd00::/8]:22" prefixlen 40. A map of its own, so the
+ * IPv4 map keeps its layout across an upgrade. */
+struct dpd_failsafe6_key {
+	__u32 prefixlen;
+	__u16 port;     /* 4: destination port, host order */
+	__u8  proto;    /* 6: IPPROTO_TCP or IPPROTO_UDP */
+	__u8  flags;    /* 7: DPD_FS_* */
+	__u8  addr[16]; /* 8: the peer's IPv6 address, network order */
+};                      /* sizeof == 24 */
+
 #endif

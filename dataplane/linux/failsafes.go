@@ -24,54 +24,82 @@ const (
 )
 
 // ParseFailsafes reads a Felix failsafe port list: comma-separated
-// "proto:port" or "proto:cidr:port" (an address alone is a /32; IPv6 in
-// brackets, "tcp:[fd00::/8]:22"), or "none". IPv6 entries are returned
-// apart: host interfaces police IPv4 only, so they are not needed yet.
-func ParseFailsafes(s string, inbound bool) (v4 []tcbpf.Failsafe, v6 int, err error) {
+// "proto:cidr:port", "proto:port" or "port" (TCP), IPv6 nets in brackets
+// ("tcp:[fd00::/8]:22"; an address alone is a host net), or "none". An
+// entry without a net is any peer of either family, so it becomes one
+// failsafe per family, as Felix programs it into both.
+func ParseFailsafes(s string, inbound bool) ([]tcbpf.Failsafe, error) {
 	s = strings.TrimSpace(s)
 	if s == "" || strings.EqualFold(s, "none") {
-		return nil, 0, nil
+		return nil, nil
 	}
+	var out []tcbpf.Failsafe
 	for _, f := range strings.Split(s, ",") {
 		f = strings.TrimSpace(f)
 		if f == "" {
 			continue
 		}
-		proto, rest, ok := strings.Cut(f, ":")
-		if !ok {
-			return nil, 0, fmt.Errorf("failsafe %q: want proto:port or proto:cidr:port", f)
-		}
-		fs := tcbpf.Failsafe{Inbound: inbound, Net: netip.PrefixFrom(netip.IPv4Unspecified(), 0)}
-		switch strings.ToLower(proto) {
-		case "tcp":
-			fs.Proto = 6
-		case "udp":
-			fs.Proto = 17
-		default:
-			return nil, 0, fmt.Errorf("failsafe %q: protocol %q is not tcp or udp", f, proto)
-		}
-		port := rest
-		if i := strings.LastIndex(rest, ":"); i >= 0 {
-			cidr := strings.TrimSuffix(strings.TrimPrefix(rest[:i], "["), "]")
-			port = rest[i+1:]
-			p, err := parsePrefixOrAddr(cidr)
-			if err != nil {
-				return nil, 0, fmt.Errorf("failsafe %q: %w", f, err)
-			}
-			fs.Net = p
-		}
-		n, err := strconv.ParseUint(port, 10, 16)
+		fs, err := parseFailsafe(f, inbound)
 		if err != nil {
-			return nil, 0, fmt.Errorf("failsafe %q: port %q: %w", f, port, err)
+			return nil, fmt.Errorf("failsafe %q: %w", f, err)
 		}
-		fs.Port = uint16(n)
-		if !fs.Net.Addr().Is4() {
-			v6++
-			continue
-		}
-		v4 = append(v4, fs)
+		out = append(out, fs...)
 	}
-	return v4, v6, nil
+	return out, nil
+}
+
+// parseFailsafe reads one entry of a failsafe list.
+func parseFailsafe(f string, inbound bool) ([]tcbpf.Failsafe, error) {
+	rest, cidr := f, ""
+	if i := strings.Index(f, "["); i >= 0 {
+		j := strings.Index(f, "]:")
+		if j < i {
+			return nil, fmt.Errorf("want [net]:port")
+		}
+		cidr, rest = f[i+1:j], f[:i]+f[j+2:]
+	}
+	proto, port := "tcp", rest
+	switch parts := strings.Split(rest, ":"); len(parts) {
+	case 1:
+	case 2:
+		proto, port = parts[0], parts[1]
+	case 3:
+		if cidr != "" {
+			return nil, fmt.Errorf("two nets")
+		}
+		proto, cidr, port = parts[0], parts[1], parts[2]
+	default:
+		return nil, fmt.Errorf("want proto:net:port, proto:port or port")
+	}
+	fs := tcbpf.Failsafe{Inbound: inbound}
+	switch strings.ToLower(proto) {
+	case "tcp":
+		fs.Proto = 6
+	case "udp":
+		fs.Proto = 17
+	default:
+		return nil, fmt.Errorf("protocol %q is not tcp or udp", proto)
+	}
+	n, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return nil, fmt.Errorf("port %q: %w", port, err)
+	}
+	fs.Port = uint16(n)
+	if cidr == "" {
+		v6 := fs
+		fs.Net = netip.PrefixFrom(netip.IPv4Unspecified(), 0)
+		v6.Net = netip.PrefixFrom(netip.IPv6Unspecified(), 0)
+		return []tcbpf.Failsafe{fs, v6}, nil
+	}
+	p, err := parsePrefixOrAddr(cidr)
+	if err != nil {
+		return nil, err
+	}
+	if p.Addr().Is4In6() {
+		return nil, fmt.Errorf("net %v: an IPv4-mapped IPv6 net; write it as IPv4", p)
+	}
+	fs.Net = p
+	return []tcbpf.Failsafe{fs}, nil
 }
 
 func parsePrefixOrAddr(s string) (netip.Prefix, error) {
@@ -101,7 +129,7 @@ func failsafesFromConfig(cfg map[string]string) ([]tcbpf.Failsafe, error) {
 		if !ok {
 			v = d.def
 		}
-		fs, _, err := ParseFailsafes(v, d.inbound)
+		fs, err := ParseFailsafes(v, d.inbound)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", d.key, err)
 		}

@@ -2,6 +2,7 @@ package linux
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -138,25 +139,36 @@ func TestHostEndpointRestartAdoption(t *testing.T) {
 	}
 }
 
+// Felix's failsafe format: "proto:net:port", "proto:port" or "port"
+// (TCP), IPv6 nets in brackets; an entry without a net is either family.
 func TestParseFailsafes(t *testing.T) {
-	fs, v6, err := ParseFailsafes("tcp:22, udp:10.0.0.0/8:53,tcp:[fd00::/8]:22,tcp:192.168.1.1:6443", true)
+	fs, err := ParseFailsafes("tcp:22, udp:10.0.0.0/8:53,tcp:[fd00::/8]:22,tcp:192.168.1.1:6443, 8443,udp:[fd00::1]:53", true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v6 != 1 || len(fs) != 3 || fs[0].Port != 22 || fs[0].Proto != 6 || fs[0].Net.Bits() != 0 ||
-		fs[1].Proto != 17 || fs[1].Net.String() != "10.0.0.0/8" || fs[2].Net.String() != "192.168.1.1/32" || !fs[2].Inbound {
-		t.Fatalf("parsed %+v (v6 %d)", fs, v6)
+	var got []string
+	for _, f := range fs {
+		if !f.Inbound {
+			t.Errorf("%+v not inbound", f)
+		}
+		got = append(got, fmt.Sprintf("%d:%s:%d", f.Proto, f.Net, f.Port))
 	}
-	if fs, _, err := ParseFailsafes("none", false); err != nil || fs != nil {
+	want := []string{"6:0.0.0.0/0:22", "6:::/0:22", "17:10.0.0.0/8:53", "6:fd00::/8:22", "6:192.168.1.1/32:6443",
+		"6:0.0.0.0/0:8443", "6:::/0:8443", "17:fd00::1/128:53"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("parsed %q, want %q", got, want)
+	}
+	if fs, err := ParseFailsafes("none", false); err != nil || fs != nil {
 		t.Fatalf("none: %v %v", fs, err)
 	}
-	for _, bad := range []string{"sctp:22", "tcp", "tcp:70000", "tcp:10.0.0.0/33:22"} {
-		if _, _, err := ParseFailsafes(bad, true); err == nil {
+	for _, bad := range []string{"sctp:22", "tcp", "tcp:70000", "tcp:10.0.0.0/33:22", "tcp:[fd00::/8:22",
+		"tcp:[zz::]:22", "tcp:[::ffff:10.0.0.0/104]:22", "tcp:1.2.3.4:[fd00::]:22", "a:b:c:d"} {
+		if _, err := ParseFailsafes(bad, true); err == nil {
 			t.Errorf("%q parsed", bad)
 		}
 	}
 	all, err := failsafesFromConfig(nil)
-	if err != nil || len(all) != 18 {
+	if err != nil || len(all) != 36 {
 		t.Fatalf("defaults: %d %v", len(all), err)
 	}
 }

@@ -81,6 +81,10 @@ func TestBTFLayout(t *testing.T) {
 			"prefixlen": abi.FailsafeKeyPrefixlen, "port": abi.FailsafeKeyPort, "proto": abi.FailsafeKeyProto,
 			"flags": abi.FailsafeKeyFlags, "addr": abi.FailsafeKeyAddr,
 		}},
+		{"dpd_failsafe6_key", abi.FailsafeKey6Size, map[string]uint32{
+			"prefixlen": abi.FailsafeKeyPrefixlen, "port": abi.FailsafeKeyPort, "proto": abi.FailsafeKeyProto,
+			"flags": abi.FailsafeKeyFlags, "addr": abi.FailsafeKeyAddr,
+		}},
 		{"dpd_preview_st", abi.PreviewStSize, map[string]uint32{"rule_id": 0, "verdict": 8}},
 		{"dpd_ev_cfg", abi.EvCfgSize, map[string]uint32{"flags": 0, "deny_mask": 4, "deny_interval_ns": 8}},
 		{"dpd_ev_deny", abi.EvDenySize, map[string]uint32{"key": 0, "last_ns": 48, "count": 56}},

@@ -32,15 +32,18 @@ type Failsafe struct {
 	Inbound bool
 	Proto   uint8 // 6 TCP, 17 UDP
 	Port    uint16
-	Net     netip.Prefix // IPv4; 0.0.0.0/0 for any
+	Net     netip.Prefix // IPv4 (0.0.0.0/0 for any) or IPv6 (::/0 for any)
 }
 
-func failsafeKey(f Failsafe) ([abi.FailsafeKeySize]byte, error) {
-	var k [abi.FailsafeKeySize]byte
-	if !f.Net.Addr().Is4() {
-		return k, fmt.Errorf("failsafe %v: only IPv4 is policed on host interfaces", f.Net)
+// failsafeKey is f's key in its family's map: dpd_failsafes (IPv4) or
+// dpd_failsafes6, whose key is the IPv4 one with a 16-byte address.
+func failsafeKey(f Failsafe) (key []byte, v6 bool, err error) {
+	if !f.Net.IsValid() {
+		return nil, false, fmt.Errorf("failsafe %+v: no net", f)
 	}
 	n := f.Net.Masked()
+	v6 = n.Addr().Is6() && !n.Addr().Is4In6()
+	k := make([]byte, abi.FailsafeKeySize, abi.FailsafeKey6Size)
 	binary.NativeEndian.PutUint32(k[abi.FailsafeKeyPrefixlen:], uint32(abi.FSKeyFixedBits+n.Bits()))
 	binary.NativeEndian.PutUint16(k[abi.FailsafeKeyPort:], f.Port)
 	k[abi.FailsafeKeyProto] = f.Proto
@@ -48,65 +51,106 @@ func failsafeKey(f Failsafe) ([abi.FailsafeKeySize]byte, error) {
 	if f.Inbound {
 		k[abi.FailsafeKeyFlags] = abi.FSInbound
 	}
-	a := n.Addr().As4()
-	copy(k[abi.FailsafeKeyAddr:], a[:])
-	return k, nil
+	if !v6 {
+		if !n.Addr().Is4() {
+			return nil, false, fmt.Errorf("failsafe %v: an IPv4-mapped net; write it as IPv4", f.Net)
+		}
+		a := n.Addr().As4()
+		copy(k[abi.FailsafeKeyAddr:], a[:])
+		return k, false, nil
+	}
+	a := n.Addr().As16()
+	return append(k[:abi.FailsafeKeyAddr], a[:]...), true, nil
 }
 
-// SetFailsafes makes dpd_failsafes hold exactly fs: the new entries are
-// added before the old ones go, so a port in both never closes.
+// failsafeMaps are the failsafe maps, IPv4 first.
+func (d *Datapath) failsafeMaps() [2]*ebpf.Map {
+	return [2]*ebpf.Map{d.objs.DpdFailsafes, d.objs.DpdFailsafes6}
+}
+
+// SetFailsafes makes dpd_failsafes and dpd_failsafes6 hold exactly fs: the
+// new entries are added before the old ones go, so a port in both never
+// closes. An invalid entry fails the call before anything is written.
 func (d *Datapath) SetFailsafes(fs []Failsafe) error {
-	m := d.objs.DpdFailsafes
-	want := map[[abi.FailsafeKeySize]byte]bool{}
-	one := uint32(1)
+	var want [2]map[string]bool
+	for fam := range want {
+		want[fam] = map[string]bool{}
+	}
 	for _, f := range fs {
-		k, err := failsafeKey(f)
+		k, v6, err := failsafeKey(f)
 		if err != nil {
 			return err
 		}
-		want[k] = true
-		if err := m.Update(k[:], one, ebpf.UpdateAny); err != nil {
-			return fmt.Errorf("failsafe %+v: %w", f, err)
+		if v6 {
+			want[1][string(k)] = true
+		} else {
+			want[0][string(k)] = true
 		}
 	}
-	var k [abi.FailsafeKeySize]byte
-	var v uint32
-	var stale [][abi.FailsafeKeySize]byte
-	it := m.Iterate()
-	for it.Next(&k, &v) {
-		if !want[k] {
-			stale = append(stale, k)
+	maps := d.failsafeMaps()
+	one := uint32(1)
+	for fam, m := range maps {
+		for k := range want[fam] {
+			if err := m.Update([]byte(k), one, ebpf.UpdateAny); err != nil {
+				return fmt.Errorf("write failsafe to %s: %w", m.String(), err)
+			}
 		}
 	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("read %s: %w", abi.MapFailsafes, err)
-	}
-	for _, k := range stale {
-		if err := m.Delete(k[:]); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("delete failsafe: %w", err)
+	for fam, m := range maps {
+		keys, err := failsafeKeys(m)
+		if err != nil {
+			return err
+		}
+		for _, k := range keys {
+			if want[fam][string(k)] {
+				continue
+			}
+			if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return fmt.Errorf("delete failsafe: %w", err)
+			}
 		}
 	}
 	return nil
 }
 
-// Failsafes lists dpd_failsafes.
-func (d *Datapath) Failsafes() ([]Failsafe, error) {
-	var out []Failsafe
-	var k [abi.FailsafeKeySize]byte
+// failsafeKeys lists the keys of one failsafe map.
+func failsafeKeys(m *ebpf.Map) ([][]byte, error) {
+	var out [][]byte
+	var k []byte
 	var v uint32
-	it := d.objs.DpdFailsafes.Iterate()
+	it := m.Iterate()
 	for it.Next(&k, &v) {
-		bits := int(binary.NativeEndian.Uint32(k[abi.FailsafeKeyPrefixlen:])) - abi.FSKeyFixedBits
-		addr := netip.AddrFrom4([4]byte(k[abi.FailsafeKeyAddr : abi.FailsafeKeyAddr+4]))
-		out = append(out, Failsafe{
-			Inbound: k[abi.FailsafeKeyFlags] == abi.FSInbound,
-			Proto:   k[abi.FailsafeKeyProto],
-			Port:    binary.NativeEndian.Uint16(k[abi.FailsafeKeyPort:]),
-			Net:     netip.PrefixFrom(addr, bits),
-		})
+		out = append(out, append([]byte(nil), k...))
 	}
 	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("read %s: %w", abi.MapFailsafes, err)
+		return nil, fmt.Errorf("read failsafes: %w", err)
+	}
+	return out, nil
+}
+
+// Failsafes lists dpd_failsafes and dpd_failsafes6.
+func (d *Datapath) Failsafes() ([]Failsafe, error) {
+	var out []Failsafe
+	for _, m := range d.failsafeMaps() {
+		keys, err := failsafeKeys(m)
+		if err != nil {
+			return nil, err
+		}
+		for _, k := range keys {
+			bits := int(binary.NativeEndian.Uint32(k[abi.FailsafeKeyPrefixlen:])) - abi.FSKeyFixedBits
+			var addr netip.Addr
+			if len(k) == abi.FailsafeKey6Size {
+				addr = netip.AddrFrom16([16]byte(k[abi.FailsafeKeyAddr:]))
+			} else {
+				addr = netip.AddrFrom4([4]byte(k[abi.FailsafeKeyAddr : abi.FailsafeKeyAddr+4]))
+			}
+			out = append(out, Failsafe{
+				Inbound: k[abi.FailsafeKeyFlags] == abi.FSInbound,
+				Proto:   k[abi.FailsafeKeyProto],
+				Port:    binary.NativeEndian.Uint16(k[abi.FailsafeKeyPort:]),
+				Net:     netip.PrefixFrom(addr, bits),
+			})
+		}
 	}
 	return out, nil
 }

@@ -1,6 +1,7 @@
 package tcbpf
 
 import (
+	"encoding/binary"
 	"net/netip"
 	"os"
 	"regexp"
@@ -15,17 +16,27 @@ import (
 )
 
 func TestFailsafeKey(t *testing.T) {
-	k, err := failsafeKey(Failsafe{Inbound: true, Proto: 6, Port: 22, Net: netip.MustParsePrefix("10.1.2.3/8")})
+	k, v6, err := failsafeKey(Failsafe{Inbound: true, Proto: 6, Port: 22, Net: netip.MustParsePrefix("10.1.2.3/8")})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if k[abi.FailsafeKeyFlags] != abi.FSInbound || k[abi.FailsafeKeyProto] != 6 ||
+	if v6 || len(k) != abi.FailsafeKeySize || k[abi.FailsafeKeyFlags] != abi.FSInbound || k[abi.FailsafeKeyProto] != 6 ||
 		k[abi.FailsafeKeyAddr] != 10 || k[abi.FailsafeKeyAddr+1] != 0 {
-		t.Fatalf("key % x", k)
+		t.Fatalf("key % x (v6 %v)", k, v6)
 	}
-	if _, err := failsafeKey(Failsafe{Proto: 6, Port: 22, Net: netip.MustParsePrefix("::/0")}); err == nil ||
-		!strings.Contains(err.Error(), "IPv4") {
-		t.Fatalf("IPv6 failsafe: %v", err)
+	k, v6, err = failsafeKey(Failsafe{Proto: 17, Port: 53, Net: netip.MustParsePrefix("fd00:1::5/16")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !v6 || len(k) != abi.FailsafeKey6Size || k[abi.FailsafeKeyFlags] != abi.FSOutbound ||
+		binary.NativeEndian.Uint32(k) != abi.FSKeyFixedBits+16 ||
+		k[abi.FailsafeKeyAddr] != 0xfd || k[abi.FailsafeKeyAddr+2] != 0 || k[abi.FailsafeKeyAddr+3] != 0 {
+		t.Fatalf("IPv6 key % x (v6 %v)", k, v6)
+	}
+	for _, bad := range []netip.Prefix{{}, netip.MustParsePrefix("::ffff:10.0.0.0/104")} {
+		if _, _, err := failsafeKey(Failsafe{Proto: 6, Port: 22, Net: bad}); err == nil {
+			t.Errorf("failsafe net %v accepted", bad)
+		}
 	}
 }
 
@@ -70,7 +81,9 @@ func TestHostAttachAndFailsafes(t *testing.T) {
 	ssh := Failsafe{Inbound: true, Proto: 6, Port: 22, Net: netip.MustParsePrefix("0.0.0.0/0")}
 	dns := Failsafe{Proto: 17, Port: 53, Net: netip.MustParsePrefix("10.0.0.0/8")}
 	bgp := Failsafe{Inbound: true, Proto: 6, Port: 179, Net: netip.MustParsePrefix("0.0.0.0/0")}
-	for _, want := range [][]Failsafe{{ssh, dns}, {dns, bgp}, nil} {
+	ssh6 := Failsafe{Inbound: true, Proto: 6, Port: 22, Net: netip.MustParsePrefix("::/0")}
+	dns6 := Failsafe{Proto: 17, Port: 53, Net: netip.MustParsePrefix("fd00::/8")}
+	for _, want := range [][]Failsafe{{ssh, dns, ssh6}, {dns, bgp, dns6}, {ssh6}, nil} {
 		if err := d.SetFailsafes(want); err != nil {
 			t.Fatal(err)
 		}

@@ -23,6 +23,10 @@ const (
 	FSKeyFixedBits       = 32
 	FSInbound            = 1
 	FSOutbound           = 2
+	// dpd_failsafes6: LPM_TRIE struct dpd_failsafe6_key -> u32 (1), the
+	// IPv6 failsafes: the IPv4 key with a 16-byte address.
+	MapFailsafes6    = "dpd_failsafes6"
+	FailsafeKey6Size = 24
 
 	// ProgHepIn and ProgHepOut are the host entry programs.
 	ProgHepIn  = "dpd_hep_in"
