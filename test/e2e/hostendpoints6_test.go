@@ -1,0 +1,81 @@
+package e2e
+
+import (
+	"testing"
+
+	"github.com/dpd-dev/dpd/internal/testutil"
+	"github.com/dpd-dev/dpd/proto/felix"
+)
+
+// IPv6 to and from the node itself through a host endpoint, by real
+// packets: policed like IPv4 (no policy denies all but the failsafes, an
+// IPv6 rule allows IPv6 only), IPv6 failsafes as Felix writes them (a
+// port alone is either family; a bracketed net narrows the peers), and
+// neighbour discovery keeps working under the deny.
+func TestHostEndpointsIPv6(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	const nodeIP, clientIP = "192.168.238.1", "192.168.238.2"
+	const nodeIP6, clientIP6 = "fd00:238::1", "fd00:238::2"
+	node := NewNode(t, "hep6", nodeIP)
+	cl := NewNode(t, "hep6c", clientIP)
+	Link(t, node.Name, nodeIP, cl.Name, clientIP, "eth0")
+	for _, s := range [][2]string{{node.Name, nodeIP6}, {cl.Name, clientIP6}} {
+		testutil.Run(t, "ip", "-n", s[0], "-6", "addr", "add", s[1]+"/64", "dev", "eth0", "nodad")
+	}
+	nodeW := &Workload{Workload: &testutil.Workload{NS: node.Name, IP: nodeIP6}, Pod: "node"}
+	clientW := &Workload{Workload: &testutil.Workload{NS: cl.Name, IP: clientIP6}, Pod: "client"}
+	nodeW.Serve(t, []int{8080, 22, 7070, 7071}, nil)
+	clientW.Serve(t, nil, []int{53, 5353})
+
+	cfg := map[string]string{
+		"InterfacePrefix": "cali",
+		// The defaults' outbound udp:53 stays; inbound: SSH from anyone,
+		// 7070 from the client only, 7071 from a net the client is not in.
+		"FailsafeInboundHostPorts": "tcp:22, tcp:[" + clientIP6 + "]:7070, tcp:[fd00:239::/64]:7071",
+	}
+	d := node.Start(t)
+	c := d.Connect(t, []*felix.ToDataplane{ConfigMsg(cfg)})
+	c.WaitInSync(t)
+	open := []Expectation{
+		Allowed(TCP(clientW, nodeIP6, 8080)), Allowed(TCP(clientW, nodeIP6, 7071)), Allowed(Ping(clientW, nodeIP6)),
+		Allowed(UDP(nodeW, clientIP6, 5353)), Allowed(TCP(clientW, nodeIP, 8080)),
+	}
+	Expect(t, open...) // no host endpoint: not policed
+
+	// No tiers and no profiles: both families denied but for the failsafes.
+	c.Send(t, HostEndpointMsg("node-eth0", "eth0", nil))
+	c.WaitHostStatus(t, "node-eth0", "up")
+	closed := []Expectation{
+		Allowed(TCP(clientW, nodeIP6, 22)),   // inbound failsafe of either family, and its replies
+		Allowed(TCP(clientW, nodeIP6, 7070)), // inbound failsafe of the client's address
+		Allowed(UDP(nodeW, clientIP6, 53)),   // outbound failsafe (Felix's default udp:53)
+		Denied(TCP(clientW, nodeIP6, 8080)), Denied(Ping(clientW, nodeIP6)), Denied(UDP(nodeW, clientIP6, 5353)),
+		Denied(TCP(clientW, nodeIP6, 7071)), // its failsafe's net is elsewhere
+		Denied(TCP(clientW, nodeIP, 8080)),
+	}
+	Expect(t, closed...)
+
+	// Neighbour discovery passes the deny: with both neighbour caches
+	// emptied, the failsafe port is reachable again only if the node's and
+	// the client's solicitations and advertisements cross eth0.
+	for _, ns := range []string{node.Name, cl.Name} {
+		testutil.Run(t, "ip", "-n", ns, "-6", "neigh", "flush", "dev", "eth0")
+	}
+	Expect(t, Allowed(TCP(clientW, nodeIP6, 22)), Allowed(UDP(nodeW, clientIP6, 53)))
+
+	// An IPv6-only rule allowing TCP 8080 in: IPv6 connects (its replies
+	// by conntrack), IPv4 to the same port stays denied, and so does the
+	// rest of IPv6.
+	c.Send(t,
+		Policy("default", "allow-8080-v6", Rules(Allow(IPv6Only(), Proto("tcp"), DstPorts(Port(8080)))), nil),
+		HostEndpointMsg("node-eth0", "eth0", nil, Tier("default", "Deny", []string{"allow-8080-v6"}, nil)),
+	)
+	Expect(t,
+		Allowed(TCP(clientW, nodeIP6, 8080)), Allowed(TCP(clientW, nodeIP6, 22)),
+		Denied(TCP(clientW, nodeIP, 8080)), Denied(Ping(clientW, nodeIP6)), Denied(UDP(nodeW, clientIP6, 5353)),
+	)
+
+	// Removed: both families open again.
+	c.Send(t, HostEndpointRemoveMsg("node-eth0"))
+	Expect(t, open...)
+}
