@@ -367,7 +367,7 @@ static __always_inline int dpd_hep_entry(struct __sk_buff *skb, __u32 dir, __u32
 }
 
 /* dpd_hep_wep_to_host: the epilogue allowed a new flow out of a workload;
- * if it goes to the host itself, DefaultEndpointToHostAction decides:
+ * if it goes to the host itself (either family), DefaultEndpointToHostAction decides:
  * Accept (0: go on), Drop (1: drop), Return: the wildcard host endpoint's
  * ingress policy, tail-called with DPD_ST_HEP_TOHOST so its epilogue
  * passes here only once (no such policy: go on). */
@@ -379,7 +379,7 @@ static __always_inline int dpd_hep_wep_to_host(struct __sk_buff *skb, struct dpd
 	__u32 zero = 0, ifindex = st->ifindex, slot;
 	long rc;
 
-	if (st->dir != DPD_DIR_FROM_WEP || st->family != 4 || (st->flags & DPD_ST_HEP_TOHOST))
+	if (st->dir != DPD_DIR_FROM_WEP || (st->flags & DPD_ST_HEP_TOHOST))
 		return 0;
 	cfg = bpf_map_lookup_elem(&dpd_hep_cfg, &zero);
 	if (!cfg || cfg->to_host == DPD_TO_HOST_ACCEPT)
@@ -390,10 +390,16 @@ static __always_inline int dpd_hep_wep_to_host(struct __sk_buff *skb, struct dpd
 	ifs = bpf_map_lookup_elem(&dpd_ifstate, &ifindex);
 	if (!ifs || !(ifs->flags & DPD_IF_WORKLOAD))
 		return 0;
-	fib.family = AF_INET;
 	fib.l4_protocol = st->proto;
-	__builtin_memcpy(&fib.ipv4_src, st->saddr, 4);
-	__builtin_memcpy(&fib.ipv4_dst, st->daddr, 4);
+	if (st->family == 6) {
+		fib.family = AF_INET6;
+		__builtin_memcpy(fib.ipv6_src, st->saddr, 16);
+		__builtin_memcpy(fib.ipv6_dst, st->daddr, 16);
+	} else {
+		fib.family = AF_INET;
+		__builtin_memcpy(&fib.ipv4_src, st->saddr, 4);
+		__builtin_memcpy(&fib.ipv4_dst, st->daddr, 4);
+	}
 	fib.ifindex = ifindex;
 	rc = bpf_fib_lookup(skb, &fib, sizeof(fib), 0);
 	if (rc != BPF_FIB_LKUP_RET_NOT_FWDED)

@@ -79,3 +79,52 @@ func TestHostEndpointsIPv6(t *testing.T) {
 	c.Send(t, HostEndpointRemoveMsg("node-eth0"))
 	Expect(t, open...)
 }
+
+// DefaultEndpointToHostAction decides a pod's IPv6 to the node itself as
+// it does IPv4: Drop (Felix's default), Accept, or Return to the wildcard
+// host endpoint's ingress policy, which sees the IPv6 packet.
+func TestEndpointToHostIPv6(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	const nodeIP, nodeIP6, pod6 = "192.168.240.1", "fd00:240::1", "fd00:241::10"
+	node := NewNode(t, "hept6", nodeIP)
+	peer := NewNode(t, "hept6p", "192.168.240.2")
+	Link(t, node.Name, nodeIP, peer.Name, peer.IP, "eth0")
+	testutil.Run(t, "ip", "-n", node.Name, "-6", "addr", "add", nodeIP6+"/64", "dev", "eth0", "nodad")
+	pod := node.NewPod(t, "ht6", WorkloadSubnet+"240")
+	testutil.AddIPv6(t, &testutil.Workload{NS: pod.NS, HostIface: pod.HostIface}, node.Name, pod6)
+	podW := pod.Workload()
+	podW.Serve(t, []int{8080}, nil)
+	nodeW := &Workload{Workload: &testutil.Workload{NS: node.Name, IP: nodeIP6}, Pod: "node"}
+	nodeW.Serve(t, []int{7070}, nil)
+
+	cfg := func(action string) *felix.ToDataplane {
+		return ConfigMsg(map[string]string{"InterfacePrefix": "cali", "DefaultEndpointToHostAction": action})
+	}
+	d := node.Start(t)
+	c := d.Connect(t, []*felix.ToDataplane{
+		cfg(""),
+		Profile("allow-all", Rules(Allow()), Rules(Allow())),
+		dualPodEndpoint(pod, pod6, []string{"allow-all"}),
+	})
+	c.WaitInSync(t)
+	c.WaitStatus(t, "up", pod.ID())
+	toNode, fromNode := TCP(podW, nodeIP6, 7070), TCP(nodeW, pod6, 8080)
+	Expect(t, Allowed(fromNode), Denied(toNode)) // Drop unless set; the node's own flows to its pod never meet it
+	c.Send(t, cfg("Accept"))
+	Expect(t, Allowed(toNode))
+	c.Send(t, cfg("Return")) // no wildcard host endpoint: accepted
+	Expect(t, Allowed(toNode))
+
+	// Return with a deny-all wildcard, then with one allowing TCP 7070
+	// over IPv6.
+	c.Send(t, HostEndpointMsg("all", "*", nil))
+	c.WaitHostStatus(t, "all", "up")
+	Expect(t, Allowed(fromNode), Denied(toNode))
+	c.Send(t,
+		Policy("default", "allow-7070-v6", Rules(Allow(IPv6Only(), Proto("tcp"), DstPorts(Port(7070)))), nil),
+		HostEndpointMsg("all", "*", nil, Tier("default", "Deny", []string{"allow-7070-v6"}, nil)),
+	)
+	Expect(t, Allowed(toNode), Allowed(fromNode))
+	c.Send(t, HostEndpointRemoveMsg("all"))
+	Expect(t, Allowed(toNode))
+}
