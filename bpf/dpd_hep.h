@@ -240,6 +240,11 @@ static __always_inline int dpd_hep_entry(struct __sk_buff *skb, __u32 dir, __u32
 	if (h_proto != bpf_htons(ETH_P_IP) && h_proto != bpf_htons(ETH_P_IPV6))
 		return TC_ACT_OK;
 
+	/* A trace starts all zero: "passed unpoliced" unless written below. */
+	trace = skb->mark == DPD_TRACE_MARK;
+	if (trace && stage == DPD_HEP_STAGE_UNTRACKED)
+		dpd_hep_trace_clear();
+
 	ifindex = skb->ifindex;
 	ifs = bpf_map_lookup_elem(&dpd_ifstate, &ifindex);
 	if (!ifs)
@@ -253,10 +258,6 @@ static __always_inline int dpd_hep_entry(struct __sk_buff *skb, __u32 dir, __u32
 		untracked = sg->untracked;
 		prednat = sg->prednat;
 	}
-	trace = skb->mark == DPD_TRACE_MARK;
-	if (trace && stage == DPD_HEP_STAGE_UNTRACKED)
-		dpd_hep_trace_clear();
-
 	if (dpd_parse_l3(skb, h_proto, &p, trace))
 		return TC_ACT_SHOT; /* malformed IP on a policed interface */
 
@@ -276,15 +277,12 @@ static __always_inline int dpd_hep_entry(struct __sk_buff *skb, __u32 dir, __u32
 		return TC_ACT_OK;
 
 	/* Before every stage: no untracked, pre-DNAT or forward policy may
-	 * cut the node off its IPv6 neighbours either. */
+	 * cut the node off its IPv6 neighbours either. A trace goes on to
+	 * show what the policy would say, as on workloads. */
 	if (dpd_hep_nd(&p)) {
-		if (trace) {
-			dpd_hep_fill(st, &p, skb, ifindex, dir, trace);
-			st->flags |= DPD_ST_ICMP6_ND;
-			st->verdict = DPD_VERDICT_ALLOW;
-			bpf_map_update_elem(&dpd_trace, &zero, st, BPF_ANY);
-		}
-		return TC_ACT_OK;
+		if (!trace)
+			return TC_ACT_OK;
+		p.flags |= DPD_ST_ICMP6_ND;
 	}
 
 	failsafe = !fwd && !(p.flags & DPD_ST_FRAGMENT) && dpd_hep_failsafe(&p, dir);
@@ -332,20 +330,23 @@ static __always_inline int dpd_hep_entry(struct __sk_buff *skb, __u32 dir, __u32
 		bpf_tail_call(skb, &dpd_jump, DPD_JUMP_POL_BASE + 2 * (prednat - 1) + dir);
 	}
 
+	dpd_hep_fill(st, &p, skb, ifindex, dir, trace);
 	if (fwd) {
-		if (!(flags >> DPD_IF_FWD_SHIFT))
+		if (!(flags >> DPD_IF_FWD_SHIFT)) {
+			/* Forwarded, no forward policy: unpoliced. */
+			if (trace) {
+				st->flags |= DPD_ST_NO_POLICY;
+				bpf_map_update_elem(&dpd_trace, &zero, st, BPF_ANY);
+			}
 			return TC_ACT_OK;
+		}
 		slot = (flags >> DPD_IF_FWD_SHIFT) - 1;
 	}
 
-	dpd_hep_fill(st, &p, skb, ifindex, dir, trace);
-	if (failsafe) {
-		if (trace) {
-			st->flags |= DPD_ST_FAILSAFE;
-			st->verdict = DPD_VERDICT_ALLOW;
-			bpf_map_update_elem(&dpd_trace, &zero, st, BPF_ANY);
-			return TC_ACT_OK;
-		}
+	if (failsafe && trace) {
+		/* Passes; the trace shows what the policy would say. */
+		st->flags |= DPD_ST_FAILSAFE;
+	} else if (failsafe) {
 		dpd_ct_create(st);
 		dpd_ct_key_fwd(&key, &p, dir, ifindex);
 		ct = bpf_map_lookup_elem(&dpd_ct, &key);

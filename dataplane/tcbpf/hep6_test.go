@@ -271,3 +271,66 @@ func TestHostVerifierBudget(t *testing.T) {
 		}
 	}
 }
+
+// TestHostTraceIPv6: a trace through the host entry programs writes
+// nothing and says what decided: the normal policy, an untracked stage, a
+// failsafe port or the ND exemption (with what the policy would say), no
+// policy, or an interface not policed at all.
+func TestHostTraceIPv6(t *testing.T) {
+	d := openTest(t, Options{})
+	eth := hostIface6(t)
+	tcp := u8(6)
+	const normal, untracked = 1, 2
+	mustNil(t, d.SetIfState(eth, normal, abi.IfReady|abi.IfHost))
+	mustNil(t, d.InstallPolicy(normal, abi.DirToWEP, compiledPolicy(t, d, abi.DirToWEP,
+		model.Rule{Action: model.ActionAllow, Protocol: tcp, DstPorts: []model.PortRange{{First: 8080, Last: 8080}}})))
+	mustNil(t, d.InstallPolicy(untracked, abi.DirToWEP, stagePolicy(t, d, abi.DirToWEP,
+		model.Rule{Action: model.ActionDeny, Protocol: tcp, DstPorts: []model.PortRange{{First: 7070, Last: 7070}}})))
+	mustNil(t, d.SetHepStages(eth, HepStages{Untracked: untracked + 1}))
+	mustNil(t, d.SetFailsafes([]Failsafe{{Inbound: true, Proto: 6, Port: 7070, Net: netip.MustParsePrefix("fd00:66::/64")}}))
+	peer, host := ap6(peerIP6, 40000), func(port uint16) netip.AddrPort { return ap6(hostIP6, port) }
+	target := hostIP6.As16()
+	tests := []struct {
+		name     string
+		ifindex  int
+		dir      int
+		frame    []byte
+		reached  bool
+		verdict  uint32
+		flags    uint32 // all must be set
+		notFlags uint32
+	}{
+		{"normal allow", eth, abi.DirToWEP, tcp6(peer, host(8080), tcpSYN), true, abi.VerdictAllow, abi.StEpilogue, abi.StFailsafe},
+		{"normal deny", eth, abi.DirToWEP, tcp6(peer, host(8081), tcpSYN), true, abi.VerdictDeny, abi.StEpilogue, 0},
+		{"untracked deny", eth, abi.DirToWEP, tcp6(ap6(netip.MustParseAddr("fd00:67::2"), 40000), host(7070), tcpSYN), true,
+			abi.VerdictDeny, abi.StEpilogue | abi.StHepUntracked, abi.StFailsafe},
+		{"failsafe, the policy would deny", eth, abi.DirToWEP, tcp6(peer, host(7070), tcpSYN), true,
+			abi.VerdictDeny, abi.StEpilogue | abi.StFailsafe, abi.StHepUntracked},
+		{"neighbour solicitation", eth, abi.DirToWEP, icmp6(netip.MustParseAddr("fe80::2"), netip.MustParseAddr("ff02::1:ff00:1"), 135, 0, 0, target[:]),
+			true, abi.VerdictDeny, abi.StEpilogue | abi.StICMP6ND, 0},
+		{"no egress policy", eth, abi.DirFromWEP, tcp6(host(8080), peer, tcpSYN), true, 0, abi.StNoPolicy, abi.StEpilogue},
+		{"unpoliced interface", 1, abi.DirToWEP, tcp6(peer, host(8080), tcpSYN), false, 0, 0, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := d.TraceHost(tc.ifindex, tc.dir, tc.frame)
+			mustNil(t, err)
+			st := res.State
+			if res.Reached != tc.reached || (tc.reached && (st.Verdict != tc.verdict || st.Family != 6 ||
+				st.Flags&tc.flags != tc.flags || st.Flags&tc.notFlags != 0)) {
+				t.Fatalf("trace %+v (reached %v), want verdict %d, flags %#x set and %#x clear", st, res.Reached, tc.verdict, tc.flags, tc.notFlags)
+			}
+		})
+	}
+	var k ctKey
+	var v ctVal
+	n := 0
+	it := d.Maps().Conntrack.Iterate()
+	for it.Next(&k, &v) {
+		n++
+	}
+	mustNil(t, it.Err())
+	if n != 0 {
+		t.Fatalf("conntrack after traces: %d entries, want none", n)
+	}
+}

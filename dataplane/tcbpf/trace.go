@@ -47,6 +47,25 @@ func (d *Datapath) Trace(ifindex int, dir int, frame []byte) (TraceResult, error
 	if err != nil {
 		return TraceResult{}, fmt.Errorf("trace: %w", err)
 	}
+	return d.trace(prog, ifindex, frame)
+}
+
+// TraceHost is Trace through the host entry program of dir (abi.DirToWEP:
+// dpd_hep_in, traffic to the host), for a host interface. Besides what
+// Trace reports, State.Flags says abi.StFailsafe for a failsafe port and
+// abi.StICMP6ND for exempt ICMPv6 (both pass whatever the policy, which
+// still ran); abi.StNoPolicy that nothing polices the packet (forwarded
+// without forward policy, or no program in the slot), which passes; and
+// Reached false that the interface is not policed at all.
+func (d *Datapath) TraceHost(ifindex int, dir int, frame []byte) (TraceResult, error) {
+	prog := d.objs.DpdHepOut
+	if dir == abi.DirToWEP {
+		prog = d.objs.DpdHepIn
+	}
+	return d.trace(prog, ifindex, frame)
+}
+
+func (d *Datapath) trace(prog *ebpf.Program, ifindex int, frame []byte) (TraceResult, error) {
 	d.traceMu.Lock()
 	defer d.traceMu.Unlock()
 	ret, err := runOn(prog, ifindex, abi.TraceMark, frame, 1)
