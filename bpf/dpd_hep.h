@@ -30,7 +30,10 @@
  * is tracked, so its replies pass; the rest is described in dpd_state and
  * tail-called into the policy of the slot, which tail-calls the epilogue.
  * No policy program at the slot: pass (never fail a host interface
- * closed).
+ * closed). A trace run (DPD_TRACE_MARK) writes nothing but dpd_trace:
+ * all zero when the interface does not police the packet, and failsafe
+ * and ND packets go on into the policy flagged, so Inspect says both why
+ * they pass and what the policy would say.
  */
 #ifndef DPD_HEP_H
 #define DPD_HEP_H

@@ -58,6 +58,12 @@ func (s *inspectService) traceInput(req *dpdv1.TraceRequest) (engine.EndpointInf
 	}
 	ep, ok := s.engine.Endpoint(req.GetEndpoint())
 	if !ok {
+		var err error
+		if ep, ok, err = s.hostTraceEndpoint(req.GetEndpoint()); err != nil {
+			return ep, 0, pkt, err
+		}
+	}
+	if !ok {
 		return ep, 0, pkt, status.Errorf(codes.NotFound, "endpoint %q not found", req.GetEndpoint())
 	}
 	dir, err := parseDirection(req.GetDirection())
@@ -142,6 +148,16 @@ func parseDirection(s string) (model.Direction, error) {
 // explainTrace turns the outcome of a trace run into a verdict and the
 // deciding rule.
 func explainTrace(res model.TraceResult, dir model.Direction) *dpdv1.TraceResponse {
+	if res.Host {
+		if resp, ok := explainHostTrace(res, dir); ok {
+			return resp
+		}
+	}
+	return explainWorkloadTrace(res, dir)
+}
+
+// explainWorkloadTrace explains what workload and host interfaces share.
+func explainWorkloadTrace(res model.TraceResult, dir model.Direction) *dpdv1.TraceResponse {
 	resp := &dpdv1.TraceResponse{TcReturn: int32(res.Return), Verdict: "deny"}
 	switch res.Stage {
 	case model.TraceNoBackend:

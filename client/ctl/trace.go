@@ -105,7 +105,7 @@ func runTrace(g *globals, args []string, w io.Writer) error {
 	fs := subFlags("trace")
 	out := fs.String("o", "text", "output format: text or json")
 	req := &dpdv1.TraceRequest{}
-	fs.StringVar(&req.Endpoint, "endpoint", "", "the endpoint (required)")
+	fs.StringVar(&req.Endpoint, "endpoint", "", "the endpoint (required): a workload id, or a host endpoint id (<id>/<interface> when it binds several)")
 	fs.StringVar(&req.Direction, "dir", "", "ingress (to the workload) or egress (from it) (required)")
 	fs.StringVar(&req.Protocol, "proto", "tcp", "tcp, udp, icmp, icmpv6 or a protocol number (icmp between IPv6 addresses is icmpv6)")
 	fs.StringVar(&req.SrcIp, "src", "", "source IPv4 or IPv6 address (egress: defaults to the endpoint's IPv4 address)")

@@ -79,23 +79,41 @@ func (k *Kernel) Trace(iface string, dir model.Direction, frame []byte) (model.T
 		return model.TraceResult{}, engine.ErrNotProgrammed
 	}
 	// model.Egress is abi.DirFromWEP (0), model.Ingress abi.DirToWEP (1).
-	res, err := k.bpf.Trace(st.ifindex, int(dir), frame)
+	// A host interface runs the host entry programs, whose stages
+	// (forward, untracked, pre-DNAT) have programs of their own.
+	trace, progs := k.bpf.Trace, []*sharedProg{st.inst[dir]}
+	if st.host {
+		trace = k.bpf.TraceHost
+		for i := range numStages {
+			progs = append(progs, st.stages[i].inst[dir])
+		}
+	}
+	res, err := trace(st.ifindex, int(dir), frame)
 	if err != nil {
 		return model.TraceResult{}, err
 	}
 	out := traceResult(res)
-	out.Ifindex = st.ifindex
+	out.Ifindex, out.Host = st.ifindex, st.host
 	if out.RuleID != 0 {
-		if prog := k.installedLocked(iface, dir); prog != nil {
-			for _, r := range prog.Rules() {
-				if r.CounterID == out.RuleID {
-					out.Rule, out.RuleFound = r, true
-					break
-				}
+		out.Rule, out.RuleFound = ruleOf(progs, out.RuleID)
+	}
+	return out, nil
+}
+
+// ruleOf finds the rule of counter id in the tables of progs (nil ones
+// skipped).
+func ruleOf(progs []*sharedProg, id uint64) (model.RuleInfo, bool) {
+	for _, sp := range progs {
+		if sp == nil || sp.prog == nil {
+			continue
+		}
+		for _, r := range sp.prog.Rules() {
+			if r.CounterID == id {
+				return r, true
 			}
 		}
 	}
-	return out, nil
+	return model.RuleInfo{}, false
 }
 
 // traceResult reads the final dpd_state of a trace run.
@@ -126,8 +144,11 @@ func traceResult(res tcbpf.TraceResult) model.TraceResult {
 	case st.Flags&abi.StCTRelated != 0:
 		out.Conntrack = "related"
 	}
-	if st.Flags&abi.StICMP6ND != 0 {
+	switch {
+	case st.Flags&abi.StICMP6ND != 0:
 		out.Exempt = "neighbour discovery"
+	case st.Flags&abi.StFailsafe != 0:
+		out.Exempt = "failsafe port"
 	}
 	return out
 }

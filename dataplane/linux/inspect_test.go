@@ -35,6 +35,10 @@ func TestTraceResult(t *testing.T) {
 		{"reply", reached(abi.StEpilogue|abi.StCTRev, abi.VerdictDeny, 14),
 			model.TraceResult{Stage: model.TraceDecided, RuleID: 14, Conntrack: "reply"}},
 		{"related", reached(abi.StNoPolicy|abi.StCTRelated, 0, 0), model.TraceResult{Stage: model.TraceNoPolicy, Conntrack: "related"}},
+		{"failsafe", reached(abi.StEpilogue|abi.StFailsafe, abi.VerdictDeny, 14),
+			model.TraceResult{Stage: model.TraceDecided, RuleID: 14, Exempt: "failsafe port"}},
+		{"neighbour discovery", reached(abi.StEpilogue|abi.StICMP6ND, abi.VerdictDeny, 14),
+			model.TraceResult{Stage: model.TraceDecided, RuleID: 14, Exempt: "neighbour discovery"}},
 	} {
 		if got := traceResult(tt.in); got != tt.want {
 			t.Errorf("%s: %+v, want %+v", tt.name, got, tt.want)

@@ -75,8 +75,12 @@ type TraceResult struct {
 	// the policy says), "" otherwise.
 	Conntrack string
 	// Exempt names why the program passes the packet without policy
-	// ("neighbour discovery": ICMPv6 ND or MLD), "" otherwise.
+	// ("neighbour discovery": ICMPv6 ND or MLD; "failsafe port" on a host
+	// interface), "" otherwise.
 	Exempt string
+	// Host: the interface is a host endpoint's, which is never failed
+	// closed: TraceNotReady means unpoliced and TraceNoPolicy passes.
+	Host bool
 }
 
 // DropCount is how many packets the datapath dropped for one reason that no

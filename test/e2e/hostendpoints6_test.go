@@ -1,9 +1,12 @@
 package e2e
 
 import (
+	"context"
+	"strings"
 	"testing"
 
 	"github.com/dpd-dev/dpd/internal/testutil"
+	dpdv1 "github.com/dpd-dev/dpd/proto/dpd/v1"
 	"github.com/dpd-dev/dpd/proto/felix"
 )
 
@@ -54,6 +57,9 @@ func TestHostEndpointsIPv6(t *testing.T) {
 		Denied(TCP(clientW, nodeIP, 8080)),
 	}
 	Expect(t, closed...)
+	// Inspect's trace runs the host entry program of eth0.
+	traceHost(t, d, "tcp", clientIP6, nodeIP6, 8080, "deny", "no-match", "")
+	traceHost(t, d, "tcp", clientIP6, nodeIP6, 22, "allow", "exempt: failsafe port", "")
 
 	// Neighbour discovery passes the deny: with both neighbour caches
 	// emptied, the failsafe port is reachable again only if the node's and
@@ -74,6 +80,8 @@ func TestHostEndpointsIPv6(t *testing.T) {
 		Allowed(TCP(clientW, nodeIP6, 8080)), Allowed(TCP(clientW, nodeIP6, 22)),
 		Denied(TCP(clientW, nodeIP, 8080)), Denied(Ping(clientW, nodeIP6)), Denied(UDP(nodeW, clientIP6, 5353)),
 	)
+	traceHost(t, d, "tcp", clientIP6, nodeIP6, 8080, "allow", "policy", "allow-8080-v6")
+	traceHost(t, d, "tcp", clientIP, nodeIP, 8080, "deny", "tier-default", "")
 
 	// Removed: both families open again.
 	c.Send(t, HostEndpointRemoveMsg("node-eth0"))
@@ -127,4 +135,19 @@ func TestEndpointToHostIPv6(t *testing.T) {
 	Expect(t, Allowed(toNode), Allowed(fromNode))
 	c.Send(t, HostEndpointRemoveMsg("all"))
 	Expect(t, Allowed(toNode))
+}
+
+// traceHost traces a packet into host endpoint node-eth0 and checks the
+// verdict, what decided, and the deciding policy when one did.
+func traceHost(t *testing.T, d *Daemon, proto, src, dst string, port uint32, verdict, decidedBy, policy string) {
+	t.Helper()
+	tr, err := d.Client(t).Inspect().Trace(context.Background(), &dpdv1.TraceRequest{Endpoint: "node-eth0",
+		Direction: "ingress", Protocol: proto, SrcIp: src, DstIp: dst, SrcPort: 40000, DstPort: port})
+	if err != nil {
+		t.Fatalf("trace %s %s -> %s:%d: %v", proto, src, dst, port, err)
+	}
+	if tr.GetVerdict() != verdict || tr.GetDecidedBy() != decidedBy || tr.GetInterface() != "eth0" ||
+		!strings.HasSuffix(tr.GetRule().GetPolicy(), policy) {
+		t.Errorf("trace %s %s -> %s:%d = %v, want %s by %s %s", proto, src, dst, port, tr, verdict, decidedBy, policy)
+	}
 }
