@@ -77,8 +77,10 @@ func parseFailsafe(f string, inbound bool) ([]tcbpf.Failsafe, error) {
 		fs.Proto = 6
 	case "udp":
 		fs.Proto = 17
+	case "sctp":
+		fs.Proto = protoSCTP
 	default:
-		return nil, fmt.Errorf("protocol %q is not tcp or udp", proto)
+		return nil, fmt.Errorf("protocol %q is not tcp, udp or sctp", proto)
 	}
 	n, err := strconv.ParseUint(port, 10, 16)
 	if err != nil {
@@ -115,6 +117,23 @@ func parsePrefixOrAddr(s string) (netip.Prefix, error) {
 		return netip.Prefix{}, err
 	}
 	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// protoSCTP is SCTP's protocol number. Felix accepts SCTP failsafe
+// ports; the host entry programs read no SCTP ports, so such an entry is
+// parsed (the rest of its list stays valid) and left out of the maps.
+const protoSCTP = 132
+
+// enforcedFailsafes splits out the SCTP entries, which are not enforced.
+func enforcedFailsafes(fs []tcbpf.Failsafe) (enforced []tcbpf.Failsafe, sctp int) {
+	for _, f := range fs {
+		if f.Proto == protoSCTP {
+			sctp++
+			continue
+		}
+		enforced = append(enforced, f)
+	}
+	return enforced, sctp
 }
 
 // failsafesFromConfig is the failsafe list cfg asks for (Felix's
@@ -154,6 +173,11 @@ func (k *Kernel) configureFailsafesLocked(cfg map[string]string) {
 	}
 	if k.eps.host == nil {
 		return
+	}
+	fs, sctp := enforcedFailsafes(fs)
+	if sctp > 0 {
+		k.log.Warn("SCTP failsafe ports are not enforced: host interfaces read no SCTP ports, so SCTP stays under policy",
+			"entries", sctp)
 	}
 	if err := k.eps.host.SetFailsafes(fs); err != nil {
 		k.log.Warn("write failsafe ports", "err", err)

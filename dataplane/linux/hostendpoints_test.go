@@ -161,7 +161,11 @@ func TestParseFailsafes(t *testing.T) {
 	if fs, err := ParseFailsafes("none", false); err != nil || fs != nil {
 		t.Fatalf("none: %v %v", fs, err)
 	}
-	for _, bad := range []string{"sctp:22", "tcp", "tcp:70000", "tcp:10.0.0.0/33:22", "tcp:[fd00::/8:22",
+	fs, err = ParseFailsafes("sctp:9999,tcp:22", false)
+	if enforced, sctp := enforcedFailsafes(fs); err != nil || len(fs) != 4 || sctp != 2 || len(enforced) != 2 || enforced[0].Proto != 6 {
+		t.Fatalf("sctp: %+v %v, enforced %+v", fs, err, enforced)
+	}
+	for _, bad := range []string{"icmp:22", "tcp", "tcp:70000", "tcp:10.0.0.0/33:22", "tcp:[fd00::/8:22",
 		"tcp:[zz::]:22", "tcp:[::ffff:10.0.0.0/104]:22", "tcp:1.2.3.4:[fd00::]:22", "a:b:c:d"} {
 		if _, err := ParseFailsafes(bad, true); err == nil {
 			t.Errorf("%q parsed", bad)
