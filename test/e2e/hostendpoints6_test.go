@@ -151,3 +151,49 @@ func traceHost(t *testing.T, d *Daemon, proto, src, dst string, port uint32, ver
 		t.Errorf("trace %s %s -> %s:%d = %v, want %s by %s %s", proto, src, dst, port, tr, verdict, decidedBy, policy)
 	}
 }
+
+// IPv6 the node forwards between its eth0 and a pod is not the node's
+// own: a host endpoint's normal policy leaves it alone, its forward policy
+// (applyOnForward) polices it, replies by conntrack.
+func TestHostEndpointForwardIPv6(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	const nodeIP, clientIP = "192.168.242.1", "192.168.242.2"
+	const nodeIP6, clientIP6, pod6 = "fd00:242::1", "fd00:242::2", "fd00:243::10"
+	node := NewNode(t, "hepf6", nodeIP)
+	cl := NewNode(t, "hepf6c", clientIP)
+	Link(t, node.Name, nodeIP, cl.Name, clientIP, "eth0")
+	for _, s := range [][2]string{{node.Name, nodeIP6}, {cl.Name, clientIP6}} {
+		testutil.Run(t, "ip", "-n", s[0], "-6", "addr", "add", s[1]+"/64", "dev", "eth0", "nodad")
+	}
+	testutil.Run(t, "ip", "-n", cl.Name, "-6", "route", "add", pod6+"/128", "via", nodeIP6)
+	clientW := &Workload{Workload: &testutil.Workload{NS: cl.Name, IP: clientIP6}, Pod: "client"}
+	pod := node.NewPod(t, "hf6", WorkloadSubnet+"242")
+	testutil.AddIPv6(t, &testutil.Workload{NS: pod.NS, HostIface: pod.HostIface}, node.Name, pod6)
+	pod.Workload().Serve(t, []int{8080, 9090}, nil)
+
+	d := node.Start(t)
+	c := d.Connect(t, []*felix.ToDataplane{
+		ConfigMsg(map[string]string{"InterfacePrefix": "cali"}),
+		Profile("allow-all", Rules(Allow()), Rules(Allow())),
+		dualPodEndpoint(pod, pod6, []string{"allow-all"}),
+	})
+	c.WaitInSync(t)
+	c.WaitStatus(t, "up", pod.ID())
+	Expect(t, Allowed(TCP(clientW, pod6, 8080)), Allowed(TCP(clientW, pod6, 9090)))
+
+	// A deny-all wildcard without forward policy: the node is closed,
+	// forwarding to its pod is not.
+	c.Send(t, HostEndpointMsg("all", "*", nil))
+	c.WaitHostStatus(t, "all", "up")
+	Expect(t, Allowed(TCP(clientW, pod6, 8080)), Denied(Ping(clientW, nodeIP6)))
+
+	// Forward policy allowing TCP 9090 over IPv6: the rest forwarded in is
+	// denied.
+	fwd := HostEndpointMsg("all", "*", nil)
+	fwd.GetHostEndpointUpdate().Endpoint.ForwardTiers = []*felix.TierInfo{Tier("default", "Deny", []string{"fwd-9090-v6"}, nil)}
+	c.Send(t, Policy("default", "fwd-9090-v6", Rules(Allow(IPv6Only(), Proto("tcp"), DstPorts(Port(9090)))), nil), fwd)
+	Expect(t, Allowed(TCP(clientW, pod6, 9090)), Denied(TCP(clientW, pod6, 8080)), Denied(Ping(clientW, nodeIP6)))
+
+	c.Send(t, HostEndpointRemoveMsg("all"))
+	Expect(t, Allowed(TCP(clientW, pod6, 8080)), Allowed(Ping(clientW, nodeIP6)))
+}
