@@ -86,6 +86,16 @@ func TestHostEndpointsIPv6(t *testing.T) {
 	// Removed: both families open again.
 	c.Send(t, HostEndpointRemoveMsg("node-eth0"))
 	Expect(t, open...)
+
+	// Bound by its expected IPv6 address instead of a name: eth0 is
+	// policed again, failsafes aside.
+	byIP := HostEndpointMsg("by-ip6", "", nil)
+	byIP.GetHostEndpointUpdate().Endpoint.ExpectedIpv6Addrs = []string{nodeIP6}
+	c.Send(t, byIP)
+	c.WaitHostStatus(t, "by-ip6", "up")
+	Expect(t, Allowed(TCP(clientW, nodeIP6, 22)), Denied(TCP(clientW, nodeIP6, 8080)), Denied(TCP(clientW, nodeIP, 8080)))
+	c.Send(t, HostEndpointRemoveMsg("by-ip6"))
+	Expect(t, open...)
 }
 
 // DefaultEndpointToHostAction decides a pod's IPv6 to the node itself as
