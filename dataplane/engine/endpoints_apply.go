@@ -193,6 +193,8 @@ func (e *Engine) failClosed(ent *wepEntry, now time.Time, p *pass) bool {
 	}
 	closed := *ent.applied
 	closed.Ingress, closed.Egress = model.DirectionPolicy{}.WithDigest(), model.DirectionPolicy{}.WithDigest()
+	// Its own: the rest of its group still enforces the group's policy.
+	closed.PolicyGroup = ""
 	if sameEndpoint(&closed, ent.applied) {
 		return true
 	}
