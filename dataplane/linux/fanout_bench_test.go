@@ -19,10 +19,12 @@ import (
 // BenchmarkPolicyFanOut: DPD_FANOUT_N (default 1000) workload interfaces
 // share one ingress policy; each iteration changes that policy and applies
 // every endpoint again as the engine's apply pass does (PreloadPolicies,
-// then ApplyEndpoint one at a time, then EndApply). Reported: the pass's
-// time and the kernel operations per endpoint. DPD_FANOUT_CPUPROFILE
-// names a file for a CPU profile of the timed passes only. Run with
-// -bench PolicyFanOut -benchtime 20x.
+// then ApplyEndpoint one at a time, then EndApply). The sub-benchmarks
+// alternate, on the same interfaces, endpoints with slots of their own
+// (group=false) and one policy group sharing a slot (group=true).
+// Reported: the pass's time and the kernel operations per endpoint.
+// DPD_FANOUT_CPUPROFILE names a file for a CPU profile of the passes
+// after the set-up. Run with -bench PolicyFanOut -benchtime 20x.
 func BenchmarkPolicyFanOut(b *testing.B) {
 	n := 1000
 	if s := os.Getenv("DPD_FANOUT_N"); s != "" {
@@ -93,12 +95,14 @@ func BenchmarkPolicyFanOut(b *testing.B) {
 		}
 	}
 	var phases [3]time.Duration // preload, applies, EndApply
-	pass := func(round int) time.Duration {
+	round := 0
+	pass := func(group string) time.Duration {
+		round++
 		in := fanOutPolicy(round)
 		next := make([]*model.Endpoint, n)
 		for i, ep := range eps {
 			c := *ep
-			c.Ingress = in
+			c.Ingress, c.PolicyGroup = in, group
 			next[i] = &c
 		}
 		start := time.Now()
@@ -120,8 +124,7 @@ func BenchmarkPolicyFanOut(b *testing.B) {
 		eps = next
 		return d
 	}
-	pass(0) // attach and program everything
-	pass(1) // and once more, so the timed passes start from a settled state
+	pass("") // attach and program everything
 
 	if f := os.Getenv("DPD_FANOUT_CPUPROFILE"); f != "" {
 		out, err := os.Create(f)
@@ -136,22 +139,32 @@ func BenchmarkPolicyFanOut(b *testing.B) {
 			_ = out.Close()
 		}()
 	}
-	phases = [3]time.Duration{}
-	before := k.Ops()
-	var total time.Duration
-	b.ResetTimer()
-	for i := range b.N {
-		total += pass(i + 2)
+	// Own slots (no group) against one policy group, interleaved: each
+	// variant's first pass (moving the endpoints between slots) is not
+	// timed.
+	for r := range 3 {
+		for _, group := range []string{"", "shared"} {
+			b.Run(fmt.Sprintf("group=%v/r=%d", group != "", r), func(b *testing.B) {
+				pass(group)
+				phases = [3]time.Duration{}
+				before := k.Ops()
+				var total time.Duration
+				b.ResetTimer()
+				for range b.N {
+					total += pass(group)
+				}
+				b.StopTimer()
+				d := k.Ops().Sub(before)
+				per := func(v uint64) float64 { return float64(v) / float64(b.N) / float64(n) }
+				b.ReportMetric(float64(total)/float64(b.N)/float64(time.Millisecond), "pass-ms")
+				b.ReportMetric(per(d.JumpWrites), "jump-writes/ep")
+				b.ReportMetric(per(d.IfStateWrites), "ifstate-writes/ep")
+				b.ReportMetric(per(d.Netlink.Writes()+d.Netlink.RouteDumps+d.Netlink.NeighbourDumps+d.Netlink.SysctlReads), "netlink/ep")
+				b.ReportMetric(float64(d.ProgramLoads)/float64(b.N), "loads/pass")
+				b.Logf("n=%d: per pass: preload %s, applies %s, EndApply %s", n, phases[0]/time.Duration(b.N), phases[1]/time.Duration(b.N), phases[2]/time.Duration(b.N))
+			})
+		}
 	}
-	b.StopTimer()
-	d := k.Ops().Sub(before)
-	per := func(v uint64) float64 { return float64(v) / float64(b.N) / float64(n) }
-	b.ReportMetric(float64(total)/float64(b.N)/float64(time.Millisecond), "pass-ms")
-	b.ReportMetric(per(d.JumpWrites), "jump-writes/ep")
-	b.ReportMetric(per(d.Netlink.Writes()+d.Netlink.RouteDumps+d.Netlink.NeighbourDumps+d.Netlink.SysctlReads), "netlink/ep")
-	b.ReportMetric(float64(d.ProgramLoads)/float64(b.N), "loads/pass")
-	b.Logf("n=%d: per pass: preload %s, applies %s, EndApply %s", n, phases[0]/time.Duration(b.N), phases[1]/time.Duration(b.N), phases[2]/time.Duration(b.N))
-	b.Logf("n=%d: ops over %d passes: %+v", n, b.N, d)
 }
 
 // fanOutPolicy is the shared ingress policy of round r: it denies TCP to
