@@ -60,7 +60,8 @@ func (st *endpointState) place(p placement) {
 // When st moves, the returned placement is what it held before: the
 // caller installs the policies in the new slot, switches the ifstate
 // entry, then finishMove frees the old one (undoMove on failure). nil:
-// st stays where it is (its own slot may have become its group's).
+// st stays in its slot, which may have become its group's or its own
+// (the only member's): no transient second slot, no ifstate write.
 func (e *endpointProgrammer) placeSlot(st *endpointState, want string) (*placement, error) {
 	g := st.grp
 	switch {
@@ -79,9 +80,27 @@ func (e *endpointProgrammer) placeSlot(st *endpointState, want string) (*placeme
 		e.groups[want] = ng
 		st.grp = ng
 		return nil, nil
-	case want != "" && g != nil && g.key == "" && e.groups[want] == nil && (g.users == 1 || e.installedFor(g, st.ep)):
+	case want != "" && g != nil && e.groups[want] == nil && (g.users == 1 || (g.key == "" && e.installedFor(g, st.ep))):
+		// Its group's slot becomes the new group's: it is the only
+		// member, or (adopted) what is installed is what it needs.
+		if e.groups[g.key] == g {
+			delete(e.groups, g.key)
+		}
 		g.key = want
 		e.groups[want] = g
+		return nil, nil
+	case want == "" && g != nil && g.users == 1:
+		// The last member keeps the slot as its own, with what is
+		// installed there (and the group's references to it).
+		if e.groups[g.key] == g {
+			delete(e.groups, g.key)
+		}
+		old := st.inst
+		st.inst, st.grp = g.inst, nil
+		g.inst, g.users = [2]*sharedProg{}, 0
+		for _, sp := range old {
+			e.pols.release(sp)
+		}
 		return nil, nil
 	}
 	old := st.placement()

@@ -218,3 +218,30 @@ func TestPolicyGroupAdoptedAfterRestart(t *testing.T) {
 		t.Fatalf("the adopted slot kept its programs:\n%s", f.dump())
 	}
 }
+
+// As many endpoints as there are slots leave their group one by one for
+// slots of their own and come back: the last member to leave keeps the
+// group's slot, the first back turns its own slot into the group's, so
+// no move needs a slot more than the endpoints hold.
+func TestPolicyGroupMovesAtFullCapacity(t *testing.T) {
+	f := newFakeKernel(t)
+	k := f.kernel()
+	n := len(k.eps.slots.used)
+	eps := groupFleet(t, f, k, n, "allow-web")
+	for i, ep := range eps {
+		if err := k.ApplyEndpoint(groupEndpoint(f, ep.Iface, i, "allow-web", "")); err != nil {
+			t.Fatalf("%s to a slot of its own: %v", ep.Iface, err)
+		}
+	}
+	if k.eps.slots.n != n || len(k.eps.groups) != 0 {
+		t.Fatalf("every endpoint on its own: %d slots, %d groups; want %d and none", k.eps.slots.n, len(k.eps.groups), n)
+	}
+	for _, ep := range eps {
+		if err := k.ApplyEndpoint(ep); err != nil {
+			t.Fatalf("%s back into its group: %v", ep.Iface, err)
+		}
+	}
+	if got := countLinks(f, "ingress:allow-web"); got != n || k.eps.slots.n != 1 || strings.Contains(f.dump(), "no ready interface") {
+		t.Fatalf("back in one group: %d enforce their policy, %d slots; want %d and 1:\n%s", got, k.eps.slots.n, n, f.dump())
+	}
+}
