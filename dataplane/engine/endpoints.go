@@ -15,7 +15,8 @@ const (
 
 // wepEntry is one workload endpoint.
 type wepEntry struct {
-	id model.WorkloadID
+	id   model.WorkloadID
+	name string // id.String(), the order of apply passes
 
 	spec    *model.WorkloadEndpoint // nil until a valid update arrives
 	invalid string                  // reason the last update was rejected; cleared by a valid one
@@ -93,7 +94,7 @@ func (m *endpointManager) linkChanged(iface string) {
 func (m *endpointManager) entry(id model.WorkloadID) *wepEntry {
 	ent := m.eps[id]
 	if ent == nil {
-		ent = &wepEntry{id: id}
+		ent = &wepEntry{id: id, name: id.String()}
 		m.eps[id] = ent
 	}
 	return ent
