@@ -18,10 +18,13 @@ type wepEntry struct {
 	id   model.WorkloadID
 	name string // id.String(), the order of apply passes
 
-	spec    *model.WorkloadEndpoint // nil until a valid update arrives
-	invalid string                  // reason the last update was rejected; cleared by a valid one
-	stale   bool                    // not re-sent yet in the current epoch
-	removed bool                    // WorkloadEndpointRemove seen (or swept)
+	spec *model.WorkloadEndpoint // nil until a valid update arrives
+	// refKey is referenceKey(refKeyOf), kept while the spec stays.
+	refKey   string
+	refKeyOf *model.WorkloadEndpoint
+	invalid  string // reason the last update was rejected; cleared by a valid one
+	stale    bool   // not re-sent yet in the current epoch
+	removed  bool   // WorkloadEndpointRemove seen (or swept)
 
 	desired     *model.Endpoint // last resolution, for Inspect
 	applied     *model.Endpoint // what the kernel enforces (nil: nothing)

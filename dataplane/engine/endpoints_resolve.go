@@ -30,7 +30,10 @@ type resolution struct {
 // endpoints is resolved and hashed once.
 func (e *Engine) resolve(ent *wepEntry) (*model.Endpoint, []string, string) {
 	sp := ent.spec
-	key := referenceKey(sp)
+	if ent.refKeyOf != sp {
+		ent.refKey, ent.refKeyOf = referenceKey(sp), sp
+	}
+	key := ent.refKey
 	var r *resolution
 	if e.resolved != nil {
 		if r = e.resolved[key]; r == nil {
