@@ -22,9 +22,10 @@ type wepEntry struct {
 	// refKey is referenceKey(refKeyOf), kept while the spec stays.
 	refKey   string
 	refKeyOf *model.WorkloadEndpoint
-	invalid  string // reason the last update was rejected; cleared by a valid one
-	stale    bool   // not re-sent yet in the current epoch
-	removed  bool   // WorkloadEndpointRemove seen (or swept)
+	specInfo specInfo // for Inspect (snapshot.go)
+	invalid  string   // reason the last update was rejected; cleared by a valid one
+	stale    bool     // not re-sent yet in the current epoch
+	removed  bool     // WorkloadEndpointRemove seen (or swept)
 
 	desired     *model.Endpoint // last resolution, for Inspect
 	applied     *model.Endpoint // what the kernel enforces (nil: nothing)
