@@ -15,12 +15,17 @@ const (
 
 // wepEntry is one workload endpoint.
 type wepEntry struct {
-	id model.WorkloadID
+	id   model.WorkloadID
+	name string // id.String(), the order of apply passes
 
-	spec    *model.WorkloadEndpoint // nil until a valid update arrives
-	invalid string                  // reason the last update was rejected; cleared by a valid one
-	stale   bool                    // not re-sent yet in the current epoch
-	removed bool                    // WorkloadEndpointRemove seen (or swept)
+	spec *model.WorkloadEndpoint // nil until a valid update arrives
+	// refKey is referenceKey(refKeyOf), kept while the spec stays.
+	refKey   string
+	refKeyOf *model.WorkloadEndpoint
+	specInfo specInfo // for Inspect (snapshot.go)
+	invalid  string   // reason the last update was rejected; cleared by a valid one
+	stale    bool     // not re-sent yet in the current epoch
+	removed  bool     // WorkloadEndpointRemove seen (or swept)
 
 	desired     *model.Endpoint // last resolution, for Inspect
 	applied     *model.Endpoint // what the kernel enforces (nil: nothing)
@@ -93,7 +98,7 @@ func (m *endpointManager) linkChanged(iface string) {
 func (m *endpointManager) entry(id model.WorkloadID) *wepEntry {
 	ent := m.eps[id]
 	if ent == nil {
-		ent = &wepEntry{id: id}
+		ent = &wepEntry{id: id, name: id.String()}
 		m.eps[id] = ent
 	}
 	return ent

@@ -10,15 +10,24 @@ import (
 
 // sortedDirty lists the dirty endpoints in the order of their names.
 func (m *endpointManager) sortedDirty() []model.WorkloadID {
-	type named struct {
-		id   model.WorkloadID
-		name string
-	}
-	l := make([]named, 0, len(m.dirty))
+	return m.sortedDirtyWhere(nil)
+}
+
+// sortedDirtyWhere lists the dirty endpoints that keep accepts (all for
+// nil) in the order of their names, which each entry keeps.
+func (m *endpointManager) sortedDirtyWhere(keep func(*wepEntry) bool) []model.WorkloadID {
+	l := make([]*wepEntry, 0, len(m.dirty))
 	for id := range m.dirty {
-		l = append(l, named{id, id.String()})
+		ent := m.eps[id]
+		if ent == nil || (keep != nil && !keep(ent)) {
+			continue
+		}
+		if ent.name == "" {
+			ent.name = id.String()
+		}
+		l = append(l, ent)
 	}
-	slices.SortFunc(l, func(a, b named) int { return strings.Compare(a.name, b.name) })
+	slices.SortFunc(l, func(a, b *wepEntry) int { return strings.Compare(a.name, b.name) })
 	ids := make([]model.WorkloadID, len(l))
 	for i := range l {
 		ids[i] = l[i].id
@@ -32,9 +41,9 @@ func (m *endpointManager) sortedDirty() []model.WorkloadID {
 // removed set.
 func (e *Engine) applyEndpointRemovals(now time.Time, p *pass) {
 	m := &e.weps
-	for _, id := range m.sortedDirty() {
+	for _, id := range m.sortedDirtyWhere(func(ent *wepEntry) bool { return ent.removed }) {
 		ent := m.eps[id]
-		if !ent.removed || !ent.retry.due(now) {
+		if !ent.retry.due(now) {
 			continue
 		}
 		if ent.applied != nil {
@@ -193,6 +202,8 @@ func (e *Engine) failClosed(ent *wepEntry, now time.Time, p *pass) bool {
 	}
 	closed := *ent.applied
 	closed.Ingress, closed.Egress = model.DirectionPolicy{}.WithDigest(), model.DirectionPolicy{}.WithDigest()
+	// Its own: the rest of its group still enforces the group's policy.
+	closed.PolicyGroup = ""
 	if sameEndpoint(&closed, ent.applied) {
 		return true
 	}

@@ -17,6 +17,8 @@ type resolution struct {
 	previewIn, previewOut *model.DirectionPolicy
 	sets                  []string
 	missing               string
+	// group is the reference key, one string for the endpoints sharing r.
+	group string
 }
 
 // resolve builds the endpoint's model with its policy: per direction, the
@@ -28,15 +30,20 @@ type resolution struct {
 // endpoints is resolved and hashed once.
 func (e *Engine) resolve(ent *wepEntry) (*model.Endpoint, []string, string) {
 	sp := ent.spec
+	if ent.refKeyOf != sp {
+		ent.refKey, ent.refKeyOf = referenceKey(sp), sp
+	}
+	key := ent.refKey
 	var r *resolution
 	if e.resolved != nil {
-		key := referenceKey(sp)
 		if r = e.resolved[key]; r == nil {
 			r = e.resolveRefs(sp)
+			r.group = key
 			e.resolved[key] = r
 		}
 	} else {
 		r = e.resolveRefs(sp)
+		r.group = key
 	}
 	ep := &model.Endpoint{
 		ID:       ent.id,
@@ -49,6 +56,8 @@ func (e *Engine) resolve(ent *wepEntry) (*model.Endpoint, []string, string) {
 
 		PreviewIngress: r.previewIn,
 		PreviewEgress:  r.previewOut,
+		// The same references resolve to the same policies: one group.
+		PolicyGroup: r.group,
 	}
 	return ep, r.sets, r.missing
 }
@@ -212,7 +221,7 @@ func missingReason(missing []string) string {
 // compare by content hash (stored by resolve), which is what kernels key
 // their programs by.
 func sameEndpoint(a, b *model.Endpoint) bool {
-	return a.ID == b.ID && a.SameInterface(b) &&
+	return a.ID == b.ID && a.SameInterface(b) && a.PolicyGroup == b.PolicyGroup &&
 		a.Ingress.Hash() == b.Ingress.Hash() &&
 		a.Egress.Hash() == b.Egress.Hash() &&
 		samePreview(a.PreviewIngress, b.PreviewIngress) && samePreview(a.PreviewEgress, b.PreviewEgress)

@@ -1,6 +1,10 @@
 package engine
 
-import "github.com/dpd-dev/dpd/dataplane/model"
+import (
+	"slices"
+
+	"github.com/dpd-dev/dpd/dataplane/model"
+)
 
 // refIndex maps a referenced object (policy, profile, IP set) to the
 // endpoints that reference it, so a change to the object dirties exactly
@@ -17,6 +21,9 @@ func (x *refIndex[K]) init() {
 
 // set replaces ep's references.
 func (x *refIndex[K]) set(ep model.WorkloadID, refs []K) {
+	if old, ok := x.byEP[ep]; ok && slices.Equal(old, refs) {
+		return // unchanged: every endpoint of a changed policy is evaluated again
+	}
 	for _, k := range x.byEP[ep] {
 		if u := x.byRef[k]; u != nil {
 			delete(u, ep)

@@ -96,15 +96,29 @@ func endpointInfo(ent *wepEntry, m *endpointManager) EndpointInfo {
 		Dirty:          dirty || ent.removed,
 	}
 	if ent.spec != nil {
-		info.Iface = ent.spec.Iface
-		info.IPv4Nets = prefixStrings(ent.spec.IPv4Nets)
-		info.IPv6Nets = prefixStrings(ent.spec.IPv6Nets)
-		info.ProfileIDs = append([]string(nil), ent.spec.Profiles...)
-		for _, t := range ent.spec.Tiers {
-			info.Tiers = append(info.Tiers, t.Name)
+		if ent.specInfo.of != ent.spec {
+			// Formatted once per spec: a policy change re-publishes every
+			// endpoint that uses it. Published slices are never modified.
+			si := &ent.specInfo
+			si.of = ent.spec
+			si.ipv4, si.ipv6 = prefixStrings(ent.spec.IPv4Nets), prefixStrings(ent.spec.IPv6Nets)
+			si.profiles = append([]string(nil), ent.spec.Profiles...)
+			si.tiers = nil
+			for _, t := range ent.spec.Tiers {
+				si.tiers = append(si.tiers, t.Name)
+			}
 		}
+		info.Iface = ent.spec.Iface
+		info.IPv4Nets, info.IPv6Nets = ent.specInfo.ipv4, ent.specInfo.ipv6
+		info.ProfileIDs, info.Tiers = ent.specInfo.profiles, ent.specInfo.tiers
 	}
 	return info
+}
+
+// specInfo is the part of an endpoint's EndpointInfo its spec decides.
+type specInfo struct {
+	of                          *model.WorkloadEndpoint
+	ipv4, ipv6, profiles, tiers []string
 }
 
 func prefixStrings(ps []netip.Prefix) []string {

@@ -51,6 +51,7 @@ func (e *endpointProgrammer) adopt() (adoption, error) {
 		installed[p.Slot] = v
 	}
 	e.adoptToHost(byHead, installed)
+	owners := map[uint32]*endpointState{} // workload slots by the state that reserved them
 	for ifindex, ent := range states {
 		name, err := e.links.LinkName(ifindex)
 		if isNoDevice(err) {
@@ -82,6 +83,13 @@ func (e *endpointProgrammer) adopt() (adoption, error) {
 					sp.refs++
 				}
 			}
+			if !st.host {
+				owners[ent.Slot] = st
+			}
+		} else if o := owners[ent.Slot]; st.ready && !st.host && o != nil {
+			// A policy group's slot (slotgroups.go), claimed again by
+			// the first member applied.
+			e.adoptShared(o, st, ent.Slot)
 		}
 		if st.host {
 			if e.host != nil {

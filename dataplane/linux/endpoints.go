@@ -39,6 +39,8 @@ type endpointProgrammer struct {
 
 	eps   map[string]*endpointState // by interface name
 	slots slotAllocator
+	// groups are the shared slots of the policy groups (slotgroups.go).
+	groups map[string]*slotGroup
 	// applied: the first apply after InSync has ended, so an interface
 	// that appears now is fresh.
 	applied bool
@@ -47,7 +49,7 @@ type endpointProgrammer struct {
 func newEndpointProgrammer(entry entryFacility, net endpointNet, links linkFacility, pols *policyProgrammer,
 	slots uint32, queue *attachQueue, log *slog.Logger, ops *Ops) *endpointProgrammer {
 	return &endpointProgrammer{entry: entry, net: net, links: links, pols: pols, queue: queue, log: log, ops: ops,
-		eps: map[string]*endpointState{}, slots: newSlotAllocator(slots)}
+		eps: map[string]*endpointState{}, slots: newSlotAllocator(slots), groups: map[string]*slotGroup{}}
 }
 
 // endpointState is what the kernel has programmed for one interface.
@@ -59,6 +61,7 @@ type endpointState struct {
 	ifindex   int // 0 while the interface is absent
 	slot      uint32
 	hasSlot   bool
+	grp       *slotGroup // the policy group whose slot this is; nil: its own
 	mode      tcbpf.AttachMode
 	inst      [2]*sharedProg // installed program per direction; nil: none known
 	ready     bool           // ifstate says READY
@@ -162,7 +165,7 @@ func (e *endpointProgrammer) apply(ep *model.Endpoint) (*attachPlan, error) {
 	st.ep, st.adopted = ep, false
 	ifindex, ok := e.links.Ifindex(ep.Iface)
 	if ok && st.verified && st.ifindex == ifindex && prev.SameInterface(ep) {
-		return nil, e.installBoth(st)
+		return nil, e.installPlaced(st)
 	}
 	st.verified = false
 	if !ok {
@@ -181,9 +184,6 @@ func (e *endpointProgrammer) apply(ep *model.Endpoint) (*attachPlan, error) {
 		e.forgetIfindex(st)
 	}
 	st.ifindex = ifindex
-	if err := e.slots.ensure(&st.slot, &st.hasSlot); err != nil {
-		return nil, err
-	}
 	if !st.attachOK {
 		// Attach now, whether or not the worker has it queued: this
 		// endpoint must not wait behind other interfaces.
@@ -193,6 +193,11 @@ func (e *endpointProgrammer) apply(ep *model.Endpoint) (*attachPlan, error) {
 	if e.afterAttach != nil {
 		e.afterAttach(ep.Iface)
 	}
+	old, err := e.placeSlot(st, groupOf(ep))
+	if err != nil {
+		return nil, err
+	}
+	defer func() { e.undoMove(ep.Iface, st, old) }() // nil once switched
 	if !st.ready && !st.closed {
 		// Attached but not yet policed: drop until the policy is in. An
 		// interface failed closed drops already, whatever slot its entry
@@ -211,6 +216,8 @@ func (e *endpointProgrammer) apply(ep *model.Endpoint) (*attachPlan, error) {
 			return nil, fmt.Errorf("ifstate %s: %w", ep.Iface, err)
 		}
 	}
+	e.finishMove(ep.Iface, old)
+	old = nil
 	configure := e.net.ConfigureEndpoint
 	if st.fresh && !st.configured {
 		configure = e.net.ConfigureNewEndpoint // nothing to read back
@@ -227,6 +234,30 @@ func (e *endpointProgrammer) apply(ep *model.Endpoint) (*attachPlan, error) {
 	st.configured, st.verified, st.epIfindex = true, true, ifindex
 	st.lastApply = time.Now()
 	return nil, nil
+}
+
+// installPlaced is the apply of an endpoint whose interface this process
+// verified and that only changed policies: into the slot of its group (or
+// its own), and when the slot changed the ifstate entry switches to it.
+func (e *endpointProgrammer) installPlaced(st *endpointState) error {
+	old, err := e.placeSlot(st, groupOf(st.ep))
+	if err != nil {
+		st.verified = false
+		return err
+	}
+	if err := e.installBoth(st); err != nil {
+		e.undoMove(st.ep.Iface, st, old)
+		return err
+	}
+	if st.ifsSlot != st.slot || !st.ready {
+		if err := e.setIfState(st, abi.IfWorkload|abi.IfReady); err != nil {
+			e.undoMove(st.ep.Iface, st, old)
+			st.verified = false
+			return fmt.Errorf("ifstate %s: %w", st.ep.Iface, err)
+		}
+	}
+	e.finishMove(st.ep.Iface, old)
+	return nil
 }
 
 // installBoth installs the ingress and egress policies.
@@ -265,15 +296,24 @@ func (e *endpointProgrammer) install(st *endpointState, dir model.Direction) err
 	if err != nil {
 		return fmt.Errorf("%s policy for %s: %w", dir, st.ep.Iface, err)
 	}
+	if g := st.grp; g != nil {
+		// The group's slot: written by the first member applied with sp.
+		if err := e.installGroup(g, dir, sp); err != nil {
+			e.pols.release(sp)
+			return fmt.Errorf("install %s policy for %s: %w", dir, st.ep.Iface, err)
+		}
+	}
 	if st.inst[dir] == sp {
 		e.pols.release(sp) // already installed: drop the extra reference
 		return nil
 	}
-	if err := e.entry.InstallPolicy(st.slot, int(dir), sp.prog); err != nil {
-		e.pols.release(sp)
-		return fmt.Errorf("install %s policy for %s: %w", dir, st.ep.Iface, err)
+	if st.grp == nil {
+		if err := e.entry.InstallPolicy(st.slot, int(dir), sp.prog); err != nil {
+			e.pols.release(sp)
+			return fmt.Errorf("install %s policy for %s: %w", dir, st.ep.Iface, err)
+		}
+		e.ops.JumpWrites++
 	}
-	e.ops.JumpWrites++
 	old := st.inst[dir]
 	st.inst[dir] = sp
 	e.pols.release(old)
@@ -375,6 +415,15 @@ func (e *endpointProgrammer) closeRemoved(iface string, st *endpointState, nets 
 func (e *endpointProgrammer) releasePolicies(iface string, st *endpointState) error {
 	if e.releasePreview != nil {
 		e.releasePreview(iface)
+	}
+	if g := st.grp; g != nil {
+		// Only the group's last member clears its slot.
+		for dir, sp := range st.inst {
+			e.pols.release(sp)
+			st.inst[dir] = nil
+		}
+		st.grp, st.hasSlot = nil, false
+		return e.leaveGroup(g)
 	}
 	var errs []error
 	for _, dir := range []model.Direction{model.Ingress, model.Egress} {

@@ -90,6 +90,12 @@ func (e *endpointProgrammer) applyHost(ep *model.Endpoint) error {
 		e.forgetIfindex(st)
 	}
 	st.ifindex = ifindex
+	if st.grp != nil {
+		// An adopted workload interface's group slot: not the host's.
+		if err := e.releasePolicies(ep.Iface, st); err != nil {
+			return err
+		}
+	}
 	if err := e.slots.ensure(&st.slot, &st.hasSlot); err != nil {
 		return err
 	}

@@ -39,11 +39,15 @@ type previewProgrammer struct {
 	load  func(*model.DirectionPolicy, model.Direction) (loadedProgram, error)
 	log   *slog.Logger
 	progs map[string]*[2]*previewProg // by interface, per direction
+	// empty: (slot, direction) entries this process cleared and has not
+	// written since, so an endpoint without previews costs no clear on
+	// each apply (a policy change of a thousand endpoints).
+	empty map[[2]uint32]bool
 }
 
 func newPreviewProgrammer(slots previewSlots, load func(*model.DirectionPolicy, model.Direction) (loadedProgram, error),
 	log *slog.Logger) *previewProgrammer {
-	return &previewProgrammer{slots: slots, load: load, log: log, progs: map[string]*[2]*previewProg{}}
+	return &previewProgrammer{slots: slots, load: load, log: log, progs: map[string]*[2]*previewProg{}, empty: map[[2]uint32]bool{}}
 }
 
 // apply makes ep's previews the ones in slot: loads what changed, clears
@@ -59,9 +63,7 @@ func (p *previewProgrammer) apply(ep *model.Endpoint, slot uint32) error {
 		want, have := ep.Preview(dir), cur[dir]
 		switch {
 		case want == nil && have == nil:
-			if err := p.slots.ClearPreview(slot, int(dir)); err != nil {
-				errs = append(errs, err)
-			}
+			errs = append(errs, p.clear(slot, int(dir)))
 			continue
 		case want == nil:
 			errs = append(errs, p.drop(have, int(dir)))
@@ -75,6 +77,7 @@ func (p *previewProgrammer) apply(ep *model.Endpoint, slot uint32) error {
 			errs = append(errs, fmt.Errorf("load %s preview of %s: %w", dir, ep.Iface, err))
 			continue
 		}
+		delete(p.empty, [2]uint32{slot, uint32(dir)})
 		if err := p.slots.InstallPreview(slot, int(dir), prog.Head()); err != nil {
 			_ = prog.Close()
 			errs = append(errs, err)
@@ -82,7 +85,7 @@ func (p *previewProgrammer) apply(ep *model.Endpoint, slot uint32) error {
 		}
 		if have != nil {
 			if have.slot != slot {
-				errs = append(errs, p.slots.ClearPreview(have.slot, int(dir)))
+				errs = append(errs, p.clear(have.slot, int(dir)))
 			}
 			_ = have.prog.Close()
 		}
@@ -98,9 +101,23 @@ func (p *previewProgrammer) apply(ep *model.Endpoint, slot uint32) error {
 
 // drop clears pp's slot and closes it.
 func (p *previewProgrammer) drop(pp *previewProg, dir int) error {
-	err := p.slots.ClearPreview(pp.slot, dir)
+	err := p.clear(pp.slot, dir)
 	_ = pp.prog.Close()
 	return err
+}
+
+// clear empties the preview entry of (slot, dir) unless this process
+// knows it is empty.
+func (p *previewProgrammer) clear(slot uint32, dir int) error {
+	key := [2]uint32{slot, uint32(dir)}
+	if p.empty[key] {
+		return nil
+	}
+	if err := p.slots.ClearPreview(slot, dir); err != nil {
+		return err
+	}
+	p.empty[key] = true
+	return nil
 }
 
 // release clears and closes iface's previews (its slot is being freed).
@@ -140,6 +157,7 @@ func (p *previewProgrammer) closeAll() {
 		}
 	}
 	p.progs = map[string]*[2]*previewProg{}
+	p.empty = map[[2]uint32]bool{}
 }
 
 // applyPreviewLocked installs ep's previews once its policies are; a

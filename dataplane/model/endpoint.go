@@ -51,6 +51,12 @@ type Endpoint struct {
 	// its staged policies enforced in their tier order: what they would
 	// decide, reported beside the real verdict and never enforced.
 	PreviewIngress, PreviewEgress *DirectionPolicy
+	// PolicyGroup, when not empty, names the policy references the engine
+	// resolved the endpoint's policies (and previews) from: endpoints of
+	// one group always enforce the same thing, so a kernel may install
+	// their policies once for all of them, and switch them all with one
+	// write when the group's policy changes. Empty: no group.
+	PolicyGroup string
 }
 
 // Preview returns the staged preview for direction d, nil if none.
