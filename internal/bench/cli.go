@@ -17,6 +17,7 @@ import (
 
 const usage = `usage: dpd-bench [--quick|--full] [--out FILE] [--dpd BIN [--dpd-arg FLAG]... | --socket PATH [--netns NAME]]
                  [--src DIR] [--dpd-log FILE] [-o text|json] [--quiet]
+                 [--only-traffic] [--traffic-rounds N] [--traffic-slice D]
 
 Measures dpd's node-scale figures (P1-P7) against a real dpd it starts in a
 network namespace of its own (root, --dataplane=linux), prints them, and with
@@ -56,6 +57,9 @@ func runMain(args []string, w, stderr io.Writer) error {
 	dpdLog := fs.String("dpd-log", "", "keep the log of the dpd the driver starts in this file")
 	format := fs.String("o", "text", "output format: text or json")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
+	onlyTraffic := fs.Bool("only-traffic", false, "measure P7 (real traffic) alone, on a fresh daemon; not with --out")
+	trafficRounds := fs.Int("traffic-rounds", 0, "P7 rounds per rule list (0: the scale's)")
+	trafficSlice := fs.Duration("traffic-slice", 0, "length of one P7 measurement (0: the scale's)")
 	var dpdArgs []string
 	fs.Func("dpd-arg", "one more flag for the dpd the driver starts, e.g. --dpd-arg=--attach-mode=tcx (repeatable)", func(v string) error {
 		dpdArgs = append(dpdArgs, v)
@@ -81,10 +85,21 @@ func runMain(args []string, w, stderr io.Writer) error {
 		return fmt.Errorf("%w: --netns goes with --socket", errUsage)
 	case len(dpdArgs) > 0 && *socket != "":
 		return fmt.Errorf("%w: --dpd-arg goes with a dpd the driver starts, not --socket", errUsage)
+	case *onlyTraffic && *outFile != "":
+		return fmt.Errorf("%w: --only-traffic measures one figure: no report to write with --out", errUsage)
+	case *trafficRounds < 0 || *trafficSlice < 0:
+		return fmt.Errorf("%w: --traffic-rounds and --traffic-slice must not be negative", errUsage)
 	}
-	o := Options{Scale: FullScale(), Socket: *socket, NetNS: *netns, SourceDir: *src, DaemonLog: *dpdLog, DaemonArgs: dpdArgs}
+	o := Options{Scale: FullScale(), Socket: *socket, NetNS: *netns, SourceDir: *src, DaemonLog: *dpdLog,
+		DaemonArgs: dpdArgs, OnlyTraffic: *onlyTraffic}
 	if *quick {
 		o.Scale = QuickScale()
+	}
+	if *trafficRounds > 0 {
+		o.Scale.TrafficRounds = *trafficRounds
+	}
+	if *trafficSlice > 0 {
+		o.Scale.TrafficSlice = *trafficSlice
 	}
 	if !*quiet {
 		o.Progress = stderr
