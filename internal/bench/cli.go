@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 )
@@ -60,6 +61,7 @@ func runMain(args []string, w, stderr io.Writer) error {
 	onlyTraffic := fs.Bool("only-traffic", false, "measure P7 (real traffic) alone, on a fresh daemon; not with --out")
 	trafficRounds := fs.Int("traffic-rounds", 0, "P7 rounds per rule list (0: the scale's)")
 	trafficSlice := fs.Duration("traffic-slice", 0, "length of one P7 measurement (0: the scale's)")
+	trafficMetrics := fs.String("traffic-metrics", "", "with --only-traffic: the P7 metrics to measure, comma-separated (rr, crr, bulk; default all)")
 	var dpdArgs []string
 	fs.Func("dpd-arg", "one more flag for the dpd the driver starts, e.g. --dpd-arg=--attach-mode=tcx (repeatable)", func(v string) error {
 		dpdArgs = append(dpdArgs, v)
@@ -87,6 +89,8 @@ func runMain(args []string, w, stderr io.Writer) error {
 		return fmt.Errorf("%w: --dpd-arg goes with a dpd the driver starts, not --socket", errUsage)
 	case *onlyTraffic && *outFile != "":
 		return fmt.Errorf("%w: --only-traffic measures one figure: no report to write with --out", errUsage)
+	case *trafficMetrics != "" && !*onlyTraffic:
+		return fmt.Errorf("%w: --traffic-metrics goes with --only-traffic", errUsage)
 	case *trafficRounds < 0 || *trafficSlice < 0:
 		return fmt.Errorf("%w: --traffic-rounds and --traffic-slice must not be negative", errUsage)
 	}
@@ -94,6 +98,14 @@ func runMain(args []string, w, stderr io.Writer) error {
 		DaemonArgs: dpdArgs, OnlyTraffic: *onlyTraffic}
 	if *quick {
 		o.Scale = QuickScale()
+	}
+	if *trafficMetrics != "" {
+		for _, m := range strings.Split(*trafficMetrics, ",") {
+			if !slices.Contains(trafficMetricNames[:], m) {
+				return fmt.Errorf("%w: --traffic-metrics: no metric %q (rr, crr, bulk)", errUsage, m)
+			}
+			o.TrafficMetrics = append(o.TrafficMetrics, m)
+		}
 	}
 	if *trafficRounds > 0 {
 		o.Scale.TrafficRounds = *trafficRounds

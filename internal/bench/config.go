@@ -108,6 +108,9 @@ type Options struct {
 	// else (no P1-P3 endpoints before it, no go benchmarks after): a quick
 	// loop for work on the per-connection path.
 	OnlyTraffic bool
+	// TrafficMetrics, when not empty, are the only P7 metrics measured
+	// ("rr", "crr", "bulk"); the others read zero.
+	TrafficMetrics []string
 	// DaemonLog, when set, receives a copy of a started dpd's log when it
 	// stops (the log is otherwise removed with the daemon's temp dir).
 	DaemonLog string

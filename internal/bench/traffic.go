@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 
@@ -274,6 +275,9 @@ func (r *runner) traffic(ctx context.Context) (err error) {
 	return r.ctl.healthy()
 }
 
+// trafficMetricNames name the metrics in the order a round measures them.
+var trafficMetricNames = [...]string{"rr", "crr", "bulk"}
+
 type trafficMeasure struct {
 	rr, crr, bulk float64
 	verdicts      float64 // dpd's ingress policy verdicts per new connection
@@ -284,7 +288,10 @@ type trafficMeasure struct {
 // always follows another.
 func (r *runner) trafficRound(ctx context.Context, t *trafficNet, keys []string, d time.Duration, round int) ([]trafficMeasure, error) {
 	out := make([]trafficMeasure, len(keys))
-	for metric := range 3 {
+	for metric, name := range trafficMetricNames {
+		if len(r.o.TrafficMetrics) > 0 && !slices.Contains(r.o.TrafficMetrics, name) {
+			continue
+		}
 		for k := range keys {
 			j := (k + round) % len(keys)
 			c := trafficCases[trafficCaseIndex(keys[j])]
