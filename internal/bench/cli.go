@@ -18,7 +18,8 @@ import (
 
 const usage = `usage: dpd-bench [--quick|--full] [--out FILE] [--dpd BIN [--dpd-arg FLAG]... | --socket PATH [--netns NAME]]
                  [--src DIR] [--dpd-log FILE] [-o text|json] [--quiet]
-                 [--only-traffic] [--traffic-rounds N] [--traffic-slice D]
+                 [--only-traffic [--traffic-metrics LIST] [--traffic-bpf-stats]]
+                 [--traffic-rounds N] [--traffic-slice D]
 
 Measures dpd's node-scale figures (P1-P7) against a real dpd it starts in a
 network namespace of its own (root, --dataplane=linux), prints them, and with
@@ -61,6 +62,7 @@ func runMain(args []string, w, stderr io.Writer) error {
 	onlyTraffic := fs.Bool("only-traffic", false, "measure P7 (real traffic) alone, on a fresh daemon; not with --out")
 	trafficRounds := fs.Int("traffic-rounds", 0, "P7 rounds per rule list (0: the scale's)")
 	trafficSlice := fs.Duration("traffic-slice", 0, "length of one P7 measurement (0: the scale's)")
+	trafficBPFStats := fs.Bool("traffic-bpf-stats", false, "with --only-traffic: report the run time of dpd's entry programs per new connection (kernel BPF statistics, on for the run; they slow dpd's path slightly)")
 	trafficMetrics := fs.String("traffic-metrics", "", "with --only-traffic: the P7 metrics to measure, comma-separated (rr, crr, bulk; default all)")
 	var dpdArgs []string
 	fs.Func("dpd-arg", "one more flag for the dpd the driver starts, e.g. --dpd-arg=--attach-mode=tcx (repeatable)", func(v string) error {
@@ -89,13 +91,13 @@ func runMain(args []string, w, stderr io.Writer) error {
 		return fmt.Errorf("%w: --dpd-arg goes with a dpd the driver starts, not --socket", errUsage)
 	case *onlyTraffic && *outFile != "":
 		return fmt.Errorf("%w: --only-traffic measures one figure: no report to write with --out", errUsage)
-	case *trafficMetrics != "" && !*onlyTraffic:
-		return fmt.Errorf("%w: --traffic-metrics goes with --only-traffic", errUsage)
+	case (*trafficMetrics != "" || *trafficBPFStats) && !*onlyTraffic:
+		return fmt.Errorf("%w: --traffic-metrics and --traffic-bpf-stats go with --only-traffic", errUsage)
 	case *trafficRounds < 0 || *trafficSlice < 0:
 		return fmt.Errorf("%w: --traffic-rounds and --traffic-slice must not be negative", errUsage)
 	}
 	o := Options{Scale: FullScale(), Socket: *socket, NetNS: *netns, SourceDir: *src, DaemonLog: *dpdLog,
-		DaemonArgs: dpdArgs, OnlyTraffic: *onlyTraffic}
+		DaemonArgs: dpdArgs, OnlyTraffic: *onlyTraffic, TrafficBPFStats: *trafficBPFStats}
 	if *quick {
 		o.Scale = QuickScale()
 	}

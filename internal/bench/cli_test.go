@@ -29,7 +29,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"--dpd"}, "flag needs an argument"},
 		{[]string{"--bogus"}, "flag provided but not defined"},
 		{[]string{"--only-traffic", "--out", "B.md"}, "no report to write"},
-		{[]string{"--traffic-metrics", "crr"}, "--traffic-metrics goes with --only-traffic"},
+		{[]string{"--traffic-metrics", "crr"}, "go with --only-traffic"},
+		{[]string{"--traffic-bpf-stats"}, "go with --only-traffic"},
 		{[]string{"--only-traffic", "--traffic-metrics", "crr,tput"}, `no metric "tput"`},
 		{[]string{"--traffic-rounds", "-1"}, "must not be negative"},
 	}

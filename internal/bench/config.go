@@ -111,6 +111,10 @@ type Options struct {
 	// TrafficMetrics, when not empty, are the only P7 metrics measured
 	// ("rr", "crr", "bulk"); the others read zero.
 	TrafficMetrics []string
+	// TrafficBPFStats, with OnlyTraffic, turns the kernel's BPF run-time
+	// statistics on for P7 and reports dpd's entry programs' run time per
+	// new connection (trafficstats.go).
+	TrafficBPFStats bool
 	// DaemonLog, when set, receives a copy of a started dpd's log when it
 	// stops (the log is otherwise removed with the daemon's temp dir).
 	DaemonLog string
