@@ -11,12 +11,15 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 )
 
 const usage = `usage: dpd-bench [--quick|--full] [--out FILE] [--dpd BIN [--dpd-arg FLAG]... | --socket PATH [--netns NAME]]
                  [--src DIR] [--dpd-log FILE] [-o text|json] [--quiet]
+                 [--only-traffic [--traffic-metrics LIST] [--traffic-bpf-stats]]
+                 [--traffic-rounds N] [--traffic-slice D]
 
 Measures dpd's node-scale figures (P1-P7) against a real dpd it starts in a
 network namespace of its own (root, --dataplane=linux), prints them, and with
@@ -56,6 +59,11 @@ func runMain(args []string, w, stderr io.Writer) error {
 	dpdLog := fs.String("dpd-log", "", "keep the log of the dpd the driver starts in this file")
 	format := fs.String("o", "text", "output format: text or json")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
+	onlyTraffic := fs.Bool("only-traffic", false, "measure P7 (real traffic) alone, on a fresh daemon; not with --out")
+	trafficRounds := fs.Int("traffic-rounds", 0, "P7 rounds per rule list (0: the scale's)")
+	trafficSlice := fs.Duration("traffic-slice", 0, "length of one P7 measurement (0: the scale's)")
+	trafficBPFStats := fs.Bool("traffic-bpf-stats", false, "with --only-traffic: report the run time of dpd's entry programs per new connection (kernel BPF statistics, on for the run; they slow dpd's path slightly)")
+	trafficMetrics := fs.String("traffic-metrics", "", "with --only-traffic: the P7 metrics to measure, comma-separated (rr, crr, bulk; default all)")
 	var dpdArgs []string
 	fs.Func("dpd-arg", "one more flag for the dpd the driver starts, e.g. --dpd-arg=--attach-mode=tcx (repeatable)", func(v string) error {
 		dpdArgs = append(dpdArgs, v)
@@ -81,10 +89,31 @@ func runMain(args []string, w, stderr io.Writer) error {
 		return fmt.Errorf("%w: --netns goes with --socket", errUsage)
 	case len(dpdArgs) > 0 && *socket != "":
 		return fmt.Errorf("%w: --dpd-arg goes with a dpd the driver starts, not --socket", errUsage)
+	case *onlyTraffic && *outFile != "":
+		return fmt.Errorf("%w: --only-traffic measures one figure: no report to write with --out", errUsage)
+	case (*trafficMetrics != "" || *trafficBPFStats) && !*onlyTraffic:
+		return fmt.Errorf("%w: --traffic-metrics and --traffic-bpf-stats go with --only-traffic", errUsage)
+	case *trafficRounds < 0 || *trafficSlice < 0:
+		return fmt.Errorf("%w: --traffic-rounds and --traffic-slice must not be negative", errUsage)
 	}
-	o := Options{Scale: FullScale(), Socket: *socket, NetNS: *netns, SourceDir: *src, DaemonLog: *dpdLog, DaemonArgs: dpdArgs}
+	o := Options{Scale: FullScale(), Socket: *socket, NetNS: *netns, SourceDir: *src, DaemonLog: *dpdLog,
+		DaemonArgs: dpdArgs, OnlyTraffic: *onlyTraffic, TrafficBPFStats: *trafficBPFStats}
 	if *quick {
 		o.Scale = QuickScale()
+	}
+	if *trafficMetrics != "" {
+		for _, m := range strings.Split(*trafficMetrics, ",") {
+			if !slices.Contains(trafficMetricNames[:], m) {
+				return fmt.Errorf("%w: --traffic-metrics: no metric %q (rr, crr, bulk)", errUsage, m)
+			}
+			o.TrafficMetrics = append(o.TrafficMetrics, m)
+		}
+	}
+	if *trafficRounds > 0 {
+		o.Scale.TrafficRounds = *trafficRounds
+	}
+	if *trafficSlice > 0 {
+		o.Scale.TrafficSlice = *trafficSlice
 	}
 	if !*quiet {
 		o.Progress = stderr

@@ -28,6 +28,11 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"extra"}, "unexpected arguments"},
 		{[]string{"--dpd"}, "flag needs an argument"},
 		{[]string{"--bogus"}, "flag provided but not defined"},
+		{[]string{"--only-traffic", "--out", "B.md"}, "no report to write"},
+		{[]string{"--traffic-metrics", "crr"}, "go with --only-traffic"},
+		{[]string{"--traffic-bpf-stats"}, "go with --only-traffic"},
+		{[]string{"--only-traffic", "--traffic-metrics", "crr,tput"}, `no metric "tput"`},
+		{[]string{"--traffic-rounds", "-1"}, "must not be negative"},
 	}
 	for _, tt := range tests {
 		code, _, errOut := run(tt.args...)

@@ -104,6 +104,17 @@ type Options struct {
 	// DaemonArgs are more flags for a started dpd (--attach-mode=tcx to
 	// measure forced TCX on a kernel where auto picks legacy TC).
 	DaemonArgs []string
+	// OnlyTraffic measures P7 alone, on a daemon that has done nothing
+	// else (no P1-P3 endpoints before it, no go benchmarks after): a quick
+	// loop for work on the per-connection path.
+	OnlyTraffic bool
+	// TrafficMetrics, when not empty, are the only P7 metrics measured
+	// ("rr", "crr", "bulk"); the others read zero.
+	TrafficMetrics []string
+	// TrafficBPFStats, with OnlyTraffic, turns the kernel's BPF run-time
+	// statistics on for P7 and reports dpd's entry programs' run time per
+	// new connection (trafficstats.go).
+	TrafficBPFStats bool
 	// DaemonLog, when set, receives a copy of a started dpd's log when it
 	// stops (the log is otherwise removed with the daemon's temp dir).
 	DaemonLog string

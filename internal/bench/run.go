@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/dpd-dev/dpd/proto/felix"
 )
 
 // runner holds one run's state.
@@ -67,6 +69,9 @@ func Run(ctx context.Context, o Options) (res *Results, err error) {
 	if ctx.Err() != nil { // interrupted: measure nothing more
 		return r.res, errors.Join(phaseErr, context.Cause(ctx))
 	}
+	if o.OnlyTraffic {
+		return r.res, phaseErr
+	}
 	if o.SourceDir == "" {
 		r.res.Warnings = append(r.res.Warnings, "P4 and P5 not measured: no source directory to run the go benchmarks in")
 		return r.res, phaseErr
@@ -89,7 +94,7 @@ func (r *runner) daemonPhases(ctx context.Context) error {
 		if r.node, err = openNode(r.o.NetNS); err != nil {
 			return err
 		}
-		if err := r.createVeths(); err != nil {
+		if err := r.createVethsUnlessOnlyTraffic(); err != nil {
 			return err
 		}
 	} else {
@@ -98,7 +103,7 @@ func (r *runner) daemonPhases(ctx context.Context) error {
 		if r.node, err = newNode(); err != nil {
 			return err
 		}
-		if err := r.createVeths(); err != nil {
+		if err := r.createVethsUnlessOnlyTraffic(); err != nil {
 			return err
 		}
 		if r.d, err = startDaemon(ctx, r.o.DPD, r.node, r.o.PinRoot, r.o.DaemonLog, r.o.DaemonArgs); err != nil {
@@ -115,7 +120,11 @@ func (r *runner) daemonPhases(ctx context.Context) error {
 			r.progress("%s", r.res.Attach.costLine())
 		}
 	}()
-	if err := r.scalePhases(ctx); err != nil {
+	if r.o.OnlyTraffic {
+		if err := r.trafficSession(ctx); err != nil {
+			return err
+		}
+	} else if err := r.scalePhases(ctx); err != nil {
 		return err
 	}
 	// P7 loads the machine with traffic of its own: it runs after the
@@ -154,6 +163,26 @@ func (r *runner) scalePhases(ctx context.Context) error {
 	}
 	r.deleteVeths(batchColdStart)
 	return r.p1(ctx)
+}
+
+// trafficSession opens the controller session P3 would have opened,
+// with the namespace profile as its snapshot, for P7 alone.
+func (r *runner) trafficSession(ctx context.Context) error {
+	tr := newTracker()
+	r.ctl = connect(r.d.client, []*felix.ToDataplane{profile()}, tr)
+	ctx, cancel := context.WithTimeout(ctx, r.o.Scale.PhaseTimeout)
+	defer cancel()
+	if _, err := tr.awaitInSync(ctx, 1); err != nil {
+		return err
+	}
+	return r.ctl.healthy()
+}
+
+func (r *runner) createVethsUnlessOnlyTraffic() error {
+	if r.o.OnlyTraffic {
+		return nil
+	}
+	return r.createVeths()
 }
 
 // createVeths makes P3's veth pairs, timed.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"time"
 
@@ -204,8 +205,9 @@ func (p *trafficPath) close() error {
 // trafficNet is P7's three paths.
 type trafficNet struct {
 	paths   [3]*trafficPath
-	program string // the dpd server's ingress program now
-	policy  string // the policy it enforces now
+	program string    // the dpd server's ingress program now
+	policy  string    // the policy it enforces now
+	stats   *bpfStats // with Options.TrafficBPFStats
 }
 
 // traffic is P7.
@@ -224,6 +226,15 @@ func (r *runner) traffic(ctx context.Context) (err error) {
 		return err
 	}
 	nftRules := newTrafficRules(s.PortRules, s.SetRules, clientAddrs(pathNFT))
+	if r.o.TrafficBPFStats {
+		var err error
+		if t.stats, err = openBPFStats(r.d.pid); err != nil {
+			return err
+		}
+		defer func() { err = errors.Join(err, t.stats.close()) }()
+	}
+	bpfPerConn := map[string][]float64{}
+	runsPerConn := map[string][]float64{}
 	r.awaitIdle(ctx, r.d.pid, 30*time.Second)
 	cases := make([]TrafficCase, len(trafficCases))
 	for i, c := range trafficCases {
@@ -257,6 +268,10 @@ func (r *runner) traffic(ctx context.Context) (err error) {
 				if j > 0 {
 					c.BaseRR, c.BaseCRR, c.BaseBulk = append(c.BaseRR, base.rr), append(c.BaseCRR, base.crr), append(c.BaseBulk, base.bulk)
 				}
+				if t.stats != nil && m.crr > 0 && trafficCases[trafficCaseIndex(key)].path == pathDPD {
+					bpfPerConn[key] = append(bpfPerConn[key], m.bpfPerConn.Seconds()*1e6)
+					runsPerConn[key] = append(runsPerConn[key], m.runsPerConn)
+				}
 				if trafficCases[trafficCaseIndex(key)].path == pathDPD {
 					c.Verdicts = append(c.Verdicts, m.verdicts)
 					if m.verdicts < 0.99 {
@@ -268,15 +283,26 @@ func (r *runner) traffic(ctx context.Context) (err error) {
 		for _, key := range cfg.cases {
 			c := cases[trafficCaseIndex(key)]
 			r.progress("P7 %-10s  %8.0f req/s  %7.0f conn/s  %6.2f Gbit/s (medians)", key, medianOf(c.RR), medianOf(c.CRR), medianOf(c.Bulk)/1e9)
+			if v := bpfPerConn[key]; len(v) > 0 {
+				r.progress("P7 %-10s  entry programs' run time %.2f µs per new connection [%.2f–%.2f], %.1f runs (medians)",
+					key, medianOf(v), slices.Min(v), slices.Max(v), medianOf(runsPerConn[key]))
+			}
 		}
 	}
 	tr.Cases = cases
 	return r.ctl.healthy()
 }
 
+// trafficMetricNames name the metrics in the order a round measures them.
+var trafficMetricNames = [...]string{"rr", "crr", "bulk"}
+
 type trafficMeasure struct {
 	rr, crr, bulk float64
 	verdicts      float64 // dpd's ingress policy verdicts per new connection
+	// With Options.TrafficBPFStats: the entry programs' run time and runs
+	// per new connection.
+	bpfPerConn  time.Duration
+	runsPerConn float64
 }
 
 // trafficRound measures each metric once per case, the cases of a metric
@@ -284,7 +310,10 @@ type trafficMeasure struct {
 // always follows another.
 func (r *runner) trafficRound(ctx context.Context, t *trafficNet, keys []string, d time.Duration, round int) ([]trafficMeasure, error) {
 	out := make([]trafficMeasure, len(keys))
-	for metric := range 3 {
+	for metric, name := range trafficMetricNames {
+		if len(r.o.TrafficMetrics) > 0 && !slices.Contains(r.o.TrafficMetrics, name) {
+			continue
+		}
 		for k := range keys {
 			j := (k + round) % len(keys)
 			c := trafficCases[trafficCaseIndex(keys[j])]
@@ -297,13 +326,27 @@ func (r *runner) trafficRound(ctx context.Context, t *trafficNet, keys []string,
 				out[j].rr = res.Rate()
 			case 1:
 				var before uint64
+				var runsBefore progRun
 				if c.path == pathDPD {
 					if before, err = r.ingressVerdicts(ctx); err != nil {
 						return nil, err
 					}
+					if t.stats != nil {
+						if runsBefore, err = t.stats.read(); err != nil {
+							return nil, err
+						}
+					}
 				}
 				err = p.client.do(func() (err error) { res, err = tcpload.ConnectionRate(p.dst, p.src, d); return err })
 				out[j].crr = res.Rate()
+				if err == nil && c.path == pathDPD && t.stats != nil && res.Ops > 0 {
+					runsAfter, serr := t.stats.read()
+					if serr != nil {
+						return nil, serr
+					}
+					out[j].bpfPerConn = (runsAfter.runtime - runsBefore.runtime) / time.Duration(res.Ops)
+					out[j].runsPerConn = float64(runsAfter.runs-runsBefore.runs) / float64(res.Ops)
+				}
 				if err == nil && c.path == pathDPD {
 					after, verr := r.ingressVerdicts(ctx)
 					if verr != nil {
