@@ -66,18 +66,23 @@ func BenchmarkPolicyChange(b *testing.B) {
 	}
 }
 
-// BenchmarkPolicyFanOut measures one change of a policy that all 1000
-// endpoints use (the P2 fan-out figure, engine side, on the memory kernel).
-func BenchmarkPolicyFanOut(b *testing.B) {
-	h := newHarness(b)
-	h.session()
+// fanOutSnapshot is 1000 endpoints on one shared policy, then InSync.
+func fanOutSnapshot() []*felix.ToDataplane {
 	msgs := []*felix.ToDataplane{ipset("s:0", "10.1.0.1"), policy("shared", allowFrom("s:0"), denyPort(1)),
 		profile("kns.default", allowFrom())}
 	for i := 0; i < 1000; i++ {
 		msgs = append(msgs, wep(fmt.Sprintf("w%d", i), fmt.Sprintf("10.65.%d.%d", i/250, i%250+1),
 			[]string{"shared"}, "kns.default"))
 	}
-	h.send(append(msgs, inSync())...)
+	return append(msgs, inSync())
+}
+
+// BenchmarkPolicyFanOut measures one change of a policy that all 1000
+// endpoints use (the P2 fan-out figure, engine side, on the memory kernel).
+func BenchmarkPolicyFanOut(b *testing.B) {
+	h := newHarness(b)
+	h.session()
+	h.send(fanOutSnapshot()...)
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		h.send(policy("shared", allowFrom("s:0"), denyPort(int32(1000+i%2))))

@@ -11,7 +11,6 @@ import (
 	"github.com/dpd-dev/dpd/dataplane/memkernel"
 	"github.com/dpd-dev/dpd/dataplane/model"
 	"github.com/dpd-dev/dpd/internal/testutil"
-	"github.com/dpd-dev/dpd/server/felixconv"
 )
 
 func TestStatusSentOnlyOnChange(t *testing.T) {
@@ -158,14 +157,7 @@ func TestRejectMarksEndpointError(t *testing.T) {
 	h := newHarness(t)
 	s := h.session()
 	h.send(profile("p", allowFrom()), wep("a", "10.65.0.1", nil, "p"), inSync())
-	bad := wep("a", "10.65.0.1", nil, "p")
-	bad.GetWorkloadEndpointUpdate().Endpoint.Ipv4Nets = []string{"not-a-net"}
-	if _, err := felixconv.Translate(bad); err == nil {
-		t.Fatal("bad message validated")
-	}
-	if err := submitFelix(h.ctx, s, bad); err != nil {
-		t.Fatal(err)
-	}
+	h.submitBadNets(t, s, "a", "10.65.0.1")
 	h.flush()
 	if st, reason := h.endpointStatus("a"); st != statusError || !strings.Contains(reason, "not-a-net") {
 		t.Fatalf("status %q reason %q", st, reason)

@@ -1,14 +1,12 @@
 package engine
 
 import (
-	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dpd-dev/dpd/dataplane/memkernel"
 	"github.com/dpd-dev/dpd/dataplane/model"
-	"github.com/dpd-dev/dpd/proto/felix"
 )
 
 // firstApplyKernel is the memory kernel noting when the first
@@ -34,13 +32,7 @@ func BenchmarkPolicyFanOutFirstApply(b *testing.B) {
 		o.Kernel = k
 	})
 	h.session()
-	msgs := []*felix.ToDataplane{ipset("s:0", "10.1.0.1"), policy("shared", allowFrom("s:0"), denyPort(1)),
-		profile("kns.default", allowFrom())}
-	for i := 0; i < 1000; i++ {
-		msgs = append(msgs, wep(fmt.Sprintf("w%d", i), fmt.Sprintf("10.65.%d.%d", i/250, i%250+1),
-			[]string{"shared"}, "kns.default"))
-	}
-	h.send(append(msgs, inSync())...)
+	h.send(fanOutSnapshot()...)
 	var first, all time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {

@@ -327,3 +327,17 @@ func hostMeta(host, ip string) *felix.ToDataplane {
 func vtep(node, mac, ip, parent string) *felix.ToDataplane {
 	return td(&felix.VXLANTunnelEndpointUpdate{Node: node, Mac: mac, Ipv4Addr: ip, ParentDeviceIp: parent})
 }
+
+// submitBadNets submits an update of endpoint name whose IPv4 nets do not
+// parse, as a controller might, through s.
+func (h *harness) submitBadNets(t *testing.T, s Session, name, addr string) {
+	t.Helper()
+	bad := wep(name, addr, nil, "p")
+	bad.GetWorkloadEndpointUpdate().Endpoint.Ipv4Nets = []string{"not-a-net"}
+	if _, err := felixconv.Translate(bad); err == nil {
+		t.Fatal("bad message validated")
+	}
+	if err := submitFelix(h.ctx, s, bad); err != nil {
+		t.Fatal(err)
+	}
+}

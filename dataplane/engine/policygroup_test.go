@@ -2,8 +2,6 @@ package engine
 
 import (
 	"testing"
-
-	"github.com/dpd-dev/dpd/server/felixconv"
 )
 
 // Endpoints with the same policy references get one PolicyGroup (a kernel
@@ -31,14 +29,7 @@ func TestPolicyGroupFromReferences(t *testing.T) {
 	if group("c") != group("a") {
 		t.Fatalf("c moved onto p keeps group %q, want a's %q", group("c"), group("a"))
 	}
-	bad := wep("b", "10.65.0.2", nil, "p")
-	bad.GetWorkloadEndpointUpdate().Endpoint.Ipv4Nets = []string{"not-a-net"}
-	if _, err := felixconv.Translate(bad); err == nil {
-		t.Fatal("bad message validated")
-	}
-	if err := submitFelix(h.ctx, s, bad); err != nil {
-		t.Fatal(err)
-	}
+	h.submitBadNets(t, s, "b", "10.65.0.2")
 	h.flush()
 	if ep, _ := h.k.Endpoint(wid("b")); ep == nil || !dropsAll(ep) || ep.PolicyGroup != "" {
 		t.Fatalf("failed-closed b: %+v, want it dropping everything in no group", ep)

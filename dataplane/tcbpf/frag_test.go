@@ -71,10 +71,15 @@ func icmpEchoBody(typ uint8, id uint16, n int) []byte {
 // rules (then the end-of-tier deny) and returns its head.
 func compiledPolicy(t *testing.T, d *Datapath, dir int, rules ...model.Rule) *ebpf.Program {
 	t.Helper()
-	pol := model.DirectionPolicy{Tiers: []model.Tier{{
-		Name: "default", DefaultAction: model.ActionDeny,
-		Policies: []model.PolicyRules{{Name: "default/frag", Kind: "policy", Rules: rules}},
-	}}}
+	return tierProgram(t, d, dir, model.Tier{Name: "default", DefaultAction: model.ActionDeny,
+		Policies: []model.PolicyRules{{Name: "default/frag", Kind: "policy", Rules: rules}}})
+}
+
+// tierProgram compiles and loads one tier for dir without IP sets and
+// returns its head; the program closes with the test.
+func tierProgram(t *testing.T, d *Datapath, dir int, tier model.Tier) *ebpf.Program {
+	t.Helper()
+	pol := model.DirectionPolicy{Tiers: []model.Tier{tier}}
 	mdir := model.Egress
 	if dir == abi.DirToWEP {
 		mdir = model.Ingress

@@ -11,7 +11,6 @@ import (
 
 	"github.com/dpd-dev/dpd/dataplane/model"
 	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
-	"github.com/dpd-dev/dpd/dataplane/tcbpf/polprog"
 	"github.com/dpd-dev/dpd/internal/testutil"
 )
 
@@ -76,25 +75,8 @@ func runHost(t *testing.T, d *Datapath, dir, ifindex int, frame []byte) int {
 // host endpoint's untracked and pre-DNAT tiers are: no match goes on.
 func stagePolicy(t *testing.T, d *Datapath, dir int, rules ...model.Rule) *ebpf.Program {
 	t.Helper()
-	pol := model.DirectionPolicy{Tiers: []model.Tier{{
-		Name: "stage", DefaultAction: model.ActionPass,
-		Policies: []model.PolicyRules{{Name: "stage/p", Kind: "policy", Rules: rules}},
-	}}}
-	mdir := model.Egress
-	if dir == abi.DirToWEP {
-		mdir = model.Ingress
-	}
-	spec, err := polprog.Compile(&pol, mdir, noSets{}, polprog.Options{})
-	if err != nil {
-		t.Fatalf("compile: %v", err)
-	}
-	m := d.Maps()
-	prog, err := spec.Load(polprog.Maps{State: m.State, Jump: m.Jump, IPSets: m.IPSets, RuleCtrs: m.RuleCtrs, Chain: m.Chain})
-	if err != nil {
-		t.Fatalf("load: %v", err)
-	}
-	t.Cleanup(func() { _ = prog.Close() })
-	return prog.Head()
+	return tierProgram(t, d, dir, model.Tier{Name: "stage", DefaultAction: model.ActionPass,
+		Policies: []model.PolicyRules{{Name: "stage/p", Kind: "policy", Rules: rules}}})
 }
 
 type hostCase struct {
