@@ -140,6 +140,7 @@ func (e *Engine) apply(now time.Time) {
 		p.phase("config_removals")
 		e.applyEndpointRemovals(now, p)
 		p.phase("endpoint_removals")
+		e.adoptPinned(now, p)
 		e.applyIPSetUpserts(now, p)
 		p.phase("ipsets")
 		e.applyEndpointUpserts(now, p)

@@ -69,23 +69,9 @@ func (e *Engine) applyEndpointRemovals(now time.Time, p *pass) {
 func (e *Engine) applyEndpointUpserts(now time.Time, p *pass) {
 	e.resolved = map[string]*resolution{}
 	defer func() { e.resolved = nil }()
-	var due []*wepEntry
-	for _, id := range e.weps.sortedDirty() {
-		if ent := e.weps.eps[id]; !ent.removed && ent.retry.due(now) {
-			due = append(due, ent)
-		}
-	}
+	due := e.dueEndpoints(now)
 	if pre, ok := e.k.(PolicyPreloader); ok {
-		var eps []*model.Endpoint
-		for _, ent := range due {
-			if ent.invalid != "" || ent.spec == nil {
-				continue
-			}
-			if desired, _, missing := e.resolve(ent); missing == "" && (ent.applied == nil || !sameEndpoint(desired, ent.applied)) {
-				eps = append(eps, desired)
-			}
-		}
-		if len(eps) > 0 {
+		if eps := e.changedEndpoints(due); len(eps) > 0 {
 			pre.PreloadPolicies(eps)
 		}
 		p.phase("preload")
@@ -114,6 +100,48 @@ func (e *Engine) applyEndpointUpserts(now time.Time, p *pass) {
 			e.evalEndpoint(ent, now, p)
 		}
 	}
+}
+
+// dueEndpoints is the dirty endpoints whose retry is due, in apply order.
+func (e *Engine) dueEndpoints(now time.Time) []*wepEntry {
+	var due []*wepEntry
+	for _, id := range e.weps.sortedDirty() {
+		if ent := e.weps.eps[id]; !ent.removed && ent.retry.due(now) {
+			due = append(due, ent)
+		}
+	}
+	return due
+}
+
+// changedEndpoints resolves the valid, complete entries of due whose
+// kernel copy differs from what they resolve to.
+func (e *Engine) changedEndpoints(due []*wepEntry) []*model.Endpoint {
+	var eps []*model.Endpoint
+	for _, ent := range due {
+		if ent.invalid != "" || ent.spec == nil {
+			continue
+		}
+		if desired, _, missing := e.resolve(ent); missing == "" && (ent.applied == nil || !sameEndpoint(desired, ent.applied)) {
+			eps = append(eps, desired)
+		}
+	}
+	return eps
+}
+
+// adoptPinned hands a kernel enforcing with programs an earlier process
+// left (PinnedPolicyAdopter) the endpoints this pass will apply, before
+// the pass changes IP sets.
+func (e *Engine) adoptPinned(now time.Time, p *pass) {
+	pa, ok := e.k.(PinnedPolicyAdopter)
+	if !ok || len(e.ipsets.dirty) == 0 || !pa.UnclaimedPinnedPolicies() {
+		return
+	}
+	e.resolved = map[string]*resolution{}
+	defer func() { e.resolved = nil }()
+	if eps := e.changedEndpoints(e.dueEndpoints(now)); len(eps) > 0 {
+		pa.AdoptPinnedPolicies(eps)
+	}
+	p.phase("adopt_pinned")
 }
 
 // evalEndpoint resolves ent, applies it if the kernel's copy differs (or a

@@ -41,6 +41,16 @@ type PolicyPreloader interface {
 	PreloadPolicies(eps []*model.Endpoint)
 }
 
+// PinnedPolicyAdopter is implemented by kernels that, after a restart,
+// enforce with programs an earlier process left until they take them
+// over. The engine hands such a kernel the endpoints a pass will apply
+// before the pass changes IP sets, so the programs they still compile to
+// see those changes (a program not yet taken over may not).
+type PinnedPolicyAdopter interface {
+	UnclaimedPinnedPolicies() bool
+	AdoptPinnedPolicies(eps []*model.Endpoint)
+}
+
 // Resyncer is implemented by kernels that skip re-reading kernel state for
 // an endpoint whose interface-level settings they programmed and saw
 // unchanged since. The engine calls Resync before a periodic full resync,

@@ -68,30 +68,9 @@ func (p *policyProgrammer) acquire(pol *model.DirectionPolicy, dir model.Directi
 		sp.preloaded = false
 		return sp, nil
 	}
-	if ap, ok := p.pinned[key]; ok {
-		prog, err := p.fac.Adopt(pol, dir, ap.pinned)
-		if err == nil {
-			delete(p.pinned, key)
-			ap.prog, ap.pinned = prog, nil
-			ap.refs++
-			p.progs[key] = ap
-			p.ops.ProgramAdopts++
-			return ap, nil
-		}
-		// Stale (another compiler, other maps): it keeps running where it
-		// is installed until replaced, but gives up its pin path.
-		p.log.Info("pinned policy program is out of date; loading a new one", "program", key, "reason", err)
-		delete(p.pinned, key)
-		if ap.refs == 0 {
-			if err := ap.pinned.Release(true); err != nil {
-				p.log.Warn("release stale policy program", "program", key, "err", err)
-			}
-		} else {
-			if err := ap.pinned.Unpin(); err != nil {
-				p.log.Warn("unpin stale policy program", "program", key, "err", err)
-			}
-			p.stale = append(p.stale, ap)
-		}
+	if sp := p.claimPinned(key, pol, dir); sp != nil {
+		sp.refs++
+		return sp, nil
 	}
 	prog, err := p.fac.Load(pol, dir)
 	if err != nil {
@@ -100,6 +79,39 @@ func (p *policyProgrammer) acquire(pol *model.DirectionPolicy, dir model.Directi
 	sp := p.addLoaded(key, prog)
 	sp.refs = 1
 	return sp, nil
+}
+
+// claimPinned takes over the program an earlier dpd pinned for key if it
+// is exactly what pol compiles to now (adopted, nothing written; the
+// references of the adopted endpoints that run it stay), else gives the
+// pinned program up and returns nil.
+func (p *policyProgrammer) claimPinned(key progKey, pol *model.DirectionPolicy, dir model.Direction) *sharedProg {
+	ap, ok := p.pinned[key]
+	if !ok {
+		return nil
+	}
+	delete(p.pinned, key)
+	prog, err := p.fac.Adopt(pol, dir, ap.pinned)
+	if err == nil {
+		ap.prog, ap.pinned = prog, nil
+		p.progs[key] = ap
+		p.ops.ProgramAdopts++
+		return ap
+	}
+	// Stale (another compiler, other maps): it keeps running where it is
+	// installed until replaced, but gives up its pin path.
+	p.log.Info("pinned policy program is out of date; loading a new one", "program", key, "reason", err)
+	if ap.refs == 0 {
+		if err := ap.pinned.Release(true); err != nil {
+			p.log.Warn("release stale policy program", "program", key, "err", err)
+		}
+	} else {
+		if err := ap.pinned.Unpin(); err != nil {
+			p.log.Warn("unpin stale policy program", "program", key, "err", err)
+		}
+		p.stale = append(p.stale, ap)
+	}
+	return nil
 }
 
 // addLoaded counts, pins (for the next restart) and records a program
