@@ -19,79 +19,79 @@ import (
 )
 
 // maxTrackedFlows bounds the flows the scanner follows between scans:
-// about 200 bytes each in the maps, so ~13 MiB at the cap.
+// about 150 bytes each, so ~10 MiB at the cap.
 const maxTrackedFlows = 65536
 
 // flowTracker follows the flow entries from one scan to the next. Used
 // by the scanner goroutine only.
 type flowTracker struct {
-	max  int
-	prev map[tcbpf.CTKey]tcbpf.CTVal // seen at the last scan, not yet this one
-	cur  map[tcbpf.CTKey]tcbpf.CTVal // seen this scan
+	max   int
+	epoch uint32                      // the scan under way
+	flows map[tcbpf.CTKey]trackedFlow // followed flows, as last seen
 	// untracked counts the flows this scan saw but could not follow.
 	untracked int
 }
 
+// trackedFlow is a followed flow's entry and the scan that last saw it.
+type trackedFlow struct {
+	v     tcbpf.CTVal
+	epoch uint32
+}
+
 func newFlowTracker(max int) *flowTracker {
-	return &flowTracker{max: max, prev: map[tcbpf.CTKey]tcbpf.CTVal{}, cur: map[tcbpf.CTKey]tcbpf.CTVal{}}
+	return &flowTracker{max: max, flows: map[tcbpf.CTKey]trackedFlow{}}
 }
 
 // begin starts a scan.
 func (t *flowTracker) begin() {
-	clear(t.cur)
+	t.epoch++
 	t.untracked = 0
 }
 
 // live records a flow entry the scan found alive; evicted is called
-// with the flow it replaced, if its key held another flow at the last
-// scan. A flow followed before always stays followed: the cap counts the
-// flows of the last scan not yet seen, so it holds whatever the walk's
+// with the flow it replaced, if its key held another flow before. A flow
+// followed before always stays followed: the cap counts every followed
+// flow, seen yet by this scan or not, so it holds whatever the walk's
 // order.
 func (t *flowTracker) live(k *tcbpf.CTKey, v *tcbpf.CTVal, evicted func(*tcbpf.CTKey, *tcbpf.CTVal)) {
 	if k.Dir == abi.DirNAT {
 		return
 	}
-	p, had := t.prev[*k]
-	if had {
-		delete(t.prev, *k)
-		if p.Created != v.Created && evicted != nil {
-			evicted(k, &p)
+	if f, had := t.flows[*k]; had {
+		if f.v.Created != v.Created && f.epoch != t.epoch && evicted != nil {
+			evicted(k, &f.v)
 		}
-	} else if len(t.cur)+len(t.prev) >= t.max {
+	} else if len(t.flows) >= t.max {
 		t.untracked++
 		return
 	}
-	t.cur[*k] = *v
+	t.flows[*k] = trackedFlow{v: *v, epoch: t.epoch}
 }
 
 // expired records a flow entry the scan deleted: it is reported as
 // expired, not evicted.
 func (t *flowTracker) expired(k *tcbpf.CTKey) {
-	delete(t.prev, *k)
+	delete(t.flows, *k)
 }
 
-// end finishes a scan: every flow of the last scan not seen since went
-// without the scanner, and is passed to evicted with its last counters.
-// This scan's flows are the next one's reference.
+// end finishes a scan: every followed flow it did not see went without
+// the scanner, and is passed to evicted with its last counters.
 func (t *flowTracker) end(evicted func(*tcbpf.CTKey, *tcbpf.CTVal)) {
-	if evicted != nil {
-		for k, v := range t.prev {
-			evicted(&k, &v)
+	for k, f := range t.flows {
+		if f.epoch == t.epoch {
+			continue
 		}
+		if evicted != nil {
+			evicted(&k, &f.v)
+		}
+		delete(t.flows, k)
 	}
-	clear(t.prev)
-	t.prev, t.cur = t.cur, t.prev
 }
 
 // abort ends a scan that did not see every entry: what it did not see
-// may still be there, so nothing is reported and everything seen stays
-// followed.
-func (t *flowTracker) abort() {
-	for k, v := range t.cur {
-		t.prev[k] = v
-	}
-	clear(t.cur)
-}
+// may still be there, so nothing is reported and every followed flow
+// stays followed (the next scan checks them all again).
+func (t *flowTracker) abort() {}
 
-// tracked is how many flows the next scan checks.
-func (t *flowTracker) tracked() int { return len(t.prev) }
+// tracked is how many flows are followed.
+func (t *flowTracker) tracked() int { return len(t.flows) }
