@@ -151,3 +151,48 @@ func TestStagedPreviewRestart(t *testing.T) {
 		t.Errorf("pinned previews left by a dpd without them: %v", err)
 	}
 }
+
+// TestStagedPreviewSplitSurvivesStop: a preview split into two chunks
+// keeps working while no dpd runs: stopping leaves its continuation in
+// dpd_chain under the head still installed in dpd_preview (without it,
+// the preview's tail call would fail and drop the packet), and the next
+// dpd adopts it.
+func TestStagedPreviewSplitSurvivesStop(t *testing.T) {
+	pin := newPinDir(t)
+	opts := Options{PinDir: pin, Flows: FlowOptions{StagedPreview: true}}
+	k1 := openKernelWith(t, opts)
+	a, b := newWorkload(t, "10.77.9.41"), newWorkload(t, "10.77.9.42")
+	epA, epB := allowAllEndpoint(a, 1), allowAllEndpoint(b, 2)
+	big := bigPolicy()
+	big.Profiles = allowAll().Profiles
+	big = big.WithDigest()
+	epB.PreviewIngress = &big
+	mustApply(t, k1, epA, epB)
+	prog, ok := k1.preview.program(b.HostIface, model.Ingress).(interface{ ChainIndices() []uint32 })
+	if !ok || len(prog.ChainIndices()) == 0 {
+		t.Fatal("the big preview should be split into two chunks")
+	}
+	if !pingsQuick(a, b.IP) {
+		t.Fatal("ping into b failed with the split preview")
+	}
+	if err := k1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// No dpd: a new flow runs the preview's both chunks.
+	if !pingsQuick(a, b.IP) {
+		t.Fatal("ping into b failed while no dpd runs: the preview's continuation is gone")
+	}
+	k2 := openKernelWith(t, opts)
+	next := pingEvents(t, k2, b.HostIface)
+	if !pingsQuick(a, b.IP) {
+		t.Fatal("ping into b failed after the restart")
+	}
+	if ev := next("after the restart"); !ev.Staged || !ev.StagedAllowed {
+		t.Fatalf("event %+v: want the big preview's staged allow", ev)
+	}
+	before := k2.Ops()
+	mustApply(t, k2, epA, epB)
+	if ops := k2.Ops().Sub(before); ops.ProgramLoads != 0 {
+		t.Errorf("first apply after the restart loaded %d programs, want 0", ops.ProgramLoads)
+	}
+}
