@@ -64,14 +64,14 @@ type FlowLogRecord struct {
 	// expired) and what they carried in total: out is source to
 	// destination, in the replies.
 	NumFlowsCompleted uint64 `json:"num_flows_completed"`
-	// Of those, the flows whose entries the full conntrack table evicted:
-	// their totals are as the scan before saw them.
+	PacketsOut        uint64 `json:"packets_out"`
+	BytesOut          uint64 `json:"bytes_out"`
+	PacketsIn         uint64 `json:"packets_in"`
+	BytesIn           uint64 `json:"bytes_in"`
+	Overflow          bool   `json:"overflow,omitempty"`
+	// Of the flows completed, those whose entries the full conntrack
+	// table evicted: their totals are as the scan before saw them.
 	NumFlowsEvicted uint64 `json:"num_flows_evicted,omitempty"`
-	PacketsOut      uint64 `json:"packets_out"`
-	BytesOut        uint64 `json:"bytes_out"`
-	PacketsIn       uint64 `json:"packets_in"`
-	BytesIn         uint64 `json:"bytes_in"`
-	Overflow        bool   `json:"overflow,omitempty"`
 }
 
 // count adds ev to r: a decision counts a flow and the packets it stands
@@ -99,22 +99,22 @@ type flowAggregator struct {
 	interval time.Duration
 	log      *slog.Logger
 
-	mu         sync.Mutex
-	byPolicy   map[flowPolicyKey]uint64 // guarded by mu
-	window     map[flowLogKey]*FlowLogRecord
-	overflow   FlowLogRecord
-	winStart   time.Time
-	peers      *peerIndex // used by run's goroutine only
-	eventsD    *prometheus.Desc
-	droppedD   *prometheus.Desc
-	lostD      *prometheus.Desc
-	subsD      *prometheus.Desc
-	flowsD     *prometheus.Desc
-	historyD   *prometheus.Desc
-	decodeErr  *prometheus.Desc
-	endsD      *prometheus.Desc
-	evictedD   *prometheus.Desc
-	untrackedD *prometheus.Desc
+	mu        sync.Mutex
+	byPolicy  map[flowPolicyKey]uint64 // guarded by mu
+	window    map[flowLogKey]*FlowLogRecord
+	overflow  FlowLogRecord
+	winStart  time.Time
+	peers     *peerIndex // used by run's goroutine only
+	eventsD   *prometheus.Desc
+	droppedD  *prometheus.Desc
+	lostD     *prometheus.Desc
+	subsD     *prometheus.Desc
+	flowsD    *prometheus.Desc
+	historyD  *prometheus.Desc
+	decodeErr *prometheus.Desc
+	endsD     *prometheus.Desc
+	evictedD  *prometheus.Desc
+	untrackD  *prometheus.Desc
 }
 
 func newFlowAggregator(fo engine.FlowObserver, eng Engine, out io.Writer, interval time.Duration, log *slog.Logger) *flowAggregator {
@@ -141,7 +141,7 @@ func newFlowAggregator(fo engine.FlowObserver, eng Engine, out io.Writer, interv
 			"Allowed flows reported ended: conntrack entries the scanner expired, or the full table evicted (dpd_flow_ends_evicted_total).", nil, nil),
 		evictedD: prometheus.NewDesc("dpd_flow_ends_evicted_total",
 			"Allowed flows reported ended because the full conntrack table evicted their entries.", nil, nil),
-		untrackedD: prometheus.NewDesc("dpd_flow_ends_untracked",
+		untrackD: prometheus.NewDesc("dpd_flow_ends_untracked",
 			"Flows the last conntrack scan could not follow for eviction (beyond its cap): their eviction goes unreported.", nil, nil),
 		flowsD: prometheus.NewDesc("dpd_flows_total",
 			"New flows decided, by verdict and deciding policy (denied flows at most once per flow per second); at most 500 policies, the rest as policy \"_other\".",
@@ -150,7 +150,7 @@ func newFlowAggregator(fo engine.FlowObserver, eng Engine, out io.Writer, interv
 }
 
 func (a *flowAggregator) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{a.eventsD, a.droppedD, a.lostD, a.subsD, a.historyD, a.decodeErr, a.flowsD, a.endsD, a.evictedD, a.untrackedD} {
+	for _, d := range []*prometheus.Desc{a.eventsD, a.droppedD, a.lostD, a.subsD, a.historyD, a.decodeErr, a.flowsD, a.endsD, a.evictedD, a.untrackD} {
 		ch <- d
 	}
 }
@@ -165,7 +165,7 @@ func (a *flowAggregator) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(a.decodeErr, prometheus.CounterValue, float64(st.ReadErrors))
 	ch <- prometheus.MustNewConstMetric(a.endsD, prometheus.CounterValue, float64(st.Ended))
 	ch <- prometheus.MustNewConstMetric(a.evictedD, prometheus.CounterValue, float64(st.Evicted))
-	ch <- prometheus.MustNewConstMetric(a.untrackedD, prometheus.GaugeValue, float64(st.Untracked))
+	ch <- prometheus.MustNewConstMetric(a.untrackD, prometheus.GaugeValue, float64(st.Untracked))
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for k, n := range a.byPolicy {

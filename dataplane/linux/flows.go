@@ -47,16 +47,17 @@ type FlowOptions struct {
 
 // flowWatcher owns the history and the reader of the current datapath.
 type flowWatcher struct {
-	hist  *flowhist.History
-	read  atomic.Uint64
-	ended atomic.Uint64 // end events of expired and evicted conntrack entries (flowends.go)
-	errs  atomic.Uint64
+	hist   *flowhist.History
+	read   atomic.Uint64
+	ended  atomic.Uint64 // end events of expired and evicted conntrack entries (flowends.go)
+	errs   atomic.Uint64
+	drops  func() (uint64, error) // the current datapath's drop counter; guarded by Kernel.mu
+	reader *tcbpf.EventReader     // guarded by Kernel.mu
+
 	// evicted counts the ends of evicted entries; untracked is the last
 	// scan's flows beyond what it follows (flowevict.go).
 	evicted   atomic.Uint64
 	untracked atomic.Int64
-	drops     func() (uint64, error) // the current datapath's drop counter; guarded by Kernel.mu
-	reader    *tcbpf.EventReader     // guarded by Kernel.mu
 }
 
 // flowCache speeds up translation; used by the reader goroutine only.

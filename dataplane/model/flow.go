@@ -73,16 +73,17 @@ type FlowCounts struct {
 
 // FlowStats describes the flow event pipeline.
 type FlowStats struct {
-	Read    uint64 // events read from the kernel
-	Ended   uint64 // end events from expired and evicted conntrack entries
-	Evicted uint64 // of Ended, the evicted ones
-	// Untracked: flows the last conntrack scan could not follow for
-	// eviction (beyond its cap); their eviction goes unreported.
-	Untracked      int
+	Read           uint64 // events read from the kernel
+	Ended          uint64 // end events from expired and evicted conntrack entries
 	KernelDrops    uint64 // events the kernel's full ring could not take
 	ReadErrors     uint64 // records that could not be decoded
 	History        int    // events held now
 	HistoryCap     int
 	Subscribers    int
 	SubscriberLost uint64 // events slow subscribers missed, in total
+
+	Evicted uint64 // of Ended, the ends of evicted entries
+	// Untracked: flows the last conntrack scan could not follow for
+	// eviction (beyond its cap); their eviction goes unreported.
+	Untracked int
 }
