@@ -52,9 +52,9 @@ struct {
 
 /* Staged previews: the preview program of endpoint slot s, direction d
  * at DPD_JUMP_POL_BASE + 2*s + d, as in dpd_jump; max_entries is set by
- * userspace to dpd_jump's. Pinned, so that a restarted dpd finds its
- * epilogue current (it refers to the map), but emptied at every start: the
- * programs are not pinned and are loaded again as endpoints are applied. */
+ * userspace to dpd_jump's. Pinned like dpd_jump: a restarted dpd finds its
+ * epilogue current (it refers to the map) and the previews of the
+ * endpoints it adopts still installed (their programs are pinned too). */
 struct {
 	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
 	__uint(max_entries, 2016);

@@ -22,14 +22,16 @@ func endOf(ev model.FlowEvent, seq uint64, fwd, rev model.FlowCounts) model.Flow
 func TestObserveEnds(t *testing.T) {
 	s, k := observeFixture()
 	allowed := k.history[1]
-	k.history = append(k.history, endOf(allowed, 4, model.FlowCounts{Packets: 6, Bytes: 500}, model.FlowCounts{Packets: 5, Bytes: 2000}))
+	end := endOf(allowed, 4, model.FlowCounts{Packets: 6, Bytes: 500}, model.FlowCounts{Packets: 5, Bytes: 2000})
+	end.EndReason = model.FlowEndEvicted
+	k.history = append(k.history, end)
 
 	ends := observe(t, s, &dpdv1.ObserveRequest{Type: "end"})
 	if len(ends) != 1 {
 		t.Fatalf("type=end: %d flows, want 1", len(ends))
 	}
 	f := ends[0].GetFlow()
-	if !f.GetEnded() || f.GetVerdict() != "allow" || f.GetRule().GetPolicy() != "default/db" ||
+	if !f.GetEnded() || f.GetEndReason() != "evicted" || f.GetVerdict() != "allow" || f.GetRule().GetPolicy() != "default/db" ||
 		f.GetForward().GetPackets() != 6 || f.GetForward().GetBytes() != 500 ||
 		f.GetReply().GetPackets() != 5 || f.GetReply().GetBytes() != 2000 ||
 		!f.GetStarted().AsTime().Equal(allowed.Time) || !f.GetTime().AsTime().Equal(allowed.Time.Add(40*time.Second)) {
@@ -56,6 +58,7 @@ func TestFlowLogCountsEnds(t *testing.T) {
 	a.add(&allowed)
 	end1 := endOf(allowed, 4, model.FlowCounts{Packets: 6, Bytes: 500}, model.FlowCounts{Packets: 5, Bytes: 2000})
 	end2 := endOf(allowed, 5, model.FlowCounts{Packets: 1, Bytes: 60}, model.FlowCounts{Packets: 0, Bytes: 0})
+	end1.EndReason, end2.EndReason = model.FlowEndExpired, model.FlowEndEvicted
 	a.add(&end1)
 	a.add(&end2)
 	a.flush(flowT0.Add(time.Minute))
@@ -67,7 +70,7 @@ func TestFlowLogCountsEnds(t *testing.T) {
 	if err := json.Unmarshal([]byte(lines[0]), &r); err != nil {
 		t.Fatal(err)
 	}
-	if r.NumFlows != 1 || r.NumPackets != 1 || r.NumFlowsCompleted != 2 || r.PacketsOut != 7 || r.BytesOut != 560 ||
+	if r.NumFlows != 1 || r.NumPackets != 1 || r.NumFlowsCompleted != 2 || r.NumFlowsEvicted != 1 || r.PacketsOut != 7 || r.BytesOut != 560 ||
 		r.PacketsIn != 5 || r.BytesIn != 2000 || r.Action != "allow" || r.Policy != "default/db#0" {
 		t.Fatalf("record %+v", r)
 	}

@@ -69,6 +69,9 @@ type FlowLogRecord struct {
 	PacketsIn         uint64 `json:"packets_in"`
 	BytesIn           uint64 `json:"bytes_in"`
 	Overflow          bool   `json:"overflow,omitempty"`
+	// Of the flows completed, those whose entries the full conntrack
+	// table evicted: their totals are as the scan before saw them.
+	NumFlowsEvicted uint64 `json:"num_flows_evicted,omitempty"`
 }
 
 // count adds ev to r: a decision counts a flow and the packets it stands
@@ -76,6 +79,9 @@ type FlowLogRecord struct {
 func (r *FlowLogRecord) count(ev *model.FlowEvent) {
 	if ev.End {
 		r.NumFlowsCompleted++
+		if ev.EndReason == model.FlowEndEvicted {
+			r.NumFlowsEvicted++
+		}
 		r.PacketsOut += ev.Forward.Packets
 		r.BytesOut += ev.Forward.Bytes
 		r.PacketsIn += ev.Reply.Packets
@@ -107,6 +113,8 @@ type flowAggregator struct {
 	historyD  *prometheus.Desc
 	decodeErr *prometheus.Desc
 	endsD     *prometheus.Desc
+	evictedD  *prometheus.Desc
+	untrackD  *prometheus.Desc
 }
 
 func newFlowAggregator(fo engine.FlowObserver, eng Engine, out io.Writer, interval time.Duration, log *slog.Logger) *flowAggregator {
@@ -130,7 +138,11 @@ func newFlowAggregator(fo engine.FlowObserver, eng Engine, out io.Writer, interv
 		decodeErr: prometheus.NewDesc("dpd_flow_event_read_errors_total",
 			"Flow event records that could not be read.", nil, nil),
 		endsD: prometheus.NewDesc("dpd_flow_ends_total",
-			"Allowed flows reported ended: conntrack entries the scanner expired.", nil, nil),
+			"Allowed flows reported ended: conntrack entries the scanner expired, or the full table evicted (dpd_flow_ends_evicted_total).", nil, nil),
+		evictedD: prometheus.NewDesc("dpd_flow_ends_evicted_total",
+			"Allowed flows reported ended because the full conntrack table evicted their entries.", nil, nil),
+		untrackD: prometheus.NewDesc("dpd_flow_ends_untracked",
+			"Flows the last conntrack scan could not follow for eviction (beyond its cap): their eviction goes unreported.", nil, nil),
 		flowsD: prometheus.NewDesc("dpd_flows_total",
 			"New flows decided, by verdict and deciding policy (denied flows at most once per flow per second); at most 500 policies, the rest as policy \"_other\".",
 			[]string{"verdict", "tier", "policy"}, nil),
@@ -138,7 +150,7 @@ func newFlowAggregator(fo engine.FlowObserver, eng Engine, out io.Writer, interv
 }
 
 func (a *flowAggregator) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{a.eventsD, a.droppedD, a.lostD, a.subsD, a.historyD, a.decodeErr, a.flowsD, a.endsD} {
+	for _, d := range []*prometheus.Desc{a.eventsD, a.droppedD, a.lostD, a.subsD, a.historyD, a.decodeErr, a.flowsD, a.endsD, a.evictedD, a.untrackD} {
 		ch <- d
 	}
 }
@@ -152,6 +164,8 @@ func (a *flowAggregator) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(a.historyD, prometheus.GaugeValue, float64(st.History))
 	ch <- prometheus.MustNewConstMetric(a.decodeErr, prometheus.CounterValue, float64(st.ReadErrors))
 	ch <- prometheus.MustNewConstMetric(a.endsD, prometheus.CounterValue, float64(st.Ended))
+	ch <- prometheus.MustNewConstMetric(a.evictedD, prometheus.CounterValue, float64(st.Evicted))
+	ch <- prometheus.MustNewConstMetric(a.untrackD, prometheus.GaugeValue, float64(st.Untracked))
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for k, n := range a.byPolicy {

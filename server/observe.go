@@ -302,7 +302,7 @@ func flowMessage(ev *model.FlowEvent, peers *peerIndex) *dpdv1.Flow {
 		m.StagedRule = ref
 	}
 	if ev.End {
-		m.Ended = true
+		m.Ended, m.EndReason = true, string(ev.EndReason)
 		if !ev.Started.IsZero() {
 			m.Started = timestamppb.New(ev.Started)
 		}

@@ -40,6 +40,9 @@ func FlowLine(f *dpdv1.Flow) string {
 		if st := f.GetStarted(); st != nil {
 			fmt.Fprintf(&b, ", %s", f.GetTime().AsTime().Sub(st.AsTime()).Round(time.Millisecond))
 		}
+		if f.GetEndReason() == "evicted" {
+			b.WriteString("  (evicted: conntrack table full; counts as of the scan before)")
+		}
 	}
 	return b.String()
 }

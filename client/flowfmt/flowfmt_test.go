@@ -66,6 +66,13 @@ func TestFlowLineEnded(t *testing.T) {
 	if strings.Contains(got, "ALLOWED") {
 		t.Errorf("FlowLine = %q: an end is not a decision", got)
 	}
+	if strings.Contains(got, "evicted") {
+		t.Errorf("FlowLine = %q: an expired flow is not evicted", got)
+	}
+	f.EndReason = "evicted"
+	if got := FlowLine(f); !strings.Contains(got, "ENDED") || !strings.Contains(got, "(evicted: conntrack table full") {
+		t.Errorf("FlowLine = %q, want ENDED … (evicted: conntrack table full …)", got)
+	}
 }
 
 func TestFlowLineStaged(t *testing.T) {

@@ -106,11 +106,30 @@ func (f polprogFacility) LoadPreview(pol *model.DirectionPolicy, dir model.Direc
 	return p, nil
 }
 
-func (f polprogFacility) Adopt(pol *model.DirectionPolicy, dir model.Direction, p pinnedProgram) (loadedProgram, error) {
-	spec, err := polprog.Compile(pol, dir, f.d, polprog.Options{})
+// AdoptPreview takes over a pinned preview program if it is exactly what
+// LoadPreview would load now.
+func (f polprogFacility) AdoptPreview(pol *model.DirectionPolicy, dir model.Direction, p pinnedProgram) (loadedProgram, error) {
+	spec, err := polprog.Compile(pol, dir, f.d, polprog.Options{MaxChunks: previewMaxChunks, Name: "dpd_prev"})
 	if err != nil {
 		return nil, err
 	}
+	return adoptSpec(f, spec, p)
+}
+
+func (f polprogFacility) PreviewsDir() string { return filepath.Join(f.d.PinDir(), "previews") }
+
+func (f polprogFacility) PinnedPreviewNames() ([]string, error) { return pinDirNames(f.PreviewsDir()) }
+
+func (f polprogFacility) OpenPinnedPreview(name string) (pinnedProgram, error) {
+	p, err := polprog.OpenPinned(filepath.Join(f.PreviewsDir(), name), f.d.Maps().Chain)
+	if err != nil {
+		return nil, err
+	}
+	return pinnedPolprog{p}, nil
+}
+
+// adoptSpec adopts p as spec's program.
+func adoptSpec(f polprogFacility, spec *polprog.Spec, p pinnedProgram) (loadedProgram, error) {
 	pp, ok := p.(pinnedPolprog)
 	if !ok {
 		return nil, errors.New("not a pinned policy program")
@@ -122,15 +141,27 @@ func (f polprogFacility) Adopt(pol *model.DirectionPolicy, dir model.Direction, 
 	return prog, nil
 }
 
+func (f polprogFacility) Adopt(pol *model.DirectionPolicy, dir model.Direction, p pinnedProgram) (loadedProgram, error) {
+	spec, err := polprog.Compile(pol, dir, f.d, polprog.Options{})
+	if err != nil {
+		return nil, err
+	}
+	return adoptSpec(f, spec, p)
+}
+
 func (f polprogFacility) ProgsDir() string { return filepath.Join(f.d.PinDir(), "progs") }
 
-func (f polprogFacility) PinnedNames() ([]string, error) {
-	ents, err := os.ReadDir(f.ProgsDir())
+func (f polprogFacility) PinnedNames() ([]string, error) { return pinDirNames(f.ProgsDir()) }
+
+// pinDirNames lists the program pin directories in dir (none when dir
+// does not exist).
+func pinDirNames(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("list pinned policy programs: %w", err)
+		return nil, fmt.Errorf("list pinned programs in %s: %w", dir, err)
 	}
 	out := make([]string, 0, len(ents))
 	for _, e := range ents {
@@ -168,6 +199,7 @@ func (p pinnedPolprog) Dir() string { return p.Pinned.Dir }
 var (
 	_ entryFacility   = entryMaps{}
 	_ programFacility = polprogFacility{}
+	_ previewFacility = polprogFacility{}
 	_ sweepFacility   = (*tcbpf.Datapath)(nil)
 	_ ipsetMaps       = (*tcbpf.Datapath)(nil)
 	_ routeMaps       = (*tcbpf.Datapath)(nil)

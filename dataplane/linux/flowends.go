@@ -6,7 +6,8 @@ package linux
 // with the rule that allowed the flow and what it carried each way. A TCP
 // flow's FIN or RST marks its entry closing, which shortens its timeout to
 // 30 s, so a closed connection ends within that plus a scan interval.
-// Entries the LRU map evicts when full end unreported.
+// Entries the LRU map evicts when full are reported by the next scan
+// (flowevict.go).
 
 import (
 	"context"
@@ -67,61 +68,108 @@ func (k *Kernel) runScan(ctx context.Context, s *ctScanner, d *tcbpf.Datapath, i
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	cache := &flowCache{ifaces: map[int]string{}, rules: map[loadedProgram]map[uint64]model.RuleInfo{}}
-	var ends []model.FlowEvent
+	sc := newEndScan(events, clock)
+	warnedUntracked := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		ends = ends[:0]
-		unreported := 0
-		var record func(*tcbpf.CTKey, *tcbpf.CTVal)
-		if events {
-			now := time.Now()
-			record = func(key *tcbpf.CTKey, v *tcbpf.CTVal) {
-				if len(ends) == maxEndsPerScan {
-					unreported++
-					return
-				}
-				ends = append(ends, flowEnd(key, v, now, clock))
-			}
-		}
 		s.mu.Lock()
 		if ctx.Err() != nil {
 			s.mu.Unlock()
 			return
 		}
-		n, err := d.ScanConntrackEnded(time.Now(), record)
+		n, err := sc.scan(d, time.Now())
 		s.mu.Unlock()
 		if err != nil {
 			k.log.Warn("conntrack scan failed", "err", err)
 		} else if n > 0 {
 			k.log.Debug("conntrack entries expired", "count", n)
 		}
-		if unreported > 0 {
-			k.log.Warn("conntrack scan: more flows ended than one scan reports; the rest are not reported",
-				"reported", len(ends), "unreported", unreported)
+		if sc.tr.untracked > 0 && !warnedUntracked {
+			warnedUntracked = true
+			k.log.Warn("conntrack scan: more flows than it follows for eviction; the eviction of the rest goes unreported",
+				"followed", maxTrackedFlows, "untracked", sc.tr.untracked)
 		}
-		if len(ends) == 0 {
-			continue
+		if sc.unreported > 0 {
+			k.log.Warn("conntrack scan: more flows ended than one scan reports; the rest are not reported",
+				"reported", len(sc.ends), "unreported", sc.unreported)
 		}
 		k.mu.Lock()
 		fw := k.flows
-		if !k.closed {
-			for i := range ends {
-				k.resolveFlowLocked(&ends[i], cache)
+		if !k.closed && fw != nil {
+			fw.untracked.Store(int64(sc.tr.untracked))
+			for i := range sc.ends {
+				k.resolveFlowLocked(&sc.ends[i], cache)
 			}
 		}
 		k.mu.Unlock()
-		if fw == nil {
+		if fw == nil || len(sc.ends) == 0 {
 			continue
 		}
-		fw.ended.Add(uint64(len(ends)))
-		for i := range ends {
-			fw.hist.Add(ends[i])
+		fw.ended.Add(uint64(len(sc.ends)))
+		fw.evicted.Add(uint64(sc.evicted))
+		for i := range sc.ends {
+			fw.hist.Add(sc.ends[i])
 		}
 	}
+}
+
+// ctScanSource is the datapath as the scan uses it.
+type ctScanSource interface {
+	ScanConntrackFlows(now time.Time, ended, live func(*tcbpf.CTKey, *tcbpf.CTVal)) (int, error)
+}
+
+// endScan is one scanner's state across scans: the flows it follows for
+// eviction and the last scan's end events (not yet named).
+type endScan struct {
+	events     bool
+	clock      tcbpf.MonoClock
+	tr         *flowTracker
+	ends       []model.FlowEvent
+	unreported int // ends beyond maxEndsPerScan in the last scan
+	evicted    int // of ends, the evicted ones
+}
+
+func newEndScan(events bool, clock tcbpf.MonoClock) *endScan {
+	return &endScan{events: events, clock: clock, tr: newFlowTracker(maxTrackedFlows)}
+}
+
+// scan deletes the expired entries and, with events, collects the ends
+// of the flows expired and evicted since the last scan into sc.ends.
+func (sc *endScan) scan(d ctScanSource, now time.Time) (expired int, err error) {
+	sc.ends, sc.unreported, sc.evicted = sc.ends[:0], 0, 0
+	if !sc.events {
+		return d.ScanConntrackFlows(now, nil, nil)
+	}
+	add := func(key *tcbpf.CTKey, v *tcbpf.CTVal, why model.FlowEndReason) {
+		if len(sc.ends) == maxEndsPerScan {
+			sc.unreported++
+			return
+		}
+		ev := flowEnd(key, v, now, sc.clock)
+		ev.EndReason = why
+		if why == model.FlowEndEvicted {
+			sc.evicted++
+		}
+		sc.ends = append(sc.ends, ev)
+	}
+	evict := func(key *tcbpf.CTKey, v *tcbpf.CTVal) { add(key, v, model.FlowEndEvicted) }
+	sc.tr.begin()
+	expired, err = d.ScanConntrackFlows(now,
+		func(key *tcbpf.CTKey, v *tcbpf.CTVal) {
+			sc.tr.expired(key)
+			add(key, v, model.FlowEndExpired)
+		},
+		func(key *tcbpf.CTKey, v *tcbpf.CTVal) { sc.tr.live(key, v, evict) })
+	if err != nil {
+		sc.tr.abort() // what the scan did not see may still be there
+		return expired, err
+	}
+	sc.tr.end(evict)
+	return expired, nil
 }
 
 // flowEnd is the end event of a deleted conntrack entry.

@@ -72,10 +72,10 @@ func TestFlowEndsKernel(t *testing.T) {
 			t.Fatal("no end event of the ping at a's egress within 15s")
 		}
 	}
-	if !end.Allowed || !end.RuleFound || end.Rule.Policy != "allow" || end.Src.Addr().String() != a.IP ||
+	if !end.Allowed || end.EndReason != model.FlowEndExpired || !end.RuleFound || end.Rule.Policy != "allow" || end.Src.Addr().String() != a.IP ||
 		end.Dst.Addr().String() != b.IP || end.Forward.Packets != 3 || end.Reply.Packets != 3 ||
 		end.Forward.Bytes < 3*84 || end.Reply.Bytes < 3*84 || !end.Started.Before(end.Time) {
-		t.Fatalf("end event %+v: want 3 requests and 3 replies of at least 84 bytes, allowed by profile allow", end)
+		t.Fatalf("end event %+v: want expired, 3 requests and 3 replies of at least 84 bytes, allowed by profile allow", end)
 	}
 	if st := k.FlowStats(); st.Ended == 0 {
 		t.Errorf("stats %+v count no end", st)

@@ -49,10 +49,15 @@ type FlowOptions struct {
 type flowWatcher struct {
 	hist   *flowhist.History
 	read   atomic.Uint64
-	ended  atomic.Uint64 // end events of expired conntrack entries (flowends.go)
+	ended  atomic.Uint64 // end events of expired and evicted conntrack entries (flowends.go)
 	errs   atomic.Uint64
 	drops  func() (uint64, error) // the current datapath's drop counter; guarded by Kernel.mu
 	reader *tcbpf.EventReader     // guarded by Kernel.mu
+
+	// evicted counts the ends of evicted entries; untracked is the last
+	// scan's flows beyond what it follows (flowevict.go).
+	evicted   atomic.Uint64
+	untracked atomic.Int64
 }
 
 // flowCache speeds up translation; used by the reader goroutine only.
@@ -236,7 +241,8 @@ func (k *Kernel) FlowStats() model.FlowStats {
 	}
 	held, capacity, subs, lost := fw.hist.Stats()
 	return model.FlowStats{
-		Read: fw.read.Load(), Ended: fw.ended.Load(), KernelDrops: drops, ReadErrors: fw.errs.Load(),
+		Read: fw.read.Load(), Ended: fw.ended.Load(), Evicted: fw.evicted.Load(), Untracked: int(fw.untracked.Load()),
+		KernelDrops: drops, ReadErrors: fw.errs.Load(),
 		History: held, HistoryCap: capacity, Subscribers: subs, SubscriberLost: lost,
 	}
 }

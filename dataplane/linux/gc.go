@@ -406,6 +406,11 @@ func (p *policyProgrammer) sweep(r *GCReport) error {
 			keep[ri.CounterID] = true
 		}
 	}
+	if p.keepCounters != nil {
+		for _, id := range p.keepCounters() {
+			keep[id] = true
+		}
+	}
 	ids, err := p.fac.CounterIDs()
 	if err != nil {
 		errs = append(errs, err)

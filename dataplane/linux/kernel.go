@@ -215,10 +215,7 @@ func (k *Kernel) openBPFLocked() error {
 		_ = d.Close()
 		return err
 	}
-	if k.opts.Flows.StagedPreview && !k.opts.Flows.Off {
-		k.preview = newPreviewProgrammer(d, polprogFacility{d}.LoadPreview, k.log)
-		k.eps.releasePreview = k.preview.release
-	}
+	k.openPreviewsLocked(d)
 	k.startFlowsLocked(d)
 	k.startScanLocked(d, !k.opts.Flows.Off)
 	return nil
@@ -265,7 +262,7 @@ func (k *Kernel) Close() error {
 	k.stopFlowsLocked()
 	k.stopScanLocked()
 	if k.preview != nil {
-		k.preview.closeAll()
+		k.preview.abandon()
 		k.preview = nil
 	}
 	if k.flows != nil {
@@ -335,7 +332,7 @@ func (k *Kernel) Configure(cfg map[string]string) error {
 	k.stopFlowsLocked()
 	k.stopScanLocked()
 	if k.preview != nil {
-		k.preview.closeAll()
+		k.preview.abandon()
 		k.preview = nil
 	}
 	if err := k.bpf.Close(); err != nil {

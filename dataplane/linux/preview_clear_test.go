@@ -1,11 +1,13 @@
 package linux
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/cilium/ebpf"
 
 	"github.com/dpd-dev/dpd/dataplane/model"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf"
 )
 
 // countingPreviewSlots counts dpd_preview writes.
@@ -21,15 +23,37 @@ func (c *countingPreviewSlots) ClearPreview(uint32, int) error {
 	return nil
 }
 
+func (c *countingPreviewSlots) ClearPreviews() error                   { return nil }
+func (c *countingPreviewSlots) Previews() ([]tcbpf.PolicyEntry, error) { return nil, nil }
+
+// loadOnlyPreviews loads previews as load does and has nothing pinned.
+type loadOnlyPreviews struct {
+	load func() loadedProgram
+	dir  string
+}
+
+func (l loadOnlyPreviews) LoadPreview(*model.DirectionPolicy, model.Direction) (loadedProgram, error) {
+	return l.load(), nil
+}
+
+func (l loadOnlyPreviews) AdoptPreview(*model.DirectionPolicy, model.Direction, pinnedProgram) (loadedProgram, error) {
+	return nil, errors.New("nothing is pinned")
+}
+func (l loadOnlyPreviews) PreviewsDir() string                   { return l.dir }
+func (l loadOnlyPreviews) PinnedPreviewNames() ([]string, error) { return nil, nil }
+func (l loadOnlyPreviews) OpenPinnedPreview(string) (pinnedProgram, error) {
+	return nil, errors.New("nothing is pinned")
+}
+func (l loadOnlyPreviews) RemovePinDir(string) error { return nil }
+
 // An endpoint without previews clears its slot's preview entries once,
 // not at every apply (a policy change re-applies every endpoint of the
 // policy); an entry written since is cleared again.
 func TestPreviewClearsOnce(t *testing.T) {
 	f := newFakeKernel(t)
 	c := &countingPreviewSlots{}
-	p := newPreviewProgrammer(c, func(*model.DirectionPolicy, model.Direction) (loadedProgram, error) {
-		return f.newProg("preview"), nil
-	}, quietLog())
+	p := newPreviewProgrammer(c, loadOnlyPreviews{load: func() loadedProgram { return f.newProg("preview") }, dir: t.TempDir()},
+		quietLog(), &Ops{})
 	plain := f.endpoint("cali1", 1, "allow-web", "allow-all")
 	for range 3 {
 		if err := p.apply(plain, 3); err != nil {

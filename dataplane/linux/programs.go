@@ -34,6 +34,9 @@ type policyProgrammer struct {
 	progs  map[progKey]*sharedProg // loaded (or verified) by this process
 	pinned map[progKey]*sharedProg // pinned by an earlier dpd, not yet claimed
 	stale  []*sharedProg           // pinned programs found out of date, still in some slot
+	// keepCounters lists the counter ids other programs (staged
+	// previews) created, which garbage collection keeps; nil: none.
+	keepCounters func() []uint64
 }
 
 func newPolicyProgrammer(fac programFacility, log *slog.Logger, ops *Ops) *policyProgrammer {

@@ -42,6 +42,11 @@ type FlowEvent struct {
 	End            bool
 	Started        time.Time
 	Forward, Reply FlowCounts
+	// EndReason says how an ended flow's entry went: FlowEndExpired, or
+	// FlowEndEvicted (the full conntrack table evicted it; Time is the
+	// scan that found it gone, Forward and Reply as the scan before saw
+	// them).
+	EndReason FlowEndReason
 	// Staged is set when the endpoint direction's staged policies were
 	// previewed (the kernel's staged preview is on and it has some):
 	// StagedAllowed and the Staged rule are what its policy would have
@@ -53,6 +58,14 @@ type FlowEvent struct {
 	StagedRuleFound bool
 }
 
+// FlowEndReason is why a flow's conntrack entry ended.
+type FlowEndReason string
+
+const (
+	FlowEndExpired FlowEndReason = "expired" // idle past its timeout, removed by the scanner
+	FlowEndEvicted FlowEndReason = "evicted" // evicted by the full conntrack table
+)
+
 // FlowCounts are one direction's totals of a flow.
 type FlowCounts struct {
 	Packets, Bytes uint64
@@ -61,11 +74,16 @@ type FlowCounts struct {
 // FlowStats describes the flow event pipeline.
 type FlowStats struct {
 	Read           uint64 // events read from the kernel
-	Ended          uint64 // end events from expired conntrack entries
+	Ended          uint64 // end events from expired and evicted conntrack entries
 	KernelDrops    uint64 // events the kernel's full ring could not take
 	ReadErrors     uint64 // records that could not be decoded
 	History        int    // events held now
 	HistoryCap     int
 	Subscribers    int
 	SubscriberLost uint64 // events slow subscribers missed, in total
+
+	Evicted uint64 // of Ended, the ends of evicted entries
+	// Untracked: flows the last conntrack scan could not follow for
+	// eviction (beyond its cap); their eviction goes unreported.
+	Untracked int
 }

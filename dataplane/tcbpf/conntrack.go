@@ -64,14 +64,24 @@ func (d *Datapath) ScanConntrack(now time.Time) (expired int, err error) {
 // each flow entry it deleted, as last read: the flow ended. NAT entries
 // (dir DirNAT) are deleted without a call: they are not flows of a hook.
 func (d *Datapath) ScanConntrackEnded(now time.Time, ended func(*CTKey, *CTVal)) (expired int, err error) {
+	return d.ScanConntrackFlows(now, ended, nil)
+}
+
+// ScanConntrackFlows is ScanConntrackEnded also calling live (when not
+// nil) with every entry it found alive, NAT entries included: together
+// the two calls see every entry that existed throughout the scan once.
+func (d *Datapath) ScanConntrackFlows(now time.Time, ended, live func(*CTKey, *CTVal)) (expired int, err error) {
 	kt, err := ktime(now)
 	if err != nil {
 		return 0, err
 	}
 	var cands []ctKey
 	err = d.ctWalk(func(k *ctKey, v *ctVal) {
-		if ctExpired(v, k.Proto, kt) {
+		switch {
+		case ctExpired(v, k.Proto, kt):
 			cands = append(cands, *k)
+		case live != nil:
+			live(k, v)
 		}
 	})
 	if err != nil {
@@ -83,6 +93,9 @@ func (d *Datapath) ScanConntrackEnded(now time.Time, ended func(*CTKey, *CTVal))
 			continue // gone already
 		}
 		if !ctExpired(&v, cands[i].Proto, kt) {
+			if live != nil {
+				live(&cands[i], &v) // refreshed meanwhile
+			}
 			continue
 		}
 		err := d.objs.DpdCt.Delete(&cands[i])

@@ -195,9 +195,6 @@ func (d *Datapath) init() error {
 	if err := d.installHepContinuations(); err != nil {
 		return err
 	}
-	if err := d.clearPreviews(); err != nil {
-		return err
-	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.loadIPSetsLocked()

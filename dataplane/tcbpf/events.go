@@ -218,24 +218,3 @@ func (d *Datapath) ClearPreview(slot uint32, dir int) error {
 	}
 	return nil
 }
-
-// clearPreviews empties dpd_preview at start: what an earlier dpd left
-// there names slots this one may give to other endpoints.
-func (d *Datapath) clearPreviews() error {
-	var keys []uint32
-	var k uint32
-	var v uint32
-	it := d.objs.DpdPreview.Iterate()
-	for it.Next(&k, &v) {
-		keys = append(keys, k)
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("list staged previews: %w", err)
-	}
-	for _, k := range keys {
-		if err := d.objs.DpdPreview.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("clear staged preview %d: %w", k, err)
-		}
-	}
-	return nil
-}

@@ -47,7 +47,7 @@ const (
 // endpoint's preview program (MapPreview, indexed as dpd_jump) on each
 // decided packet and reports its verdict beside the real one.
 const (
-	MapPreview    = "dpd_preview"    // PROG_ARRAY, sized as dpd_jump; not pinned
+	MapPreview    = "dpd_preview"    // PROG_ARRAY, sized as dpd_jump
 	MapPreviewSt  = "dpd_preview_st" // PERCPU_ARRAY[1] struct dpd_preview_st
 	EvCfgPreview  = 1 << 1           // dpd_ev_cfg.flags: run the previews
 	StPreview     = 1 << 27          // dpd_state.flags: the preview program is running

@@ -2480,7 +2480,8 @@ type Flow struct {
 	// Numbers the flows dpd recorded, without gaps (the history's order).
 	Seq uint64 `protobuf:"varint,16,opt,name=seq,proto3" json:"seq,omitempty"`
 	// An allowed flow's end: its conntrack entry idled out (TCP: 30 s after
-	// FIN or RST) and dpd's conntrack scan removed it. time is the removal,
+	// FIN or RST) and dpd's conntrack scan removed it, or the full table
+	// evicted it (end_reason). time is the removal,
 	// started the decision, rule the rule that allowed the flow; forward
 	// (source to destination) and reply are what it carried at this hook.
 	Ended   bool                   `protobuf:"varint,17,opt,name=ended,proto3" json:"ended,omitempty"`
@@ -2494,8 +2495,13 @@ type Flow struct {
 	StagedVerdict   string   `protobuf:"bytes,21,opt,name=staged_verdict,json=stagedVerdict,proto3" json:"staged_verdict,omitempty"`
 	StagedDecidedBy string   `protobuf:"bytes,22,opt,name=staged_decided_by,json=stagedDecidedBy,proto3" json:"staged_decided_by,omitempty"`
 	StagedRule      *RuleRef `protobuf:"bytes,23,opt,name=staged_rule,json=stagedRule,proto3" json:"staged_rule,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// How an ended flow's conntrack entry went: "expired" (idle past its
+	// timeout) or "evicted" (the full conntrack table evicted it; time is
+	// the scan that found it gone, forward and reply as the scan before
+	// saw them).
+	EndReason     string `protobuf:"bytes,24,opt,name=end_reason,json=endReason,proto3" json:"end_reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Flow) Reset() {
@@ -2687,6 +2693,13 @@ func (x *Flow) GetStagedRule() *RuleRef {
 		return x.StagedRule
 	}
 	return nil
+}
+
+func (x *Flow) GetEndReason() string {
+	if x != nil {
+		return x.EndReason
+	}
+	return ""
 }
 
 // FlowCounts are one direction's totals of a flow.
@@ -3275,7 +3288,7 @@ const file_dpd_v1_dataplane_proto_rawDesc = "" +
 	"\x06labels\x18\f \x03(\tR\x06labels\"G\n" +
 	"\x0fObserveResponse\x12 \n" +
 	"\x04flow\x18\x01 \x01(\v2\f.dpd.v1.FlowR\x04flow\x12\x12\n" +
-	"\x04lost\x18\x02 \x01(\x04R\x04lost\"\xbb\x06\n" +
+	"\x04lost\x18\x02 \x01(\x04R\x04lost\"\xda\x06\n" +
 	"\x04Flow\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x1c\n" +
 	"\tinterface\x18\x02 \x01(\tR\tinterface\x12\x18\n" +
@@ -3305,7 +3318,9 @@ const file_dpd_v1_dataplane_proto_rawDesc = "" +
 	"\x0estaged_verdict\x18\x15 \x01(\tR\rstagedVerdict\x12*\n" +
 	"\x11staged_decided_by\x18\x16 \x01(\tR\x0fstagedDecidedBy\x120\n" +
 	"\vstaged_rule\x18\x17 \x01(\v2\x0f.dpd.v1.RuleRefR\n" +
-	"stagedRule\"<\n" +
+	"stagedRule\x12\x1d\n" +
+	"\n" +
+	"end_reason\x18\x18 \x01(\tR\tendReason\"<\n" +
 	"\n" +
 	"FlowCounts\x12\x18\n" +
 	"\apackets\x18\x01 \x01(\x04R\apackets\x12\x14\n" +
