@@ -10,10 +10,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/dpd-dev/dpd/dataplane/linux/nl"
 	"github.com/dpd-dev/dpd/dataplane/model"
 	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
 	"github.com/dpd-dev/dpd/internal/testutil"
@@ -57,11 +59,25 @@ func openKernelWith(t *testing.T, opts Options) *Kernel {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { dropTestRPFTable(t) })
 	t.Cleanup(func() { _ = k.Close() })
 	if err := k.Configure(map[string]string{"InterfacePrefix": testPrefix}); err != nil {
 		t.Fatal(err)
 	}
 	return k
+}
+
+// dropTestRPFTable deletes the IPv6 source check table Configure wrote for
+// testPrefix: it outlives the kernel (as it outlives a restart of dpd), and
+// a later dpd on this node must not find this binary's table in force.
+func dropTestRPFTable(t *testing.T) {
+	out, err := exec.Command("nft", "list", "table", "ip6", nl.RPFTable).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `"`+testPrefix+`*"`) {
+		return // none, or another writer's since
+	}
+	if out, err := exec.Command("nft", "delete", "table", "ip6", nl.RPFTable).CombinedOutput(); err != nil {
+		t.Errorf("delete the test's ip6 %s table: %v %s", nl.RPFTable, err, out)
+	}
 }
 
 // watch runs k.WatchLinks until the test ends.

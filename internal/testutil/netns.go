@@ -12,7 +12,10 @@ var nsSeq atomic.Uint32
 // Workload is a network namespace wired like a CNI-created pod: a veth whose
 // host side (HostIface, named with the interface prefix) stays in the root
 // namespace, and whose workload side eth0 has IP/32 with a default route via
-// 169.254.1.1, as Calico's CNI plugin does.
+// 169.254.1.1, as Calico's CNI plugin does. It is IPv4-only until AddIPv6:
+// neither end has IPv6, so neither sends the unsolicited IPv6 a new
+// interface sends (MLD reports, router and neighbour solicitations), which
+// the other end's policy would otherwise count.
 type Workload struct {
 	NS        string
 	HostIface string
@@ -35,6 +38,10 @@ func NewWorkload(t testing.TB, prefix, ip string) *Workload {
 	})
 	Run(t, "ip", "netns", "add", w.NS)
 	Run(t, "ip", "link", "add", w.HostIface, "type", "veth", "peer", "name", "eth0", "netns", w.NS)
+	// Before either end is up: an interface sends its first MLD report as
+	// it comes up.
+	setIPv6(t, "", w.HostIface, false)
+	setIPv6(t, w.NS, "eth0", false)
 	Run(t, "ip", "-n", w.NS, "link", "set", "lo", "up")
 	Run(t, "ip", "-n", w.NS, "addr", "add", ip+"/32", "dev", "eth0")
 	Run(t, "ip", "-n", w.NS, "link", "set", "eth0", "up")

@@ -16,6 +16,10 @@ const privilegedLockPath = "/tmp/dpd-privileged-tests.lock"
 var privilegedLock struct {
 	once sync.Once
 	err  error
+	// f holds the lock: an *os.File nothing references is closed by its
+	// finalizer at the next garbage collection, which releases the flock
+	// while the binary still runs.
+	f *os.File
 }
 
 // lockPrivileged takes the machine-wide lock on first use and holds it until
@@ -29,7 +33,7 @@ func lockPrivileged(t testing.TB) {
 			return
 		}
 		privilegedLock.err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX)
-		// f stays open on purpose: closing it would release the lock.
+		privilegedLock.f = f // kept open (and reachable) until exit
 	})
 	if privilegedLock.err != nil {
 		t.Fatalf("privileged test lock %s: %v", privilegedLockPath, privilegedLock.err)

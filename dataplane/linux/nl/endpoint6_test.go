@@ -96,8 +96,8 @@ func TestEndpointDualStack(t *testing.T) {
 	}
 	ip6 := []string{testIP6s(11), testIP6s(12)}
 	for i, w := range ws {
-		testutil.Run(t, "sysctl", "-q", "-w", "net.ipv6.conf."+w.HostIface+".disable_ipv6=1")
 		testutil.AddIPv6(t, w, "", ip6[i])
+		testutil.Run(t, "sysctl", "-q", "-w", "net.ipv6.conf."+w.HostIface+".disable_ipv6=1")
 	}
 	if err := ping6(ws[0], ip6[1]); err == nil {
 		t.Fatal("IPv6 ping succeeded before the endpoints were configured")
