@@ -39,32 +39,10 @@
 #include "dpd_frag.h"
 #include "dpd_ipv6.h"
 #include "dpd_events.h"
+#include "dpd_trace.h"
 #include "dpd_hep.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
-
-static __always_inline void dpd_trace_write(const struct dpd_state *st)
-{
-	__u32 zero = 0;
-
-	bpf_map_update_elem(&dpd_trace, &zero, st, BPF_ANY);
-}
-
-/* dpd_trace_flags writes a trace that never reached the policy: all zero
- * but flags. Built in the dpd_state scratch, not on the stack (which the
- * two families' parsing and NAT fill). */
-static __always_inline void dpd_trace_flags(__u32 flags)
-{
-	struct dpd_state *st;
-	__u32 zero = 0;
-
-	st = bpf_map_lookup_elem(&dpd_state, &zero);
-	if (!st)
-		return;
-	__builtin_memset(st, 0, sizeof(*st));
-	st->flags = flags;
-	dpd_trace_write(st);
-}
 
 static __always_inline int dpd_entry(struct __sk_buff *skb, __u32 dir)
 {

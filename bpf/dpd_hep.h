@@ -52,6 +52,7 @@
 #include "dpd_nat.h"
 #include "dpd_events.h"
 #include "dpd_ipv6.h"
+#include "dpd_trace.h"
 
 #ifndef AF_INET
 #define AF_INET 2
@@ -145,21 +146,6 @@ static __always_inline int dpd_hep_nd(const struct dpd_pkt *p)
 				  p->frag == DPD_FRAG_NONE && (p->icmp_type == 134 || p->icmp_type == 143));
 }
 
-/* dpd_hep_trace_clear writes the all-zero trace of a packet that never
- * reached the policy, built in the dpd_state scratch: on the stack it
- * would cost the entry a third of its 512 bytes. */
-static __always_inline void dpd_hep_trace_clear(void)
-{
-	struct dpd_state *st;
-	__u32 zero = 0;
-
-	st = bpf_map_lookup_elem(&dpd_state, &zero);
-	if (!st)
-		return;
-	__builtin_memset(st, 0, sizeof(*st));
-	bpf_map_update_elem(&dpd_trace, &zero, st, BPF_ANY);
-}
-
 /* dpd_hep_failsafe_reply: is p a reply of a failsafe flow of this
  * interface (approved at the opposite hook)? */
 static __always_inline int dpd_hep_failsafe_reply(const struct dpd_pkt *p, __u32 dir, __u32 ifindex, __u64 now)
@@ -246,7 +232,7 @@ static __always_inline int dpd_hep_entry(struct __sk_buff *skb, __u32 dir, __u32
 	/* A trace starts all zero: "passed unpoliced" unless written below. */
 	trace = skb->mark == DPD_TRACE_MARK;
 	if (trace && stage == DPD_HEP_STAGE_UNTRACKED)
-		dpd_hep_trace_clear();
+		dpd_trace_flags(0);
 
 	ifindex = skb->ifindex;
 	ifs = bpf_map_lookup_elem(&dpd_ifstate, &ifindex);
