@@ -1,11 +1,15 @@
 package testutil
 
 import (
+	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"runtime"
+	"strconv"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // TestPrivilegedLockSurvivesGC: the machine-wide lock stays held after
@@ -38,4 +42,34 @@ func collectAndFinalize() {
 	runtime.SetFinalizer(new([16]byte), func(*[16]byte) { close(done) })
 	runtime.GC()
 	<-done
+}
+
+// TestPrivilegedLockChild: a test binary the lock holder starts runs under
+// its lock instead of waiting for its own parent to exit.
+func TestPrivilegedLockChild(t *testing.T) {
+	if os.Getenv("DPD_LOCK_CHILD") == "1" {
+		RequirePrivileged(t) // would block for good without the holder check
+		return
+	}
+	RequirePrivileged(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestPrivilegedLockChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), "DPD_LOCK_CHILD=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("child test binary under the holder: %v\n%s", err, out)
+	}
+}
+
+// TestUnderHolder: only an ancestor named in the environment counts.
+func TestUnderHolder(t *testing.T) {
+	for _, c := range []struct {
+		env  string
+		want bool
+	}{{strconv.Itoa(os.Getppid()), true}, {strconv.Itoa(os.Getpid()), false}, {"1", false}, {"x", false}, {"", false}} {
+		t.Setenv(lockHolderEnv, c.env)
+		if got := underHolder(); got != c.want {
+			t.Errorf("holder %q: under it %v, want %v", c.env, got, c.want)
+		}
+	}
 }
