@@ -76,7 +76,12 @@ func (f polprogFacility) maps() polprog.Maps {
 }
 
 func (f polprogFacility) Load(pol *model.DirectionPolicy, dir model.Direction) (loadedProgram, error) {
-	spec, err := polprog.Compile(pol, dir, f.d, polprog.Options{})
+	return f.compileLoad(pol, dir, polprog.Options{})
+}
+
+// compileLoad compiles pol with opts and loads it over the datapath's maps.
+func (f polprogFacility) compileLoad(pol *model.DirectionPolicy, dir model.Direction, opts polprog.Options) (loadedProgram, error) {
+	spec, err := polprog.Compile(pol, dir, f.d, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -93,23 +98,18 @@ func (f polprogFacility) Load(pol *model.DirectionPolicy, dir model.Direction) (
 // chunk's failed tail call would drop the packet.
 const previewMaxChunks = 2
 
+// previewOptions compile every staged preview, loaded or adopted.
+var previewOptions = polprog.Options{MaxChunks: previewMaxChunks, Name: "dpd_prev"}
+
 // LoadPreview compiles and loads a staged preview program.
 func (f polprogFacility) LoadPreview(pol *model.DirectionPolicy, dir model.Direction) (loadedProgram, error) {
-	spec, err := polprog.Compile(pol, dir, f.d, polprog.Options{MaxChunks: previewMaxChunks, Name: "dpd_prev"})
-	if err != nil {
-		return nil, err
-	}
-	p, err := spec.Load(f.maps())
-	if err != nil {
-		return nil, err
-	}
-	return p, nil
+	return f.compileLoad(pol, dir, previewOptions)
 }
 
 // AdoptPreview takes over a pinned preview program if it is exactly what
 // LoadPreview would load now.
 func (f polprogFacility) AdoptPreview(pol *model.DirectionPolicy, dir model.Direction, p pinnedProgram) (loadedProgram, error) {
-	spec, err := polprog.Compile(pol, dir, f.d, polprog.Options{MaxChunks: previewMaxChunks, Name: "dpd_prev"})
+	spec, err := polprog.Compile(pol, dir, f.d, previewOptions)
 	if err != nil {
 		return nil, err
 	}

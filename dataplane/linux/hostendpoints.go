@@ -259,21 +259,7 @@ func (e *endpointProgrammer) installStage(st *endpointState, i int) error {
 // releaseStage clears stage i's slot, releases its programs and frees it.
 // The maps must not name it any more.
 func (e *endpointProgrammer) releaseStage(iface string, st *endpointState, i int) error {
-	ss := &st.stages[i]
-	if !ss.has {
-		return nil
-	}
-	for _, dir := range []model.Direction{model.Ingress, model.Egress} {
-		if err := e.entry.ClearPolicy(ss.slot, int(dir)); err != nil {
-			return fmt.Errorf("clear stage %d %s policy of %s: %w", i, dir, iface, err)
-		}
-		e.ops.JumpWrites++
-		e.pols.release(ss.inst[dir])
-		ss.inst[dir] = nil
-	}
-	e.slots.put(ss.slot)
-	ss.has = false
-	return nil
+	return e.releaseSlot(fmt.Sprintf("%s stage %d", iface, i), &st.stages[i])
 }
 
 // hostStages reads dpd_hep_stages (none without host support).

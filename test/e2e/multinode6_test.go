@@ -34,27 +34,11 @@ type mn6Node struct {
 // pool, each node's block and, for VXLAN, each remote node's IPv6 tunnel
 // address.
 func mn6Routes(self *mn6Node, all []*mn6Node, pool felix.IPPoolType, natOut bool) []*felix.ToDataplane {
-	vxlan := &felix.TunnelType{Vxlan: pool == felix.IPPoolType_VXLAN}
-	msgs := []*felix.ToDataplane{RouteMsg(&felix.RouteUpdate{
-		Dst: mn6Pool, Types: felix.RouteType_CIDR_INFO, IpPoolType: pool, NatOutgoing: natOut,
-	})}
+	var nodes []poolNode
 	for _, n := range all {
-		r := &felix.RouteUpdate{
-			Dst: n.block6, IpPoolType: pool, NatOutgoing: natOut, DstNodeName: n.Name, DstNodeIp: n.ip6, TunnelType: vxlan,
-			Types: felix.RouteType_REMOTE_WORKLOAD,
-		}
-		if n == self {
-			r.Types, r.LocalWorkload = felix.RouteType_LOCAL_WORKLOAD, true
-		}
-		msgs = append(msgs, RouteMsg(r))
-		if pool == felix.IPPoolType_VXLAN && n != self {
-			msgs = append(msgs, RouteMsg(&felix.RouteUpdate{
-				Dst: n.vtep6 + "/128", IpPoolType: pool, DstNodeName: n.Name, DstNodeIp: n.ip6, TunnelType: vxlan,
-				Types: felix.RouteType_REMOTE_TUNNEL,
-			}))
-		}
+		nodes = append(nodes, poolNode{name: n.Name, block: n.block6, ip: n.ip6, vtep: n.vtep6 + "/128", self: n == self})
 	}
-	return msgs
+	return poolRoutes(mn6Pool, nodes, pool, natOut)
 }
 
 // dualPodEndpoint is PodEndpoint with the pod's IPv6 address too.

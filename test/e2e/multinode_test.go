@@ -34,22 +34,39 @@ type mnNode struct {
 // pool itself, each node's block (local or remote) and, for VXLAN, each
 // remote node's tunnel address.
 func mnRoutes(self *mnNode, all []*mnNode, pool felix.IPPoolType, natOut bool) []*felix.ToDataplane {
+	var nodes []poolNode
+	for _, n := range all {
+		nodes = append(nodes, poolNode{name: n.Name, block: n.block, ip: n.IP, vtep: n.vtepIP + "/32", self: n == self})
+	}
+	return poolRoutes(mnPool, nodes, pool, natOut)
+}
+
+// poolNode is what a pool's routes say of one node; vtep is its tunnel
+// address as a host prefix.
+type poolNode struct {
+	name, block, ip, vtep string
+	self                  bool
+}
+
+// poolRoutes is the calc graph's routes of one pool (either family) to the
+// node marked self.
+func poolRoutes(poolCIDR string, nodes []poolNode, pool felix.IPPoolType, natOut bool) []*felix.ToDataplane {
 	vxlan := &felix.TunnelType{Vxlan: pool == felix.IPPoolType_VXLAN}
 	msgs := []*felix.ToDataplane{RouteMsg(&felix.RouteUpdate{
-		Dst: mnPool, Types: felix.RouteType_CIDR_INFO, IpPoolType: pool, NatOutgoing: natOut,
+		Dst: poolCIDR, Types: felix.RouteType_CIDR_INFO, IpPoolType: pool, NatOutgoing: natOut,
 	})}
-	for _, n := range all {
+	for _, n := range nodes {
 		r := &felix.RouteUpdate{
-			Dst: n.block, IpPoolType: pool, NatOutgoing: natOut, DstNodeName: n.Name, DstNodeIp: n.IP, TunnelType: vxlan,
+			Dst: n.block, IpPoolType: pool, NatOutgoing: natOut, DstNodeName: n.name, DstNodeIp: n.ip, TunnelType: vxlan,
 			Types: felix.RouteType_REMOTE_WORKLOAD,
 		}
-		if n == self {
+		if n.self {
 			r.Types, r.LocalWorkload = felix.RouteType_LOCAL_WORKLOAD, true
 		}
 		msgs = append(msgs, RouteMsg(r))
-		if pool == felix.IPPoolType_VXLAN && n != self {
+		if pool == felix.IPPoolType_VXLAN && !n.self {
 			msgs = append(msgs, RouteMsg(&felix.RouteUpdate{
-				Dst: n.vtepIP + "/32", IpPoolType: pool, DstNodeName: n.Name, DstNodeIp: n.IP, TunnelType: vxlan,
+				Dst: n.vtep, IpPoolType: pool, DstNodeName: n.name, DstNodeIp: n.ip, TunnelType: vxlan,
 				Types: felix.RouteType_REMOTE_TUNNEL,
 			}))
 		}

@@ -119,13 +119,7 @@ func (c *Configurer) syncNeighboursIn(have []netlink.Neigh, ifindex int, mac net
 
 // neighboursOfFamily keeps the neighbours of family.
 func neighboursOfFamily(ns []netlink.Neigh, family int) []netlink.Neigh {
-	out := make([]netlink.Neigh, 0, len(ns))
-	for _, n := range ns {
-		if n.Family == family {
-			out = append(out, n)
-		}
-	}
-	return out
+	return keepFamily(ns, family, func(n netlink.Neigh) int { return n.Family })
 }
 
 // setNeighbours pins every host address of nets (all of family) to mac on

@@ -149,10 +149,15 @@ func (c *Configurer) replaceRoutes(ifindex int, want []netip.Prefix) error {
 
 // ofFamily keeps the routes of family (FAMILY_V4 or FAMILY_V6).
 func ofFamily(rs []netlink.Route, family int) []netlink.Route {
-	out := make([]netlink.Route, 0, len(rs))
-	for _, r := range rs {
-		if r.Family == family {
-			out = append(out, r)
+	return keepFamily(rs, family, func(r netlink.Route) int { return r.Family })
+}
+
+// keepFamily keeps, in a new slice, the xs whose family is family.
+func keepFamily[T any](xs []T, family int, familyOf func(T) int) []T {
+	out := make([]T, 0, len(xs))
+	for _, x := range xs {
+		if familyOf(x) == family {
+			out = append(out, x)
 		}
 	}
 	return out
