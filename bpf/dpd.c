@@ -57,6 +57,7 @@ static __always_inline int dpd_entry(struct __sk_buff *skb, __u32 dir)
 	__u32 zero = 0, ifindex, slot;
 	__u64 now, trace;
 	__be16 h_proto;
+	int reply = 0;
 
 	if (dpd_linear(skb, ETH_HLEN))
 		return TC_ACT_SHOT;
@@ -105,9 +106,8 @@ static __always_inline int dpd_entry(struct __sk_buff *skb, __u32 dir)
 		p.flags |= DPD_ST_HAIRPIN;
 	}
 
-	dpd_ct_key_fwd(&key, &p, dir, ifindex);
-	ct = bpf_map_lookup_elem(&dpd_ct, &key);
-	if (ct && dpd_ct_live(ct, p.proto, now)) {
+	ct = dpd_ct_find_pkt(&key, &p, dir, ifindex, now, &reply);
+	if (ct && !reply) {
 		if (!trace) {
 			dpd_ct_refresh(ct, &p, 0, now);
 			dpd_ct_count(ct, 0, skb->len);
@@ -116,24 +116,20 @@ static __always_inline int dpd_entry(struct __sk_buff *skb, __u32 dir)
 			return TC_ACT_OK;
 		}
 		p.flags |= DPD_ST_CT_FWD;
-	} else {
-		dpd_ct_key_rev(&key, &p, dir, ifindex);
-		ct = bpf_map_lookup_elem(&dpd_ct, &key);
-		if (ct && dpd_ct_live(ct, p.proto, now)) {
-			if (!trace) {
-				dpd_ct_refresh(ct, &p, 1, now);
-				dpd_ct_count(ct, 1, skb->len);
-				if (dir == DPD_DIR_TO_WEP && (ct->flags & DPD_CT_F_NAT_FWD) &&
-				    dpd_nat_reverse(skb, &p, ct))
-					return TC_ACT_SHOT;
-				return TC_ACT_OK;
-			}
-			p.flags |= DPD_ST_CT_REV;
-		} else if (p.has_inner && dpd_ct_related(&p, dir, ifindex, now)) {
-			if (!trace)
-				return TC_ACT_OK;
-			p.flags |= DPD_ST_CT_RELATED;
+	} else if (ct) {
+		if (!trace) {
+			dpd_ct_refresh(ct, &p, 1, now);
+			dpd_ct_count(ct, 1, skb->len);
+			if (dir == DPD_DIR_TO_WEP && (ct->flags & DPD_CT_F_NAT_FWD) &&
+			    dpd_nat_reverse(skb, &p, ct))
+				return TC_ACT_SHOT;
+			return TC_ACT_OK;
 		}
+		p.flags |= DPD_ST_CT_REV;
+	} else if (p.has_inner && dpd_ct_related(&p, dir, ifindex, now)) {
+		if (!trace)
+			return TC_ACT_OK;
+		p.flags |= DPD_ST_CT_RELATED;
 	}
 
 	st = bpf_map_lookup_elem(&dpd_state, &zero);
@@ -221,7 +217,7 @@ int dpd_epilogue(struct __sk_buff *skb)
 		return TC_ACT_SHOT;
 	if (dpd_hep_wep_to_host(skb, st))
 		return TC_ACT_SHOT;
-	dpd_ct_create(st);
+	dpd_ct_create(st, 0);
 	/* A hairpinned request goes straight back into the workload. */
 	if (st->dir == DPD_DIR_FROM_WEP && (st->flags & DPD_ST_HAIRPIN))
 		return dpd_hairpin_redirect(skb, st->ifindex);

@@ -19,6 +19,11 @@ type DpdDpdCounter struct {
 	Bytes   uint64
 }
 
+type DpdDpdCtCfg struct {
+	_     structs.HostLayout
+	Flags uint32
+}
+
 type DpdDpdCtKey struct {
 	_       structs.HostLayout
 	Saddr   [16]uint8
@@ -256,6 +261,7 @@ type DpdDpdState struct {
 const (
 	DpdMapDpdChain        = "dpd_chain"
 	DpdMapDpdCt           = "dpd_ct"
+	DpdMapDpdCtCfg        = "dpd_ct_cfg"
 	DpdMapDpdCtNew        = "dpd_ct_new"
 	DpdMapDpdDropCtrs     = "dpd_drop_ctrs"
 	DpdMapDpdEvCfg        = "dpd_ev_cfg"
@@ -347,6 +353,7 @@ type DpdProgramSpecs struct {
 type DpdMapSpecs struct {
 	DpdChain      *ebpf.MapSpec `ebpf:"dpd_chain"`
 	DpdCt         *ebpf.MapSpec `ebpf:"dpd_ct"`
+	DpdCtCfg      *ebpf.MapSpec `ebpf:"dpd_ct_cfg"`
 	DpdCtNew      *ebpf.MapSpec `ebpf:"dpd_ct_new"`
 	DpdDropCtrs   *ebpf.MapSpec `ebpf:"dpd_drop_ctrs"`
 	DpdEvCfg      *ebpf.MapSpec `ebpf:"dpd_ev_cfg"`
@@ -402,6 +409,7 @@ func (o *DpdObjects) Close() error {
 type DpdMaps struct {
 	DpdChain      *ebpf.Map `ebpf:"dpd_chain"`
 	DpdCt         *ebpf.Map `ebpf:"dpd_ct"`
+	DpdCtCfg      *ebpf.Map `ebpf:"dpd_ct_cfg"`
 	DpdCtNew      *ebpf.Map `ebpf:"dpd_ct_new"`
 	DpdDropCtrs   *ebpf.Map `ebpf:"dpd_drop_ctrs"`
 	DpdEvCfg      *ebpf.Map `ebpf:"dpd_ev_cfg"`
@@ -432,6 +440,7 @@ func (m *DpdMaps) Close() error {
 	return _DpdClose(
 		m.DpdChain,
 		m.DpdCt,
+		m.DpdCtCfg,
 		m.DpdCtNew,
 		m.DpdDropCtrs,
 		m.DpdEvCfg,

@@ -67,47 +67,140 @@ static __always_inline void dpd_ct_key_set(struct dpd_ct_key *k, const __u8 *sad
 	k->ifindex = ifindex;
 }
 
-/* dpd_ct_key_fwd: the key this hook would have created for this packet. */
-static __always_inline void dpd_ct_key_fwd(struct dpd_ct_key *k, const struct dpd_pkt *p,
-					   __u32 dir, __u32 ifindex)
+/* Flow keys are normalized so that one lookup finds a flow in either
+ * direction: the end with the lower address (then, except for ICMP echo,
+ * the lower port) comes first, and dir is the approving hook's DPD_DIR_*
+ * flipped when the tuple was swapped. An entry created at hook D for a
+ * packet a->b and a reply b->a at the opposite hook D^1 then compute the
+ * same key, while the same hook never matches the reverse direction; the
+ * entry's DPD_CT_F_ORIG_HI says which end sent the first packet. On the
+ * path of a new flow through two workloads that is one lookup per hook
+ * instead of two, and every reply one instead of two. */
+
+/* dpd_ct_addr_cmp orders addresses as four 32-bit words in network order. */
+static __always_inline int dpd_ct_addr_cmp(const __u8 *a, const __u8 *b)
 {
-	dpd_ct_key_set(k, p->saddr6, p->daddr6, p->sport, p->dport, p->proto, p->family, dir, ifindex);
+	__u32 x[4], y[4];
+
+	__builtin_memcpy(x, a, 16);
+	__builtin_memcpy(y, b, 16);
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		if (x[i] != y[i])
+			return bpf_ntohl(x[i]) < bpf_ntohl(y[i]) ? -1 : 1;
+	}
+	return 0;
 }
 
-/* dpd_ct_key_rev: the key the opposite hook of this interface created if
- * this packet is a reply. ICMP and ICMPv6 echo keep their ports: sport is
- * the identifier in both directions. */
-static __always_inline void dpd_ct_key_rev(struct dpd_ct_key *k, const struct dpd_pkt *p,
+static __always_inline int dpd_ct_is_icmp(__u8 proto)
+{
+	return proto == IPPROTO_ICMP || proto == DPD_IPPROTO_ICMPV6;
+}
+
+/* dpd_ct_key_flow fills k with the normalized key of the tuple as hook
+ * dir of ifindex sees it; 1: the tuple was swapped (its source is the
+ * higher end). ICMP echo keeps its ports: sport is the identifier both
+ * ways. */
+static __always_inline int dpd_ct_key_flow(struct dpd_ct_key *k, const __u8 *saddr, const __u8 *daddr,
+					   __u16 sport, __u16 dport, __u8 proto, __u8 family,
 					   __u32 dir, __u32 ifindex)
 {
-	if (p->proto == IPPROTO_ICMP || p->proto == DPD_IPPROTO_ICMPV6)
-		dpd_ct_key_set(k, p->daddr6, p->saddr6, p->sport, p->dport, p->proto, p->family,
-			       dir ^ 1, ifindex);
-	else
-		dpd_ct_key_set(k, p->daddr6, p->saddr6, p->dport, p->sport, p->proto, p->family,
-			       dir ^ 1, ifindex);
+	int c = dpd_ct_addr_cmp(saddr, daddr);
+
+	if (c > 0 || (c == 0 && !dpd_ct_is_icmp(proto) && sport > dport)) {
+		if (dpd_ct_is_icmp(proto))
+			dpd_ct_key_set(k, daddr, saddr, sport, dport, proto, family, dir ^ 1, ifindex);
+		else
+			dpd_ct_key_set(k, daddr, saddr, dport, sport, proto, family, dir ^ 1, ifindex);
+		return 1;
+	}
+	dpd_ct_key_set(k, saddr, daddr, sport, dport, proto, family, dir, ifindex);
+	return 0;
+}
+
+/* dpd_ct_symmetric: a tuple that reads the same both ways (a workload's
+ * hairpin to itself on one port) cannot tell its hooks apart by
+ * orientation; its reply is looked up under the opposite hook's key. */
+static __always_inline int dpd_ct_symmetric(const struct dpd_ct_key *k)
+{
+	return dpd_ct_addr_cmp(k->saddr, k->daddr) == 0 &&
+	       (dpd_ct_is_icmp(k->proto) || k->sport == k->dport);
+}
+
+/* dpd_ct_legacy: entries written by a dpd that did not normalize keys may
+ * still be in the map (userspace says so until none can be). */
+static __always_inline int dpd_ct_legacy(void)
+{
+	__u32 zero = 0;
+	struct dpd_ct_cfg *cfg = bpf_map_lookup_elem(&dpd_ct_cfg, &zero);
+
+	return !cfg || (cfg->flags & DPD_CT_CFG_LEGACY);
+}
+
+/* dpd_ct_find: the live entry by which hook dir of ifindex passes the
+ * tuple: one this hook created for a packet going the same way, or one the
+ * opposite hook created for a packet going the other way (then *reply is
+ * 1). k is scratch. */
+static __always_inline struct dpd_ct_val *dpd_ct_find(struct dpd_ct_key *k, const __u8 *saddr, const __u8 *daddr,
+						      __u16 sport, __u16 dport, __u8 proto, __u8 family,
+						      __u32 dir, __u32 ifindex, __u64 now, int *reply)
+{
+	struct dpd_ct_val *v;
+	int swapped;
+
+	swapped = dpd_ct_key_flow(k, saddr, daddr, sport, dport, proto, family, dir, ifindex);
+	v = bpf_map_lookup_elem(&dpd_ct, k);
+	if (v && dpd_ct_live(v, proto, now)) {
+		*reply = swapped != !!(v->flags & DPD_CT_F_ORIG_HI);
+		return v;
+	}
+	if (dpd_ct_symmetric(k)) {
+		k->dir ^= 1;
+		v = bpf_map_lookup_elem(&dpd_ct, k);
+		if (v && dpd_ct_live(v, proto, now)) {
+			*reply = 1;
+			return v;
+		}
+		return 0;
+	}
+	if (!dpd_ct_legacy())
+		return 0;
+	/* A legacy entry of a tuple whose source is the lower end has the
+	 * normalized key already; only the other orientation needs a look. */
+	if (swapped) {
+		dpd_ct_key_set(k, saddr, daddr, sport, dport, proto, family, dir, ifindex);
+		*reply = 0;
+	} else {
+		if (dpd_ct_is_icmp(proto))
+			dpd_ct_key_set(k, daddr, saddr, sport, dport, proto, family, dir ^ 1, ifindex);
+		else
+			dpd_ct_key_set(k, daddr, saddr, dport, sport, proto, family, dir ^ 1, ifindex);
+		*reply = 1;
+	}
+	v = bpf_map_lookup_elem(&dpd_ct, k);
+	return v && dpd_ct_live(v, proto, now) ? v : 0;
+}
+
+/* dpd_ct_find_pkt is dpd_ct_find for the packet's own tuple. */
+static __always_inline struct dpd_ct_val *dpd_ct_find_pkt(struct dpd_ct_key *k, const struct dpd_pkt *p,
+							  __u32 dir, __u32 ifindex, __u64 now, int *reply)
+{
+	return dpd_ct_find(k, p->saddr6, p->daddr6, p->sport, p->dport, p->proto, p->family, dir, ifindex,
+			   now, reply);
 }
 
 /* dpd_ct_related: is this ICMP error about a flow this interface passed?
  * The quoted packet went the other way through this interface, so it was
- * approved either as a new flow at the opposite hook (inner tuple, dir^1)
- * or as a reply at this hook (swapped inner tuple, dir). Replies are not
- * refreshed by errors: an error says the flow is failing. */
+ * approved either as a new flow at the opposite hook or as a reply at this
+ * one: both are what the opposite hook's lookup of the quoted tuple finds.
+ * Replies are not refreshed by errors: an error says the flow is failing. */
 static __always_inline int dpd_ct_related(const struct dpd_pkt *p, __u32 dir, __u32 ifindex, __u64 now)
 {
 	struct dpd_ct_key k;
-	struct dpd_ct_val *v;
+	int reply;
 
-	dpd_ct_key_set(&k, p->inner_saddr6, p->inner_daddr6, p->inner_sport, p->inner_dport,
-		       p->inner_proto, p->family, dir ^ 1, ifindex);
-	v = bpf_map_lookup_elem(&dpd_ct, &k);
-	if (v && dpd_ct_live(v, k.proto, now))
-		return 1;
-
-	dpd_ct_key_set(&k, p->inner_daddr6, p->inner_saddr6, p->inner_dport, p->inner_sport,
-		       p->inner_proto, p->family, dir, ifindex);
-	v = bpf_map_lookup_elem(&dpd_ct, &k);
-	return v && dpd_ct_live(v, k.proto, now);
+	return !!dpd_ct_find(&k, p->inner_saddr6, p->inner_daddr6, p->inner_sport, p->inner_dport,
+			     p->inner_proto, p->family, dir ^ 1, ifindex, now, &reply);
 }
 
 /* dpd_ct_refresh records a live hit. Plain stores: a lost flag race only
@@ -145,38 +238,34 @@ static __always_inline void dpd_ct_count(struct dpd_ct_val *v, int reply, __u32 
 	}
 }
 
-/* dpd_ct_create records the flow the policy just allowed at this hook. */
-static __always_inline void dpd_ct_create(const struct dpd_state *st)
+/* dpd_ct_create records the flow the policy just allowed at this hook,
+ * with extra DPD_CT_F_* flags. */
+static __always_inline void dpd_ct_create(const struct dpd_state *st, __u32 flags)
 {
 	struct dpd_ct_key k;
 	struct dpd_ct_val v = {};
 	__u64 now = bpf_ktime_get_coarse_ns();
 
-	__builtin_memset(&k, 0, sizeof(k));
-	__builtin_memcpy(k.saddr, st->saddr, 16);
-	__builtin_memcpy(k.daddr, st->daddr, 16);
-	k.sport = st->sport;
-	k.dport = st->dport;
-	k.proto = st->proto;
-	k.family = dpd_ct_family(st->family);
-	k.dir = st->dir;
-	k.ifindex = st->ifindex;
+	if (dpd_ct_key_flow(&k, st->saddr, st->daddr, st->sport, st->dport, st->proto, st->family,
+			    st->dir, st->ifindex))
+		flags |= DPD_CT_F_ORIG_HI;
 	v.created = now;
 	v.last_seen = now;
 	v.rule_id = st->rule_id;
 	v.pkts_fwd = 1;
 	v.bytes_fwd = st->pkt_len;
 	if (st->proto == IPPROTO_TCP && (st->flags & (DPD_ST_TCP_FIN | DPD_ST_TCP_RST)))
-		v.flags = DPD_CT_F_CLOSING;
+		flags |= DPD_CT_F_CLOSING;
 	if (st->flags & DPD_ST_NAT) {
 		/* The client's hook of a DNAT'd flow: replies get the frontend back. */
-		v.flags |= DPD_CT_F_NAT_FWD;
+		flags |= DPD_CT_F_NAT_FWD;
 		if (st->flags & DPD_ST_HAIRPIN)
-			v.flags |= DPD_CT_F_HAIRPIN;
+			flags |= DPD_CT_F_HAIRPIN;
 		__builtin_memcpy(v.nat_addr, st->nat_addr, 16);
 		v.nat_port = st->nat_port;
 		v.nat_svc = st->nat_svc;
 	}
+	v.flags = flags;
 	bpf_map_update_elem(&dpd_ct, &k, &v, BPF_ANY);
 }
 

@@ -152,10 +152,10 @@ static __always_inline int dpd_hep_failsafe_reply(const struct dpd_pkt *p, __u32
 {
 	struct dpd_ct_key k;
 	struct dpd_ct_val *v;
+	int reply = 0;
 
-	dpd_ct_key_rev(&k, p, dir, ifindex);
-	v = bpf_map_lookup_elem(&dpd_ct, &k);
-	return v && (v->flags & DPD_CT_F_FAILSAFE) && dpd_ct_live(v, p->proto, now);
+	v = dpd_ct_find_pkt(&k, p, dir, ifindex, now, &reply);
+	return v && reply && (v->flags & DPD_CT_F_FAILSAFE);
 }
 
 /* dpd_hep_to_host: does traffic entering ifindex go to the host itself?
@@ -216,7 +216,7 @@ static __always_inline int dpd_hep_entry(struct __sk_buff *skb, __u32 dir, __u32
 	__u32 zero = 0, ifindex, slot, flags, untracked = 0, prednat = 0;
 	__u64 now, trace;
 	__be16 h_proto;
-	int fwd, failsafe;
+	int fwd, failsafe, reply = 0;
 
 	if (dpd_linear(skb, ETH_HLEN))
 		return TC_ACT_OK; /* not even Ethernet: the stack decides */
@@ -287,28 +287,17 @@ static __always_inline int dpd_hep_entry(struct __sk_buff *skb, __u32 dir, __u32
 		/* No program: go on. */
 	}
 
-	dpd_ct_key_fwd(&key, &p, dir, ifindex);
-	ct = bpf_map_lookup_elem(&dpd_ct, &key);
-	if (ct && dpd_ct_live(ct, p.proto, now)) {
+	ct = dpd_ct_find_pkt(&key, &p, dir, ifindex, now, &reply);
+	if (ct) {
 		if (!trace) {
-			dpd_ct_refresh(ct, &p, 0, now);
+			dpd_ct_refresh(ct, &p, reply, now);
 			return TC_ACT_OK;
 		}
-		p.flags |= DPD_ST_CT_FWD;
-	} else {
-		dpd_ct_key_rev(&key, &p, dir, ifindex);
-		ct = bpf_map_lookup_elem(&dpd_ct, &key);
-		if (ct && dpd_ct_live(ct, p.proto, now)) {
-			if (!trace) {
-				dpd_ct_refresh(ct, &p, 1, now);
-				return TC_ACT_OK;
-			}
-			p.flags |= DPD_ST_CT_REV;
-		} else if (p.has_inner && dpd_ct_related(&p, dir, ifindex, now)) {
-			if (!trace)
-				return TC_ACT_OK;
-			p.flags |= DPD_ST_CT_RELATED;
-		}
+		p.flags |= reply ? DPD_ST_CT_REV : DPD_ST_CT_FWD;
+	} else if (p.has_inner && dpd_ct_related(&p, dir, ifindex, now)) {
+		if (!trace)
+			return TC_ACT_OK;
+		p.flags |= DPD_ST_CT_RELATED;
 	}
 
 	/* Pre-DNAT: new flows entering through the interface. */
@@ -336,11 +325,7 @@ static __always_inline int dpd_hep_entry(struct __sk_buff *skb, __u32 dir, __u32
 		/* Passes; the trace shows what the policy would say. */
 		st->flags |= DPD_ST_FAILSAFE;
 	} else if (failsafe) {
-		dpd_ct_create(st);
-		dpd_ct_key_fwd(&key, &p, dir, ifindex);
-		ct = bpf_map_lookup_elem(&dpd_ct, &key);
-		if (ct)
-			ct->flags |= DPD_CT_F_FAILSAFE;
+		dpd_ct_create(st, DPD_CT_F_FAILSAFE);
 		return TC_ACT_OK;
 	}
 	st->dst_route = dpd_route_flags(&p);

@@ -80,6 +80,14 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } dpd_ct SEC(".maps");
 
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct dpd_ct_cfg);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dpd_ct_cfg SEC(".maps");
+
 /* Rule id -> counters. Userspace creates the entries; BPF only adds. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);

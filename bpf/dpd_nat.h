@@ -183,7 +183,7 @@ static __always_inline int dpd_maybe_frontend(const struct dpd_pkt *p, const __u
 /* dpd_nat_flow_key is the NAT flow entry of the packet's original tuple. */
 static __always_inline void dpd_nat_flow_key(struct dpd_ct_key *k, const struct dpd_pkt *p, __u32 ifindex)
 {
-	dpd_ct_key_fwd(k, p, DPD_DIR_NAT, ifindex);
+	dpd_ct_key_set(k, p->saddr6, p->daddr6, p->sport, p->dport, p->proto, p->family, DPD_DIR_NAT, ifindex);
 }
 
 /* dpd_ct_new is where the entry program builds a new conntrack value: at

@@ -102,9 +102,14 @@ struct dpd_counter {
 
 /* dpd_ct: LRU_HASH dpd_ct_key -> dpd_ct_val. The key names the hook that
  * approved the flow (ifindex + dir), so one endpoint's allow never lets a
- * packet skip another endpoint's policy. A packet is a reply when its
- * swapped tuple is in the map for the same ifindex and the opposite dir
- * (ICMP echo: ports are not swapped, sport is the identifier both ways). */
+ * packet skip another endpoint's policy. A packet is a reply when the
+ * opposite hook of the same interface approved its swapped tuple. Flow
+ * keys are normalized (dpd_ct.h): the lower (address, port) end first, dir
+ * the approving hook's flipped when that swapped the tuple, so a flow and
+ * its replies share one key per interface; DPD_CT_F_ORIG_HI in the value
+ * says the first packet came from the key's daddr. ICMP echo keeps its
+ * ports (sport is the identifier both ways). DPD_DIR_NAT entries are not
+ * normalized. */
 struct dpd_ct_key {
 	__u8  saddr[16]; /* 0 */
 	__u8  daddr[16]; /* 16 */
@@ -143,7 +148,17 @@ struct dpd_ct_val {
 };                       /* sizeof == 88 */
 
 #define DPD_CT_F_ESTABLISHED (1u << 0) /* TCP: a reply with ACK was seen */
+#define DPD_CT_F_ORIG_HI     (1u << 5) /* the flow's first packet came from the key's daddr:dport */
 #define DPD_CT_F_CLOSING     (1u << 1) /* TCP: FIN or RST seen in either direction */
+
+/* dpd_ct_cfg: ARRAY[1] written by userspace. DPD_CT_CFG_LEGACY: the map
+ * may hold entries of a dpd that did not normalize flow keys (of flows
+ * whose source is the higher end), so a miss looks the old key up too. On
+ * when dpd starts; off once no such entry and no such program is left. */
+struct dpd_ct_cfg {
+	__u32 flags;
+};
+#define DPD_CT_CFG_LEGACY (1u << 0)
 
 /* Conntrack idle timeouts in seconds, used by the programs (an expired entry
  * is ignored) and by the userspace scanner (which deletes it). TCP is kept

@@ -175,15 +175,16 @@ func (sc *endScan) scan(d ctScanSource, now time.Time) (expired int, err error) 
 // flowEnd is the end event of a deleted conntrack entry.
 func flowEnd(key *tcbpf.CTKey, v *tcbpf.CTVal, now time.Time, clock tcbpf.MonoClock) model.FlowEvent {
 	v6 := key.Family == abi.CTFamilyV6
-	src, dst := ctAddr(key.Saddr, v6), ctAddr(key.Daddr, v6)
+	f := tcbpf.FlowOf(key, v)
+	src, dst := ctAddr(f.Saddr, v6), ctAddr(f.Daddr, v6)
 	ev := model.FlowEvent{
 		Time:      now,
 		Started:   clock.Time(v.Created),
 		Ifindex:   int(key.Ifindex),
-		Direction: model.Direction(key.Dir & 1), // model.Egress == abi.DirFromWEP
+		Direction: model.Direction(f.Dir & 1), // model.Egress == abi.DirFromWEP
 		Proto:     key.Proto,
-		Src:       netip.AddrPortFrom(src, key.Sport),
-		Dst:       netip.AddrPortFrom(dst, key.Dport),
+		Src:       netip.AddrPortFrom(src, f.Sport),
+		Dst:       netip.AddrPortFrom(dst, f.Dport),
 		Stage:     model.TraceDecided,
 		Allowed:   true,
 		RuleID:    v.RuleId,

@@ -76,7 +76,11 @@ func (d *Datapath) ScanConntrackFlows(now time.Time, ended, live func(*CTKey, *C
 		return 0, err
 	}
 	var cands []ctKey
+	legacy := 0
 	err = d.ctWalk(func(k *ctKey, v *ctVal) {
+		if ctLegacy(k) {
+			legacy++
+		}
 		switch {
 		case ctExpired(v, k.Proto, kt):
 			cands = append(cands, *k)
@@ -103,9 +107,15 @@ func (d *Datapath) ScanConntrackFlows(now time.Time, ended, live func(*CTKey, *C
 			return expired, fmt.Errorf("expire conntrack entry: %w", err)
 		}
 		expired++
+		if ctLegacy(&cands[i]) {
+			legacy--
+		}
 		if ended != nil && err == nil && cands[i].Dir != abi.DirNAT {
 			ended(&cands[i], &v)
 		}
+	}
+	if err := d.retireCTLegacy(legacy); err != nil {
+		return expired, fmt.Errorf("retire legacy conntrack keys: %w", err)
 	}
 	return expired, nil
 }

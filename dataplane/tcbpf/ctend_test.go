@@ -1,6 +1,7 @@
 package tcbpf
 
 import (
+	"net/netip"
 	"testing"
 	"time"
 
@@ -29,10 +30,7 @@ func TestConntrackCountsAndEnd(t *testing.T) {
 		}
 	}
 	var v ctVal
-	key := ctKey{Sport: 40000, Dport: 80, Proto: 6, Dir: abi.DirFromWEP, Ifindex: uint32(ifA)}
-	a4, b4 := ipA.As4(), ipB.As4()
-	copy(key.Saddr[:], a4[:])
-	copy(key.Daddr[:], b4[:])
+	key, _ := CTFlowKey(netip.AddrPortFrom(ipA, 40000), netip.AddrPortFrom(ipB, 80), 6, abi.DirFromWEP, uint32(ifA))
 	mustNil(t, d.Maps().Conntrack.Lookup(&key, &v))
 	fwdBytes := uint64(len(out) + 2*len(ack))
 	if v.RuleId != 0xa11 || v.PktsFwd != 3 || v.BytesFwd != fwdBytes || v.PktsRev != 2 || v.BytesRev != uint64(2*len(reply)) {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
@@ -49,6 +50,7 @@ type Maps struct {
 	EvDrops *ebpf.Map // PERCPU_ARRAY[1] u64
 	EvCfg   *ebpf.Map // ARRAY[1] struct dpd_ev_cfg
 	EvDeny  *ebpf.Map // ARRAY u32 -> struct dpd_ev_deny (direct-mapped by flow)
+	CTCfg   *ebpf.Map // ARRAY[1] struct dpd_ct_cfg (ctkeys.go)
 }
 
 // Programs are the loaded entry programs and the epilogue.
@@ -81,6 +83,8 @@ type Datapath struct {
 	// use. Immutable after Open.
 	ownIDs    map[ebpf.ProgramID]bool
 	ownMapIDs map[ebpf.MapID]bool
+	// ctLegacy mirrors dpd_ct_cfg's CTCfgLegacy (ctkeys.go).
+	ctLegacy atomic.Bool
 
 	traceMu sync.Mutex // serialises trace runs: dpd_trace has one entry
 
@@ -195,6 +199,9 @@ func (d *Datapath) init() error {
 	if err := d.installHepContinuations(); err != nil {
 		return err
 	}
+	if err := d.initCTLegacy(); err != nil {
+		return err
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.loadIPSetsLocked()
@@ -247,6 +254,7 @@ func (d *Datapath) Maps() Maps {
 		NATFrontends: o.DpdNatFe, NATBackends: o.DpdNatBe, Routes: o.DpdRoutes,
 		Frags: o.DpdFrags, DropCtrs: o.DpdDropCtrs,
 		Events: o.DpdEvents, EvDrops: o.DpdEvDrops, EvCfg: o.DpdEvCfg, EvDeny: o.DpdEvDeny,
+		CTCfg: o.DpdCtCfg,
 	}
 }
 

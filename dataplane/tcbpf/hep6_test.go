@@ -173,13 +173,12 @@ func TestHostIPv6Policy(t *testing.T) {
 	}, nd...))
 
 	// The failsafe flow is tracked as one, the allowed one as usual.
-	key := ctKey{Saddr: peerIP6.As16(), Daddr: hostIP6.As16(), Sport: 40000, Dport: 22, Proto: 6,
-		Dir: abi.DirToWEP, Family: abi.CTFamilyV6, Ifindex: uint32(eth)}
+	key, _ := CTFlowKey(netip.AddrPortFrom(peerIP6, 40000), netip.AddrPortFrom(hostIP6, 22), 6, abi.DirToWEP, uint32(eth))
 	var v ctVal
 	if err := d.Maps().Conntrack.Lookup(&key, &v); err != nil || v.Flags&abi.CTFFailsafe == 0 {
 		t.Fatalf("failsafe flow's entry %+v (%v), want the failsafe flag", v, err)
 	}
-	key.Dport = 8080
+	key, _ = CTFlowKey(netip.AddrPortFrom(peerIP6, 40000), netip.AddrPortFrom(hostIP6, 8080), 6, abi.DirToWEP, uint32(eth))
 	if err := d.Maps().Conntrack.Lookup(&key, &v); err != nil || v.Flags&abi.CTFFailsafe != 0 {
 		t.Fatalf("allowed flow's entry %+v (%v)", v, err)
 	}
@@ -225,7 +224,7 @@ func TestHostIPv6Stages(t *testing.T) {
 	it := d.Maps().Conntrack.Iterate()
 	for it.Next(&k, &v) {
 		if k.Family == abi.CTFamilyV6 {
-			ports[k.Dport] = true
+			ports[FlowOf(&k, &v).Dport] = true
 		}
 	}
 	mustNil(t, it.Err())

@@ -74,8 +74,7 @@ func TestIPv6Conntrack(t *testing.T) {
 	if got := run(t, d, abi.DirFromWEP, ifA, tcp6(a, b, tcpSYN)); got != abi.TCActOK {
 		t.Fatalf("allowed SYN: %d", got)
 	}
-	key := ctKey{Saddr: ip6A.As16(), Daddr: ip6B.As16(), Sport: 40000, Dport: 80, Proto: 6,
-		Dir: abi.DirFromWEP, Family: abi.CTFamilyV6, Ifindex: uint32(ifA)}
+	key, _ := CTFlowKey(netip.AddrPortFrom(ip6A, 40000), netip.AddrPortFrom(ip6B, 80), 6, abi.DirFromWEP, uint32(ifA))
 	var v ctVal
 	if err := d.Maps().Conntrack.Lookup(&key, &v); err != nil {
 		t.Fatalf("no IPv6 conntrack entry: %v", err)

@@ -92,10 +92,7 @@ func TestConntrack(t *testing.T) {
 		t.Fatalf("allowed egress: %d", got)
 	}
 	var v ctVal
-	key := ctKey{Sport: 40000, Dport: 80, Proto: 6, Dir: abi.DirFromWEP, Ifindex: uint32(ifA)}
-	a4, b4 := ipA.As4(), ipB.As4()
-	copy(key.Saddr[:], a4[:])
-	copy(key.Daddr[:], b4[:])
+	key, _ := CTFlowKey(netip.AddrPortFrom(ipA, 40000), netip.AddrPortFrom(ipB, 80), 6, abi.DirFromWEP, uint32(ifA))
 	if err := d.Maps().Conntrack.Lookup(&key, &v); err != nil {
 		t.Fatalf("no conntrack entry after allow: %v", err)
 	}

@@ -136,6 +136,14 @@ const (
 const (
 	CTFEstablished = 1 << 0 // TCP: a reply with ACK was seen
 	CTFClosing     = 1 << 1 // TCP: FIN or RST seen
+	CTFOrigHi      = 1 << 5 // the flow's first packet came from the normalized key's daddr:dport
+)
+
+// MapCTCfg is ARRAY[1] struct dpd_ct_cfg; CTCfgLegacy says the programs
+// must also look up keys the way a dpd before normalized keys wrote them.
+const (
+	MapCTCfg    = "dpd_ct_cfg"
+	CTCfgLegacy = 1 << 0
 )
 
 // Conntrack idle timeouts in seconds, shared by the programs and the
