@@ -178,15 +178,17 @@ func (r *Results) methodSection(w writer) {
 	w("* **P7, real traffic.** After P1, pairs of pods wired as Calico's CNI plugin wires them "+
 		"(a namespace each; eth0 with /32 addresses and a default route via 169.254.1.1; the veth's host side in the node "+
 		"namespace): a client and a server in dpd's node namespace on `cali` host sides that dpd programs, and a client and a server "+
-		"in each of two other node namespaces, routed by plain kernel routes, with the same sysctls (proxy ARP, forwarding, strict rp_filter) "+
+		"in each of three other node namespaces, routed by plain kernel routes, with the same sysctls (proxy ARP, forwarding, strict rp_filter) "+
 		"and permanent neighbour entries dpd writes. The load generator (`internal/bench/tcpload`) runs in the driver: blocking "+
 		"system calls on sockets created inside each pod's namespace, the server in the server pod, the client in the client pod; "+
 		"request/response is 1-byte requests over one connection (TCP_NODELAY), connection rate a new connection per "+
 		"request (connect, 1 byte each way, the server closes first), each from a source address and port not used before "+
 		"in the phase (so no connection meets an earlier one's conntrack entry), bulk one connection sending 128 KiB writes, "+
 		"timed until the server's count of the bytes arrives. Each pair of pods has a node namespace of its own, so all "+
-		"three paths exist at once and none costs another anything (netfilter's connection tracking, once a ruleset needs "+
-		"it, runs for every packet of its namespace): dpd's node, a plain node and an nftables node. Cases: no dpd (the plain pods); dpd with the namespace "+
+		"paths exist at once and none costs another anything (netfilter's connection tracking, once a ruleset needs "+
+		"it, runs for every packet of its namespace): dpd's node, a plain node, an nftables node and a floor node. Cases: no dpd (the plain pods); "+
+		"the floor (the plain pods with a program that only returns TC_ACT_OK on each of the four hooks dpd uses, clsact and cls_bpf: what any "+
+		"TC dataplane pays before its programs do anything); dpd with the namespace "+
 		"allow-all profile; dpd with a policy on the server's ingress whose allowing rule is the last of %d port rules (rule *i* "+
 		"denies TCP to port 10000+*i*), and separately the last of %d IP-set rules (rule *i* denies TCP to the server port "+
 		"from set *i*, four addresses each; the last set holds the client's addresses); nftables enforcing the same lists on "+

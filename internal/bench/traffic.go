@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/dpd-dev/dpd/internal/bench/tcpload"
 	dpdv1 "github.com/dpd-dev/dpd/proto/dpd/v1"
 	"github.com/dpd-dev/dpd/proto/felix"
@@ -31,6 +33,7 @@ const (
 	batchTraffic = 'p' // P7's dpd pods: index 0 the client, 1 the server
 	batchPlain   = 'q' // the plain node's pods
 	batchNFT     = 'r' // the nftables node's pods
+	batchFloor   = 's' // the floor node's pods (trafficfloor.go)
 	trafficPort  = 5201
 	// closedPort is a port nothing listens on: a path with no policy
 	// refuses a connection to it, a policy drops it.
@@ -47,6 +50,7 @@ const (
 	pathDPD = iota
 	pathPlain
 	pathNFT
+	pathFloor
 )
 
 // trafficCases in report order.
@@ -61,6 +65,7 @@ var trafficCases = []struct {
 	{"dpd-ipsets", "dpd, allowing rule last of the IP-set rules", pathDPD, "ipsets"},
 	{"nft-ports", "nftables, the same port rules", pathNFT, "ports"},
 	{"nft-ipsets", "nftables, the same IP-set rules", pathNFT, "ipsets"},
+	{"tc-floor", "no dpd, a pass-all TC program on each of dpd's four hooks", pathFloor, ""},
 }
 
 // trafficConfigs are the rule lists in turn and the cases measured under
@@ -69,7 +74,7 @@ var trafficConfigs = []struct {
 	rules string
 	cases []string
 }{
-	{"", []string{"plain", "dpd-allow"}},
+	{"", []string{"plain", "dpd-allow", "tc-floor"}},
 	{"ports", []string{"plain", "dpd-ports", "nft-ports"}},
 	{"ipsets", []string{"plain", "dpd-ipsets", "nft-ipsets"}},
 }
@@ -181,12 +186,16 @@ type trafficPath struct {
 	srv            *tcpload.Server
 	src            *tcpload.Sources
 	dst            netip.AddrPort
+	pass           *ebpf.Program // the floor path's program
 }
 
 func (p *trafficPath) close() error {
 	var errs []error
 	if p.srv != nil {
 		errs = append(errs, p.srv.Close())
+	}
+	if p.pass != nil {
+		errs = append(errs, p.pass.Close())
 	}
 	for _, pd := range []*pod{p.client, p.server} {
 		if pd != nil {
@@ -202,9 +211,9 @@ func (p *trafficPath) close() error {
 	return errors.Join(errs...)
 }
 
-// trafficNet is P7's three paths.
+// trafficNet is P7's paths.
 type trafficNet struct {
-	paths   [3]*trafficPath
+	paths   [4]*trafficPath
 	program string    // the dpd server's ingress program now
 	policy  string    // the policy it enforces now
 	stats   *bpfStats // with Options.TrafficBPFStats
@@ -447,7 +456,7 @@ func (r *runner) trafficPolicy(ctx context.Context, t *trafficNet, policy string
 // kernel routes; then a server in each server pod.
 func (r *runner) trafficSetup(ctx context.Context, t *trafficNet) error {
 	base := nsPrefix + strconv.Itoa(os.Getpid()) + "-p7"
-	for path, batch := range map[int]byte{pathDPD: batchTraffic, pathPlain: batchPlain, pathNFT: batchNFT} {
+	for path, batch := range map[int]byte{pathDPD: batchTraffic, pathPlain: batchPlain, pathNFT: batchNFT, pathFloor: batchFloor} {
 		p := &trafficPath{node: r.node}
 		t.paths[path] = p
 		if path != pathDPD {
@@ -476,6 +485,16 @@ func (r *runner) trafficSetup(ctx context.Context, t *trafficNet) error {
 		if path != pathDPD {
 			for _, pd := range []*pod{p.client, p.server} {
 				if err := p.node.plainRoutes(pd); err != nil {
+					return err
+				}
+			}
+		}
+		if path == pathFloor {
+			if p.pass, err = passProgram(); err != nil {
+				return err
+			}
+			for _, pd := range []*pod{p.client, p.server} {
+				if err := p.node.attachPass(pd.host, p.pass); err != nil {
 					return err
 				}
 			}
