@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"encoding/binary"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -10,6 +9,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 
+	"github.com/dpd-dev/dpd/dataplane/tcbpf"
 	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
 	"github.com/dpd-dev/dpd/internal/testutil"
 	"github.com/dpd-dev/dpd/proto/felix"
@@ -96,10 +96,11 @@ func ctPorts(t *testing.T, pinDir string) map[uint16]int {
 	}
 	defer func() { _ = m.Close() }()
 	out := map[uint16]int{}
-	var k, v []byte
+	var k tcbpf.CTKey
+	var v tcbpf.CTVal
 	it := m.Iterate()
 	for it.Next(&k, &v) {
-		out[binary.NativeEndian.Uint16(k[abi.CTKeyDport:])]++
+		out[tcbpf.FlowOf(&k, &v).Dport]++ // as the flow's first packet had it
 	}
 	if err := it.Err(); err != nil {
 		t.Fatalf("read conntrack map: %v", err)
