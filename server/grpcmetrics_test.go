@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -31,6 +32,8 @@ type scripted struct {
 	dpdv1.UnimplementedInspectServer
 	dpdv1.UnimplementedDataplaneServer
 	calls atomic.Int64
+	// streamFields: the logging fields each Sync stream's context held.
+	streamFields chan logging.Fields
 }
 
 func (s *scripted) GetStatus(context.Context, *dpdv1.GetStatusRequest) (*dpdv1.GetStatusResponse, error) {
@@ -41,6 +44,9 @@ func (s *scripted) GetStatus(context.Context, *dpdv1.GetStatusRequest) (*dpdv1.G
 }
 
 func (s *scripted) Sync(stream dpdv1.Dataplane_SyncServer) error {
+	if s.streamFields != nil {
+		s.streamFields <- logging.ExtractFields(stream.Context())
+	}
 	for {
 		m, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
@@ -60,12 +66,11 @@ func (s *scripted) Sync(stream dpdv1.Dataplane_SyncServer) error {
 	}
 }
 
-// runScript serves scripted with the given interceptors and metrics
-// initialisation and drives the script's calls through it.
-func runScript(t *testing.T, unary grpc.UnaryServerInterceptor, stream grpc.StreamServerInterceptor, initialize func(*grpc.Server)) {
+// runScript serves srv with opts, initialize run on the server once its
+// services are registered, and drives the script's calls through it.
+func runScript(t *testing.T, srv *scripted, initialize func(*grpc.Server), opts ...grpc.ServerOption) {
 	t.Helper()
-	g := grpc.NewServer(grpc.ChainUnaryInterceptor(unary), grpc.ChainStreamInterceptor(stream))
-	srv := &scripted{}
+	g := grpc.NewServer(opts...)
 	dpdv1.RegisterInspectServer(g, srv)
 	dpdv1.RegisterDataplaneServer(g, srv)
 	initialize(g)
@@ -122,12 +127,14 @@ func TestGRPCMetricsMatchMiddleware(t *testing.T) {
 		grpcprom.WithServerCounterOptions(grpcprom.WithNamespace("dpd")),
 		grpcprom.WithServerHandlingTimeHistogram(grpcprom.WithHistogramNamespace("dpd"), grpcprom.WithHistogramBuckets(buckets)))
 	refReg.MustRegister(ref)
-	runScript(t, ref.UnaryServerInterceptor(), ref.StreamServerInterceptor(), func(g *grpc.Server) { ref.InitializeMetrics(g) })
+	runScript(t, &scripted{}, func(g *grpc.Server) { ref.InitializeMetrics(g) },
+		grpc.ChainUnaryInterceptor(ref.UnaryServerInterceptor()), grpc.ChainStreamInterceptor(ref.StreamServerInterceptor()))
 
 	ownReg := prometheus.NewRegistry()
 	own := newGRPCMetrics(buckets)
 	ownReg.MustRegister(own)
-	runScript(t, own.UnaryServerInterceptor(), own.StreamServerInterceptor(), own.InitializeMetrics)
+	runScript(t, &scripted{}, own.InitializeMetrics,
+		grpc.ChainUnaryInterceptor(own.UnaryServerInterceptor()), grpc.ChainStreamInterceptor(own.StreamServerInterceptor()))
 
 	want, got := exposition(t, refReg), exposition(t, ownReg)
 	if len(want) == 0 {

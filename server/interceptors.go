@@ -49,7 +49,8 @@ func (i *interceptors) serverOptions() []grpc.ServerOption {
 	logger := slogAdapter(i.log)
 	// One line per finished call: code and duration say enough; the Sync
 	// service logs its own session start. Successful calls (health probes,
-	// dpdctl) only at debug, so they do not drown the log.
+	// dpdctl) only at debug, so they do not drown the log. Nothing is
+	// logged per message, which callLevel relies on.
 	logOpts := []logging.Option{
 		logging.WithLogOnEvents(logging.FinishCall),
 		logging.WithLevels(func(c codes.Code) logging.Level {
@@ -68,11 +69,33 @@ func (i *interceptors) serverOptions() []grpc.ServerOption {
 		),
 		grpc.ChainStreamInterceptor(
 			i.metrics.StreamServerInterceptor(),
-			logging.StreamServerInterceptor(logger, logOpts...),
+			callLevel(logging.StreamServerInterceptor(logger, logOpts...)),
 			recovery.StreamServerInterceptor(rec),
 		),
 	}
 }
+
+// callLevel runs a stream interceptor around the call but hands the
+// handler the stream it was given, not the interceptor's wrapper (only
+// its context, which carries the interceptor's fields): the logging
+// interceptor logs only when a call finishes (logOpts), so its
+// per-message hooks log nothing, yet each costs two clock reads on every
+// message of the Sync stream.
+func callLevel(icpt grpc.StreamServerInterceptor) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		return icpt(srv, ss, info, func(srv any, wrapped grpc.ServerStream) error {
+			return handler(srv, &contextStream{ServerStream: ss, ctx: wrapped.Context()})
+		})
+	}
+}
+
+// contextStream is a stream with another context.
+type contextStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *contextStream) Context() context.Context { return s.ctx }
 
 // recovered turns a handler panic into codes.Internal. The panic value and
 // stack go to the log, not to the client.
