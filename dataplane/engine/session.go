@@ -16,7 +16,7 @@ type item struct {
 	upd    model.Update
 	reject *model.Rejection // non-nil: a message that failed translation
 	flush  chan struct{}    // non-nil: a Flush barrier
-	recv   time.Time // a WorkloadEndpointUpdate's receipt (else zero)
+	recv   time.Time        // a WorkloadEndpointUpdate's receipt (else zero)
 }
 
 // session implements Session. Its statuses wait in an outbox (outbox.go)
