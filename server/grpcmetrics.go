@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	middleware "github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -91,20 +92,11 @@ func (m *grpcMetrics) InitializeMetrics(s *grpc.Server) {
 			m.received.WithLabelValues(typ, service, mi.Name)
 			m.sent.WithLabelValues(typ, service, mi.Name)
 			m.handling.WithLabelValues(typ, service, mi.Name)
-			for _, c := range allCodes {
+			for _, c := range middleware.AllCodes { // the middleware's list
 				m.handled.WithLabelValues(typ, service, mi.Name, c.String())
 			}
 		}
 	}
-}
-
-// allCodes are the codes InitializeMetrics creates series for, the
-// middleware's list.
-var allCodes = []codes.Code{
-	codes.OK, codes.Canceled, codes.Unknown, codes.InvalidArgument, codes.DeadlineExceeded, codes.NotFound,
-	codes.AlreadyExists, codes.PermissionDenied, codes.Unauthenticated, codes.ResourceExhausted,
-	codes.FailedPrecondition, codes.Aborted, codes.OutOfRange, codes.Unimplemented, codes.Internal,
-	codes.Unavailable, codes.DataLoss,
 }
 
 func methodType(clientStream, serverStream bool) string {
