@@ -1,13 +1,19 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
+	"strings"
+	"sync"
 	"testing"
 
 	dpdv1 "github.com/dpd-dev/dpd/proto/dpd/v1"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/logging"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -100,4 +106,72 @@ func sample(t *testing.T, reg *prometheus.Registry, name, label, value string) f
 		}
 	}
 	return sum
+}
+
+// TestStreamLoggingCallLevel: with the daemon's chain, where the logging
+// interceptor only wraps the call (callLevel), a stream still logs its
+// finished call with its code, its handler's context still carries the
+// logging fields, and its messages are still counted.
+func TestStreamLoggingCallLevel(t *testing.T) {
+	var logs syncBuffer
+	reg := prometheus.NewRegistry()
+	icpt, err := newInterceptors(slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})), reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &scripted{streamFields: make(chan logging.Fields, 2)}
+	runScript(t, srv, icpt.metrics.InitializeMetrics, icpt.serverOptions()...)
+
+	for range 2 {
+		f := <-srv.streamFields
+		var method string
+		for it := f.Iterator(); it.Next(); {
+			if k, v := it.At(); k == "grpc.method" {
+				method = fmt.Sprint(v)
+			}
+		}
+		if method != "Sync" {
+			t.Errorf("the Sync handler's context has logging fields %v, want grpc.method=Sync among them", f)
+		}
+	}
+	var finished []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(logs.String()), "\n") {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		if rec["msg"] == "finished call" && rec["grpc.method"] == "Sync" {
+			finished = append(finished, rec)
+		}
+	}
+	if len(finished) != 2 {
+		t.Fatalf("%d finished-call lines for Sync, want 2:\n%s", len(finished), logs.String())
+	}
+	if finished[0]["grpc.code"] != "OK" || finished[0]["level"] != "DEBUG" {
+		t.Errorf("the stream the client ended logged %v, want grpc.code OK at DEBUG", finished[0])
+	}
+	if finished[1]["grpc.code"] != "InvalidArgument" || finished[1]["level"] != "INFO" || finished[1]["grpc.error"] == nil {
+		t.Errorf("the stream the server failed logged %v, want grpc.code InvalidArgument at INFO (the middleware's level for it) with grpc.error", finished[1])
+	}
+	if got := sample(t, reg, "dpd_grpc_server_msg_received_total", "grpc_method", "Sync"); got != 13 {
+		t.Errorf("dpd_grpc_server_msg_received_total{grpc_method=Sync} = %v, want 13", got)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for the server's goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

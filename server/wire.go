@@ -15,14 +15,14 @@ import (
 // current-form messages out.
 type wireIn struct {
 	dec       *felixwire.Decoder
-	met       *felixwire.Metrics
+	met       *felixwire.Transport
 	transport string
 	log       *slog.Logger
 	told      bool // the older generation was logged
 }
 
 func newWireIn(met *felixwire.Metrics, transport string, log *slog.Logger) *wireIn {
-	return &wireIn{dec: felixwire.NewDecoder(), met: met, transport: transport, log: log}
+	return &wireIn{dec: felixwire.NewDecoder(), met: met.Transport(transport), transport: transport, log: log}
 }
 
 // wireSink is where decoded messages go: submit hands a message on,
@@ -74,7 +74,7 @@ func (w *wireIn) deliver(d decoded, sink wireSink) error {
 		}
 		return err
 	}
-	w.met.Decoded(w.transport, r)
+	w.met.Decoded(r)
 	if r.Gen == felixwire.Legacy && !w.told {
 		w.told = true
 		w.log.Info("controller speaks the Felix v3.28-v3.31 encoding; converting at the wire edge", "transport", w.transport)
@@ -90,7 +90,7 @@ func (w *wireIn) deliver(d decoded, sink wireSink) error {
 }
 
 func (w *wireIn) failed(de *felixwire.Error, sink wireSink) error {
-	w.met.Failed(w.transport, de)
+	w.met.Failed(de)
 	attrs := []any{"transport", w.transport, "message", de.N, "seq", de.Seq, "payload_field", int(de.Payload), "err", de.Err}
 	if de.Resync() {
 		w.log.Error("undecodable controller message; ending the session so that the controller resends its state", attrs...)

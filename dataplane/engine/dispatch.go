@@ -19,7 +19,7 @@ var errUnknownPayload = errors.New("payload unknown to this build")
 func (e *Engine) dispatch(u model.Update, recv time.Time) {
 	kind := u.Kind()
 	e.received.Add(1)
-	e.met.received.WithLabelValues(kind).Inc()
+	e.met.receivedFor(kind).Inc()
 	var err error
 	switch u := u.(type) {
 	case *model.InSync:
@@ -101,7 +101,7 @@ func (e *Engine) countInvalid(kind string, err error) {
 // reason, and whatever the kernel enforces for it stays.
 func (e *Engine) onReject(r model.Rejection) {
 	e.received.Add(1)
-	e.met.received.WithLabelValues(r.Kind).Inc()
+	e.met.receivedFor(r.Kind).Inc()
 	e.countInvalid(r.Kind, errors.New(r.String()))
 	if r.Endpoint != nil {
 		e.weps.markInvalid(*r.Endpoint, r.String())

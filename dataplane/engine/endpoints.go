@@ -184,12 +184,14 @@ func (e *Engine) onWorkloadUpdate(u *model.WorkloadEndpointUpdate, recv time.Tim
 	id := sp.ID
 	m := &e.weps
 	ent := m.entry(id)
-	m.touched[id] = struct{}{}
 	wasLive := !ent.removed
 	ent.stale, ent.removed = false, false
 	if wasLive && ent.invalid == "" && ent.spec != nil && ent.spec.Equal(sp) {
+		// Nothing Inspect shows changed (the stale mark is not shown), so
+		// there is nothing to publish either.
 		return
 	}
+	m.touched[id] = struct{}{}
 	ent.invalid = ""
 	ent.spec = sp
 	ent.receivedAt = recv

@@ -10,7 +10,11 @@ import (
 // metrics are the engine's dpd_* metrics. They always exist; they are
 // registered only when Options.Registry is set.
 type metrics struct {
-	received      *prometheus.CounterVec
+	received *prometheus.CounterVec
+	// receivedBy is received's counter per payload, looked up once: by
+	// label values each lookup hashes them, and dispatch counts every
+	// message. Only the engine's loop uses it.
+	receivedBy    map[string]prometheus.Counter
 	invalid       *prometheus.CounterVec
 	batch         prometheus.Histogram
 	applyDuration prometheus.Histogram
@@ -27,6 +31,7 @@ type metrics struct {
 
 func newMetrics(reg prometheus.Registerer, log *slog.Logger) *metrics {
 	m := &metrics{
+		receivedBy: map[string]prometheus.Counter{},
 		received: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "dpd_messages_received_total",
 			Help: "Messages received from the controller, by payload type.",
@@ -93,4 +98,14 @@ func newMetrics(reg prometheus.Registerer, log *slog.Logger) *metrics {
 		}
 	}
 	return m
+}
+
+// receivedFor is the received counter of payload kind.
+func (m *metrics) receivedFor(kind string) prometheus.Counter {
+	c, ok := m.receivedBy[kind]
+	if !ok {
+		c = m.received.WithLabelValues(kind)
+		m.receivedBy[kind] = c
+	}
+	return c
 }

@@ -50,16 +50,19 @@ func (s *snapshotStore) putLocked(id model.WorkloadID, info *EndpointInfo) {
 // publish copies changed loop state into the snapshot.
 func (e *Engine) publish() {
 	m := &e.weps
-	infos := make(map[model.WorkloadID]*EndpointInfo, len(m.touched))
-	for id := range m.touched {
-		if ent := m.eps[id]; ent != nil {
-			info := endpointInfo(ent, m)
-			infos[id] = &info
-		} else {
-			infos[id] = nil
+	var infos map[model.WorkloadID]*EndpointInfo
+	if len(m.touched) > 0 { // most iterations of a steady stream touch none
+		infos = make(map[model.WorkloadID]*EndpointInfo, len(m.touched))
+		for id := range m.touched {
+			if ent := m.eps[id]; ent != nil {
+				info := endpointInfo(ent, m)
+				infos[id] = &info
+			} else {
+				infos[id] = nil
+			}
 		}
+		m.touched = map[model.WorkloadID]struct{}{}
 	}
-	m.touched = map[model.WorkloadID]struct{}{}
 	st := StatusInfo{
 		Dataplane:        e.opts.Name,
 		ControllerInSync: e.sessInSync,

@@ -53,7 +53,10 @@ func translatePayload(msg *felix.ToDataplane) (model.Update, *model.WorkloadID, 
 		}
 		ep, err := workloadEndpoint(id, p.WorkloadEndpointUpdate.GetEndpoint())
 		if err != nil {
-			return nil, &id, err
+			// A copy: taking id's own address would put it on the heap for
+			// every update, not just the failing ones.
+			blamed := id
+			return nil, &blamed, err
 		}
 		return &model.WorkloadEndpointUpdate{Endpoint: ep}, nil, nil
 	case *felix.ToDataplane_WorkloadEndpointRemove:

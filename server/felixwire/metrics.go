@@ -38,25 +38,54 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	return m, nil
 }
 
-// Decoded counts one decoded message.
-func (m *Metrics) Decoded(transport string, r Result) {
+// Transport returns the counters of one transport, for one session's
+// decoder: it looks each series up once, not per message (by label values
+// a lookup hashes them). A nil *Metrics gives a nil *Transport, which
+// counts nothing.
+func (m *Metrics) Transport(name string) *Transport {
 	if m == nil {
+		return nil
+	}
+	return &Transport{m: m, name: name}
+}
+
+// Transport counts what one session's decoder decoded. Series are
+// resolved on first use, so one appears only once it counts something,
+// as before. Not safe for concurrent use (a session decodes in order).
+type Transport struct {
+	m       *Metrics
+	name    string
+	decoded [Legacy + 1]prometheus.Counter // per Generation
+	unknown prometheus.Counter
+}
+
+// Decoded counts one decoded message.
+func (t *Transport) Decoded(r Result) {
+	if t == nil {
 		return
 	}
-	m.messages.WithLabelValues(transport, r.Gen.String()).Inc()
+	c := t.decoded[r.Gen]
+	if c == nil {
+		c = t.m.messages.WithLabelValues(t.name, r.Gen.String())
+		t.decoded[r.Gen] = c
+	}
+	c.Inc()
 	if r.Unknown != 0 {
-		m.unknown.WithLabelValues(transport).Inc()
+		if t.unknown == nil {
+			t.unknown = t.m.unknown.WithLabelValues(t.name)
+		}
+		t.unknown.Inc()
 	}
 }
 
 // Failed counts one message that did not decode.
-func (m *Metrics) Failed(transport string, e *Error) {
-	if m == nil {
+func (t *Transport) Failed(e *Error) {
+	if t == nil {
 		return
 	}
 	outcome := "endpoint"
 	if e.Resync() {
 		outcome = "resync"
 	}
-	m.errors.WithLabelValues(transport, outcome).Inc()
+	t.m.errors.WithLabelValues(t.name, outcome).Inc()
 }
