@@ -5,6 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
+
 	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
 )
 
@@ -139,6 +143,25 @@ func TestConntrackLegacyKeys(t *testing.T) {
 		t.Fatal("scan turned the legacy lookup off with a legacy entry left")
 	}
 	mustNil(t, d.Maps().Conntrack.Delete(&old))
+
+	// A previous dpd's entry program still on an interface could write
+	// legacy keys: the lookup stays on while one runs.
+	prev, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name: "dpd_from_wep", Type: ebpf.SchedCLS, License: "Dual BSD/GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, abi.TCActOK), asm.Return()},
+	})
+	mustNil(t, err)
+	defer func() { _ = prev.Close() }()
+	l, err := link.AttachTCX(link.TCXOptions{Interface: ifA, Program: prev, Attach: ebpf.AttachTCXIngress})
+	mustNil(t, err)
+	defer func() { _ = l.Close() }()
+	if _, err := d.ScanConntrack(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if !d.ctLegacy.Load() {
+		t.Fatal("scan turned the legacy lookup off with a previous entry program attached")
+	}
+	mustNil(t, l.Close())
 	if _, err := d.ScanConntrack(time.Now()); err != nil {
 		t.Fatal(err)
 	}
