@@ -135,6 +135,12 @@ func newHarness(t testing.TB) *harness {
 	if err := h.maps.Jump.Update(uint32(abi.JumpEpilogue), epi, ebpf.UpdateAny); err != nil {
 		t.Fatal(err)
 	}
+	// The epilogue array production gives the programs (direct tail call);
+	// tests of the indirect call through dpd_jump clear maps.Epilogue.
+	h.maps.Epilogue = mk(&ebpf.MapSpec{Name: "dpd_epi", Type: ebpf.ProgramArray, KeySize: 4, ValueSize: 4, MaxEntries: 1})
+	if err := h.maps.Epilogue.Update(uint32(0), epi, ebpf.UpdateAny); err != nil {
+		t.Fatal(err)
+	}
 	return h
 }
 
