@@ -72,6 +72,8 @@ type Datapath struct {
 	nl *netlink.Handle
 	// ops observes what the real attaches and detaches cost.
 	ops opCounters
+	// epi are the epilogue arrays (epilogue.go), set by Open.
+	epi *epilogues
 
 	// want describes the loaded programs, to recognise attachments that
 	// are already current (same tag, same maps). Immutable after Open.
@@ -153,6 +155,7 @@ func Open(opts Options) (*Datapath, error) {
 		return nil, fmt.Errorf("load entry programs: %w", err)
 	}
 	if err := d.init(); err != nil {
+		_ = d.epi.close()
 		_ = d.objs.Close()
 		nlh.Close()
 		return nil, err
@@ -195,6 +198,9 @@ func (d *Datapath) init() error {
 	if err := d.installHepContinuations(); err != nil {
 		return err
 	}
+	if err := d.openEpilogues(); err != nil {
+		return err
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.loadIPSetsLocked()
@@ -228,7 +234,7 @@ func applySizes(spec *ebpf.CollectionSpec, s MapSizes) {
 // programs stay, so a restarted dpd adopts them.
 func (d *Datapath) Close() error {
 	d.nl.Close()
-	return errors.Join(d.setIdx.close(), d.objs.Close())
+	return errors.Join(d.setIdx.close(), d.epi.close(), d.objs.Close())
 }
 
 // PinDir is the directory the maps and links are pinned in.
