@@ -89,6 +89,15 @@ func (d *Datapath) EpilogueArray() *ebpf.Map {
 	return d.epi.maps[int(n)%len(d.epi.maps)]
 }
 
+// EpilogueArrays are all the epilogue arrays (polprog.Maps.Epilogues: an
+// adopted program may call any of them).
+func (d *Datapath) EpilogueArrays() []*ebpf.Map {
+	if d.epi == nil {
+		return nil
+	}
+	return d.epi.maps
+}
+
 func (e *epilogues) close() error {
 	if e == nil {
 		return nil

@@ -26,6 +26,9 @@ type Maps struct {
 	// every program that direct-calls an array on each write to it and on
 	// each load, so callers spread programs over a few such arrays.
 	Epilogue *ebpf.Map
+	// Epilogues are all the epilogue arrays the caller spreads programs
+	// over: Adopt accepts a pinned program that calls any of them.
+	Epilogues []*ebpf.Map
 }
 
 // Resolver maps an IP set name to the set_id used in dpd_ipsets keys.
