@@ -23,6 +23,9 @@ type Options struct {
 	ForceLegacyTC bool     // attach with clsact + cls_bpf even where TCX works
 	Sizes         MapSizes // zero fields take DefaultMapSizes
 	Log           *slog.Logger
+	// Epilogue is how policy programs call the epilogue (EpilogueAuto:
+	// measured at Open).
+	Epilogue EpilogueCall
 }
 
 // Maps are the pinned maps shared with the policy programs. The handles

@@ -38,6 +38,13 @@ type epilogues struct {
 // Pins survive restarts so adopted policy programs keep calling the
 // current epilogue.
 func (d *Datapath) openEpilogues() error {
+	direct, why := chooseEpilogueCall(d.opts.Epilogue)
+	d.log.Info("epilogue call chosen", "direct", direct, "reason", why)
+	if !direct {
+		// Programs call dpd_jump[abi.JumpEpilogue]; pinned arrays of an
+		// earlier choice stay for the programs still calling them.
+		return nil
+	}
 	dir := filepath.Join(d.opts.PinDir, epilogueDir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create epilogue pin dir: %w", err)
@@ -80,7 +87,8 @@ func (d *Datapath) openEpilogues() error {
 }
 
 // EpilogueArray is an epilogue array for the next policy program to load
-// (polprog.Maps.Epilogue), taken in turn; nil before Open finished.
+// (polprog.Maps.Epilogue), taken in turn; nil when programs call the
+// epilogue indirectly (Options.Epilogue, or the probe found no gain).
 func (d *Datapath) EpilogueArray() *ebpf.Map {
 	if d.epi == nil {
 		return nil

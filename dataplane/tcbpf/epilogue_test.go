@@ -17,7 +17,7 @@ import (
 // a restart reuses the pinned arrays and reinstalls a missing epilogue.
 func TestEpilogueArrays(t *testing.T) {
 	pinDir := testPinDir(t)
-	d := openTest(t, Options{PinDir: pinDir})
+	d := openTest(t, Options{PinDir: pinDir, Epilogue: EpilogueDirect})
 	epi, err := d.Programs().Epilogue.Info()
 	mustNil(t, err)
 	epiID, _ := epi.ID()
@@ -70,7 +70,7 @@ func TestEpilogueArrays(t *testing.T) {
 		t.Fatalf("rule counter %d packets (%v) after a failed tail call, want 1", pk, err)
 	}
 
-	d2 := openTest(t, Options{PinDir: pinDir})
+	d2 := openTest(t, Options{PinDir: pinDir, Epilogue: EpilogueDirect})
 	for range epilogueArrays {
 		info, err := d2.EpilogueArray().Info()
 		mustNil(t, err)
@@ -84,5 +84,25 @@ func TestEpilogueArrays(t *testing.T) {
 	}
 	if pk, _, err := d2.ReadCounter(ctr); err != nil || pk != 2 {
 		t.Fatalf("rule counter %d packets (%v) after restart, want 2", pk, err)
+	}
+}
+
+// TestEpilogueCallChoice: the probe's programs reach their target both
+// ways, a configured mode is taken as it is, and indirect calls leave no
+// epilogue arrays to hand out.
+func TestEpilogueCallChoice(t *testing.T) {
+	d := openTest(t, Options{Epilogue: EpilogueIndirect})
+	if m := d.EpilogueArray(); m != nil || len(d.EpilogueArrays()) != 0 {
+		t.Fatalf("indirect epilogue calls hand out arrays")
+	}
+	in, dir, err := probeTailCalls()
+	mustNil(t, err)
+	if in <= 0 || dir <= 0 {
+		t.Fatalf("probe measured indirect %v, direct %v", in, dir)
+	}
+	for mode, want := range map[EpilogueCall]bool{EpilogueDirect: true, EpilogueIndirect: false} {
+		if got, why := chooseEpilogueCall(mode); got != want || why != "configured" {
+			t.Errorf("mode %d: direct %v (%s), want %v (configured)", mode, got, why, want)
+		}
 	}
 }
