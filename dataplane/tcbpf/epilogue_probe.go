@@ -110,3 +110,7 @@ func chooseEpilogueCall(mode EpilogueCall) (direct bool, why string) {
 	// BPF_PROG_TEST_RUN reports whole nanoseconds per run.
 	return gain >= epilogueMinGain, fmt.Sprintf("indirect tail call %v, direct %v per run", in, dir)
 }
+
+// ProbeEpilogueCall is what Open with EpilogueAuto chooses on this machine
+// (benchmarks measure the policy programs the way production runs them).
+func ProbeEpilogueCall() (direct bool, why string) { return chooseEpilogueCall(EpilogueAuto) }

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dpd-dev/dpd/dataplane/model"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf"
 	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
 	"github.com/dpd-dev/dpd/internal/testutil"
 )
@@ -142,6 +143,17 @@ func newHarness(t testing.TB) *harness {
 		t.Fatal(err)
 	}
 	return h
+}
+
+// productionEpilogue makes the programs call the epilogue the way
+// dataplane/tcbpf chooses on this machine: directly when that is cheaper
+// per run, else through dpd_jump.
+func (h *harness) productionEpilogue(b *testing.B) {
+	direct, why := tcbpf.ProbeEpilogueCall()
+	b.Logf("epilogue call: direct %v (%s)", direct, why)
+	if !direct {
+		h.maps.Epilogue = nil
+	}
 }
 
 // epilogueInsns: result = {verdict, chain_pos, rule_id, pol_scratch}; return 100 + verdict.
