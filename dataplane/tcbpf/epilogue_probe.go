@@ -40,7 +40,7 @@ func probeTailCalls() (indirect, direct time.Duration, err error) {
 	if err != nil {
 		return 0, 0, fmt.Errorf("probe tail calls: %w", err)
 	}
-	defer arr.Close()
+	defer func() { _ = arr.Close() }()
 	load := func(insns asm.Instructions) (*ebpf.Program, error) {
 		return ebpf.NewProgram(&ebpf.ProgramSpec{Type: ebpf.SchedCLS, License: "Dual BSD/GPL", Instructions: insns})
 	}
@@ -48,7 +48,7 @@ func probeTailCalls() (indirect, direct time.Duration, err error) {
 	if err != nil {
 		return 0, 0, fmt.Errorf("probe tail calls: %w", err)
 	}
-	defer target.Close()
+	defer func() { _ = target.Close() }()
 	if err := arr.Update(uint32(0), target, ebpf.UpdateAny); err != nil {
 		return 0, 0, fmt.Errorf("probe tail calls: %w", err)
 	}
