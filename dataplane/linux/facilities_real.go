@@ -72,7 +72,8 @@ type polprogFacility struct{ d *tcbpf.Datapath }
 func (f polprogFacility) maps() polprog.Maps {
 	m := f.d.Maps()
 	return polprog.Maps{State: m.State, Jump: m.Jump, IPSets: m.IPSets, RuleCtrs: m.RuleCtrs, Chain: m.Chain,
-		IPSetIdx: f.d.IPSetIndex(), SetIndex: f.d, IPSetIdxHash: f.d.IPSetIndexHash()}
+		IPSetIdx: f.d.IPSetIndex(), SetIndex: f.d, IPSetIdxHash: f.d.IPSetIndexHash(),
+		Epilogue: f.d.EpilogueArray(), Epilogues: f.d.EpilogueArrays()}
 }
 
 func (f polprogFacility) Load(pol *model.DirectionPolicy, dir model.Direction) (loadedProgram, error) {

@@ -24,6 +24,9 @@ type Options struct {
 	ForceLegacyTC bool     // attach with clsact + cls_bpf even where TCX works
 	Sizes         MapSizes // zero fields take DefaultMapSizes
 	Log           *slog.Logger
+	// Epilogue is how policy programs call the epilogue (EpilogueAuto:
+	// measured at Open).
+	Epilogue EpilogueCall
 }
 
 // Maps are the pinned maps shared with the policy programs. The handles
@@ -74,6 +77,8 @@ type Datapath struct {
 	nl *netlink.Handle
 	// ops observes what the real attaches and detaches cost.
 	ops opCounters
+	// epi are the epilogue arrays (epilogue.go), set by Open.
+	epi *epilogues
 
 	// want describes the loaded programs, to recognise attachments that
 	// are already current (same tag, same maps). Immutable after Open.
@@ -157,6 +162,7 @@ func Open(opts Options) (*Datapath, error) {
 		return nil, fmt.Errorf("load entry programs: %w", err)
 	}
 	if err := d.init(); err != nil {
+		_ = d.epi.close()
 		_ = d.objs.Close()
 		nlh.Close()
 		return nil, err
@@ -202,6 +208,9 @@ func (d *Datapath) init() error {
 	if err := d.initCTLegacy(); err != nil {
 		return err
 	}
+	if err := d.openEpilogues(); err != nil {
+		return err
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.loadIPSetsLocked()
@@ -235,7 +244,7 @@ func applySizes(spec *ebpf.CollectionSpec, s MapSizes) {
 // programs stay, so a restarted dpd adopts them.
 func (d *Datapath) Close() error {
 	d.nl.Close()
-	return errors.Join(d.setIdx.close(), d.objs.Close())
+	return errors.Join(d.setIdx.close(), d.epi.close(), d.objs.Close())
 }
 
 // PinDir is the directory the maps and links are pinned in.

@@ -16,7 +16,9 @@
 // same tag and maps as the one loaded now is left alone; an older one is
 // replaced atomically (link update / filter replace), never detached first.
 //
-// Open installs dpd_epilogue at dpd_jump[abi.JumpEpilogue]. Policy programs
+// Open installs dpd_epilogue at dpd_jump[abi.JumpEpilogue] and in the
+// epilogue arrays (epilogue.go), which policy programs tail-call directly.
+// Policy programs
 // (dataplane/tcbpf/polprog) are SchedCLS programs loaded against Maps() and
 // installed with InstallPolicy; they must leave the expected attach type
 // unset, like the entry programs: recent kernels require the programs of

@@ -89,7 +89,8 @@ func tierProgram(t *testing.T, d *Datapath, dir int, tier model.Tier) *ebpf.Prog
 		t.Fatalf("compile: %v", err)
 	}
 	m := d.Maps()
-	prog, err := spec.Load(polprog.Maps{State: m.State, Jump: m.Jump, IPSets: m.IPSets, RuleCtrs: m.RuleCtrs, Chain: m.Chain})
+	prog, err := spec.Load(polprog.Maps{State: m.State, Jump: m.Jump, IPSets: m.IPSets, RuleCtrs: m.RuleCtrs, Chain: m.Chain,
+		Epilogue: d.EpilogueArray()})
 	if err != nil {
 		t.Fatalf("load: %v", err)
 	}

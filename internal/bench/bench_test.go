@@ -133,7 +133,7 @@ func TestFiguresCoverEveryTarget(t *testing.T) {
 			missed = append(missed, f.Name)
 		}
 	}
-	for id, n := range map[string]int{"P1": 4, "P2": 1, "P3": 1, "P4": 10, "P5": 1, "P6": 1, "P7": 8} {
+	for id, n := range map[string]int{"P1": 4, "P2": 1, "P3": 1, "P4": 14, "P5": 1, "P6": 1, "P7": 8} {
 		if got[id] != n {
 			t.Errorf("%d %s figures, want %d", got[id], id, n)
 		}
@@ -141,6 +141,28 @@ func TestFiguresCoverEveryTarget(t *testing.T) {
 	want := []string{"endpoint update → up, p50 (own policy each)", "ingest through one stream vs raw gRPC", "peak RSS of dpd after P3"}
 	if !slices.Equal(missed, want) {
 		t.Errorf("missed %q, want %q", missed, want)
+	}
+}
+
+// TestSmallPolicyFigure: the bound is Calico's × noop on this run's noop
+// plus 10 ns, and the value shows ns and × noop.
+func TestSmallPolicyFigure(t *testing.T) {
+	r := &Results{Packets: PacketCost{PolicyTrivial: 15, NewFlow: map[string]float64{
+		"tcp-ports/n=10/first": 28, "cidr32/n=10/last": 33}}}
+	byName := map[string]Figure{}
+	for _, f := range r.Figures() {
+		byName[f.Name] = f
+	}
+	first := byName["new flow, first of 10 TCP port rules (Calico 1.2× noop + 10 ns)"]
+	if !first.Measured || first.Limit != 28 || !first.Met() || first.ValueText() != "28 ns (1.9× noop)" {
+		t.Errorf("first of 10 ports: %+v (%s), want 28 ns against ≤ 28 ns, met", first, first.ValueText())
+	}
+	cidr := byName["new flow, last of 10 /32 CIDR rules (Calico 1.5× noop + 10 ns)"]
+	if !cidr.Measured || cidr.Limit != 32.5 || cidr.Met() {
+		t.Errorf("last of 10 CIDRs: %+v, want 33 ns against ≤ 32.5 ns, not met", cidr)
+	}
+	if f := byName["new flow, last of 10 TCP port rules (Calico 1.6× noop + 10 ns)"]; f.Measured {
+		t.Errorf("a case the run lacks is measured: %+v", f)
 	}
 }
 

@@ -137,6 +137,27 @@ func (r *Results) ipv6Figure(name, key string, limit float64) Figure {
 	return f
 }
 
+// smallPolicyFigure is a P4 figure of a policy whose cost is mostly fixed
+// (few rules, or the first rule deciding), in ns against Calico's cost for
+// the same case plus 10 ns: calico is Calico's figure in × noop, measured
+// side by side with its policy compiler, so the bound scales with this
+// machine's noop. The value also shows × noop.
+func (r *Results) smallPolicyFigure(name, key string, calico float64) Figure {
+	p := r.Packets
+	f := Figure{ID: "P4", Name: fmt.Sprintf("%s (Calico %.1f× noop + 10 ns)", name, calico), Unit: "ns"}
+	ns, noop := p.NewFlow[key], p.PolicyTrivial
+	if ns <= 0 || noop <= 0 {
+		return f
+	}
+	f.Value, f.Limit, f.Measured = ns, calico*noop+smallPolicySlack, true
+	f.Note = fmt.Sprintf("%s (%.1f× noop)", formatValue(ns, "ns"), ns/noop)
+	return f
+}
+
+// smallPolicySlack is what dpd may spend beyond Calico on a small policy
+// or a first-rule match, in ns.
+const smallPolicySlack = 10
+
 // Ingest is P5, in messages per second through one stream.
 type Ingest struct {
 	Stream float64 // BenchmarkSyncIngest: dpd's server and engine
@@ -243,6 +264,10 @@ func (r *Results) Figures() []Figure {
 		newFlow("P4", "new flow, last of 1,000 IP-set rules (one set each)", "ipsets/n=1000/last", 10),
 		newFlow("P4", "new flow, last of 10,000 IP-set rules (one set each)", "ipsets/n=10000/last", 10),
 		newFlow("P4", "new flow, last of 10,000 port rules sharing one IP set", "ipset-shared/n=10000/last", 10),
+		r.smallPolicyFigure("new flow, first of 10 TCP port rules", "tcp-ports/n=10/first", 1.2),
+		r.smallPolicyFigure("new flow, first of 1,000 TCP port rules", "tcp-ports/n=1000/first", 1.7),
+		r.smallPolicyFigure("new flow, last of 10 TCP port rules", "tcp-ports/n=10/last", 1.6),
+		r.smallPolicyFigure("new flow, last of 10 /32 CIDR rules", "cidr32/n=10/last", 1.5),
 		r.ipv6Figure("established IPv6 flow (conntrack hit) vs trivial", "", 4),
 		r.ipv6Figure("new IPv6 flow, last of 1,000 /128 CIDR rules", "cidr128/n=1000/last", 10),
 		r.ipv6Figure("new IPv6 flow, last of 100 IPv6 IP-set rules", "ipsets6/n=100/last", 30),

@@ -16,7 +16,8 @@ import (
 
 // Adopt takes over a pinned program as the loaded form of s, provided it
 // is exactly what Load would produce now: every chunk has the tag of s's
-// instructions (with the pinned chain indices) and uses only maps of m. A
+// instructions (with the pinned chain indices, and the epilogue call Load
+// would make) and uses only maps of m (any of m.Epilogues included). A
 // continuation missing from dpd_chain is reinstalled. On success p is
 // consumed (its descriptors, pins and reservation now belong to the
 // Program); on error p is left as it was.
@@ -28,7 +29,8 @@ func (s *Spec) Adopt(m Maps, p *Pinned) (*Program, error) {
 		return nil, errors.New("adopt policy: chain map required for a split policy")
 	}
 	allowed := map[ebpf.MapID]bool{}
-	for _, mm := range []*ebpf.Map{m.State, m.Jump, m.IPSets, m.RuleCtrs, m.Chain, m.IPSetIdx, m.IPSetIdxHash} {
+	shared := []*ebpf.Map{m.State, m.Jump, m.IPSets, m.RuleCtrs, m.Chain, m.IPSetIdx, m.IPSetIdxHash, m.Epilogue}
+	for _, mm := range append(shared, m.Epilogues...) {
 		if mm == nil {
 			continue
 		}
@@ -48,7 +50,7 @@ func (s *Spec) Adopt(m Maps, p *Pinned) (*Program, error) {
 		ownIDs(own, allowed)
 	}
 	for c := range s.chunks {
-		if err := s.matchChunk(c, p.progs[c], p.idx, allowed); err != nil {
+		if err := s.matchChunk(c, p.progs[c], p.idx, allowed, m.Epilogue != nil); err != nil {
 			own.close()
 			return nil, fmt.Errorf("adopt policy chunk %d: %w", c, err)
 		}
@@ -224,8 +226,9 @@ func ownIDs(pm *progMaps, ids map[ebpf.MapID]bool) {
 }
 
 // matchChunk checks that prog is chunk c of s as Load would build it with
-// the chain indices idx, using only allowed maps.
-func (s *Spec) matchChunk(c int, prog *ebpf.Program, idx []uint32, allowed map[ebpf.MapID]bool) error {
+// the chain indices idx (and a direct epilogue call when direct), using
+// only allowed maps.
+func (s *Spec) matchChunk(c int, prog *ebpf.Program, idx []uint32, allowed map[ebpf.MapID]bool, direct bool) error {
 	info, err := prog.Info()
 	if err != nil {
 		return fmt.Errorf("program info: %w", err)
@@ -240,6 +243,9 @@ func (s *Spec) matchChunk(c int, prog *ebpf.Program, idx []uint32, allowed map[e
 		}
 	}
 	insns := s.Chunk(c)
+	if direct {
+		directEpilogue(insns)
+	}
 	for i := range insns {
 		if t, ok := insns[i].Metadata.Get(chainRef{}).(int); ok {
 			if t-1 >= len(idx) {

@@ -24,6 +24,7 @@ func set6Addr(i int) netip.Addr {
 // /128 member each), with the ratio to a bare "return 0" program.
 func BenchmarkPolicy6(b *testing.B) {
 	h := newHarness(b)
+	h.productionEpilogue(b)
 	var noopNs float64
 	bench := func(b *testing.B, prog *ebpf.Program, p pkt, want uint32) {
 		h.t = b

@@ -69,6 +69,7 @@ func (m mergedResolver) SetID(n string) (uint32, bool) {
 //	ipset-shared  rule i: TCP to port 10000+i and source in one common set
 func BenchmarkPolicy(b *testing.B) {
 	h := newHarness(b)
+	h.productionEpilogue(b)
 	var noopNs float64
 	bench := func(b *testing.B, prog *ebpf.Program, p pkt, want uint32) {
 		h.t = b

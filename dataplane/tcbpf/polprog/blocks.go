@@ -14,6 +14,9 @@ const (
 	mapIPSets   = abi.MapIPSets
 	mapRuleCtrs = abi.MapRuleCtrs
 	mapChain    = abi.MapChain
+	// mapEpilogue is Maps.Epilogue, referenced only once Load made the
+	// epilogue call direct (directEpilogue).
+	mapEpilogue = "dpd_epi"
 )
 
 // Chunk-level labels.

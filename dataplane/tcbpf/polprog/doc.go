@@ -5,8 +5,10 @@
 // The entry program fills the per-CPU dpd_state (see bpf/include/dpd_abi.h)
 // and tail-calls the policy head. The compiled program evaluates tiers,
 // policies, rules and profiles with Calico's first-match semantics, writes
-// dpd_state.verdict and dpd_state.rule_id and tail-calls the epilogue at
-// dpd_jump[abi.JumpEpilogue]. If any tail call fails it returns TC_ACT_SHOT.
+// dpd_state.verdict and dpd_state.rule_id and tail-calls the epilogue:
+// directly at index 0 of Maps.Epilogue when the loader gives one, else
+// indirectly at dpd_jump[abi.JumpEpilogue]. If any tail call fails it
+// returns TC_ACT_SHOT.
 //
 // Large policies are split into chunks that continue each other through the
 // dpd_chain program array: chain_pos records the block to resume at. IP set

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/dpd-dev/dpd/dataplane/model"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf"
 	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
 	"github.com/dpd-dev/dpd/internal/testutil"
 )
@@ -135,7 +136,24 @@ func newHarness(t testing.TB) *harness {
 	if err := h.maps.Jump.Update(uint32(abi.JumpEpilogue), epi, ebpf.UpdateAny); err != nil {
 		t.Fatal(err)
 	}
+	// The epilogue array production gives the programs (direct tail call);
+	// tests of the indirect call through dpd_jump clear maps.Epilogue.
+	h.maps.Epilogue = mk(&ebpf.MapSpec{Name: "dpd_epi", Type: ebpf.ProgramArray, KeySize: 4, ValueSize: 4, MaxEntries: 1})
+	if err := h.maps.Epilogue.Update(uint32(0), epi, ebpf.UpdateAny); err != nil {
+		t.Fatal(err)
+	}
 	return h
+}
+
+// productionEpilogue makes the programs call the epilogue the way
+// dataplane/tcbpf chooses on this machine: directly when that is cheaper
+// per run, else through dpd_jump.
+func (h *harness) productionEpilogue(b *testing.B) {
+	direct, why := tcbpf.ProbeEpilogueCall()
+	b.Logf("epilogue call: direct %v (%s)", direct, why)
+	if !direct {
+		h.maps.Epilogue = nil
+	}
 }
 
 // epilogueInsns: result = {verdict, chain_pos, rule_id, pol_scratch}; return 100 + verdict.

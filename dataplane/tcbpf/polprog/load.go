@@ -74,8 +74,14 @@ func (s *Spec) Load(m Maps) (_ *Program, err error) {
 		return nil, fmt.Errorf("load policy: %w", err)
 	}
 	p.own.byName(byName)
+	if m.Epilogue != nil {
+		byName[mapEpilogue] = m.Epilogue
+	}
 	for c := len(s.chunks) - 1; c >= 0; c-- {
 		insns := s.Chunk(c)
+		if m.Epilogue != nil {
+			directEpilogue(insns)
+		}
 		for i := range insns {
 			ins := &insns[i]
 			if ins.IsLoadFromMap() {

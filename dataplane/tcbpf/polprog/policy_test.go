@@ -1,6 +1,7 @@
 package polprog
 
 import (
+	"fmt"
 	"net/netip"
 	"testing"
 
@@ -221,16 +222,28 @@ func TestMatchMatrix(t *testing.T) {
 	}
 }
 
+// TestFailClosed covers both epilogue calls: direct into Maps.Epilogue and
+// indirect through dpd_jump (no Maps.Epilogue). Each must reach the
+// epilogue, and fail closed once it is gone from its array.
 func TestFailClosed(t *testing.T) {
-	h := newHarness(t)
-	prog := h.load(allowIf(model.Rule{}), testSets, Options{})
-	if ret, _ := h.run(prog, tcp("1.1.1.1", "2.2.2.2", 1, 1)); ret != retAllow {
-		t.Fatalf("with epilogue: ret %d, want %d", ret, retAllow)
-	}
-	if err := h.maps.Jump.Delete(uint32(abi.JumpEpilogue)); err != nil {
-		t.Fatal(err)
-	}
-	if ret, _ := h.run(prog, tcp("1.1.1.1", "2.2.2.2", 1, 1)); ret != abi.TCActShot {
-		t.Fatalf("without epilogue: ret %d, want TC_ACT_SHOT", ret)
+	for _, direct := range []bool{true, false} {
+		t.Run(fmt.Sprintf("direct=%v", direct), func(t *testing.T) {
+			h := newHarness(t)
+			arr := h.maps.Epilogue
+			if !direct {
+				h.maps.Epilogue = nil
+				arr = h.maps.Jump
+			}
+			prog := h.load(allowIf(model.Rule{}), testSets, Options{})
+			if ret, _ := h.run(prog, tcp("1.1.1.1", "2.2.2.2", 1, 1)); ret != retAllow {
+				t.Fatalf("with epilogue: ret %d, want %d", ret, retAllow)
+			}
+			if err := arr.Delete(uint32(abi.JumpEpilogue)); err != nil {
+				t.Fatal(err)
+			}
+			if ret, _ := h.run(prog, tcp("1.1.1.1", "2.2.2.2", 1, 1)); ret != abi.TCActShot {
+				t.Fatalf("without epilogue: ret %d, want TC_ACT_SHOT", ret)
+			}
+		})
 	}
 }
