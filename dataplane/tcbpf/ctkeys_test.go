@@ -70,12 +70,8 @@ func ctTestAddr(b [16]byte, like netip.Addr) netip.Addr {
 func TestConntrackBothOrientations(t *testing.T) {
 	d := openTest(t, Options{})
 	_, ifB := vethPair(t)
-	allow := verdictProg(t, d, abi.VerdictAllow, 0)
-	deny := verdictProg(t, d, abi.VerdictDeny, 0)
 	// B accepts anything and sends nothing of its own.
-	mustNil(t, d.SetIfState(ifB, 2, abi.IfReady))
-	mustNil(t, d.InstallPolicy(2, abi.DirToWEP, allow))
-	mustNil(t, d.InstallPolicy(2, abi.DirFromWEP, deny))
+	policeIface(t, d, ifB, 2, abi.VerdictDeny, abi.VerdictAllow)
 	for i, c := range []struct{ client, server netip.Addr }{{ipA, ipB}, {ipB, ipA}} {
 		sport := uint16(41000 + i)
 		syn := tcpPkt(c.client, c.server, sport, 80, tcpSYN)
@@ -103,11 +99,7 @@ func TestConntrackBothOrientations(t *testing.T) {
 func TestConntrackLegacyKeys(t *testing.T) {
 	d := openTest(t, Options{})
 	ifA, _ := vethPair(t)
-	allow := verdictProg(t, d, abi.VerdictAllow, 0)
-	deny := verdictProg(t, d, abi.VerdictDeny, 0)
-	mustNil(t, d.SetIfState(ifA, 1, abi.IfReady))
-	mustNil(t, d.InstallPolicy(1, abi.DirFromWEP, allow))
-	mustNil(t, d.InstallPolicy(1, abi.DirToWEP, deny))
+	policeIface(t, d, ifA, 1, abi.VerdictAllow, abi.VerdictDeny)
 	if d.ctLegacy.Load() {
 		t.Fatal("legacy lookup on for a node that had no conntrack")
 	}
@@ -177,4 +169,13 @@ func ptr16(a netip.Addr) *[16]byte {
 	a4 := a.As4()
 	copy(b[:], a4[:])
 	return &b
+}
+
+// policeIface makes ifindex a ready endpoint in slot whose egress (from
+// the workload) and ingress policies return the verdicts given.
+func policeIface(t *testing.T, d *Datapath, ifindex int, slot uint32, from, to int32) {
+	t.Helper()
+	mustNil(t, d.SetIfState(ifindex, slot, abi.IfReady))
+	mustNil(t, d.InstallPolicy(slot, abi.DirFromWEP, verdictProg(t, d, from, 0)))
+	mustNil(t, d.InstallPolicy(slot, abi.DirToWEP, verdictProg(t, d, to, 0)))
 }
