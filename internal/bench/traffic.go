@@ -75,8 +75,8 @@ var trafficConfigs = []struct {
 	cases []string
 }{
 	{"", []string{"plain", "dpd-allow", "tc-floor"}},
-	{"ports", []string{"plain", "dpd-ports", "nft-ports"}},
-	{"ipsets", []string{"plain", "dpd-ipsets", "nft-ipsets"}},
+	{"ports", []string{"plain", "dpd-ports", "nft-ports", "tc-floor"}},
+	{"ipsets", []string{"plain", "dpd-ipsets", "nft-ipsets", "tc-floor"}},
 }
 
 func trafficCaseIndex(key string) int {
@@ -270,6 +270,7 @@ func (r *runner) traffic(ctx context.Context) (err error) {
 				return fmt.Errorf("round %d: %w", round+1, err)
 			}
 			base := ms[0] // cfg.cases[0] is the plain path
+			floor := ms[slices.Index(cfg.cases, "tc-floor")]
 			for j, key := range cfg.cases {
 				c := &cases[trafficCaseIndex(key)]
 				m := ms[j]
@@ -282,6 +283,7 @@ func (r *runner) traffic(ctx context.Context) (err error) {
 					runsPerConn[key] = append(runsPerConn[key], m.runsPerConn)
 				}
 				if trafficCases[trafficCaseIndex(key)].path == pathDPD {
+					c.FloorRR, c.FloorCRR, c.FloorBulk = append(c.FloorRR, floor.rr), append(c.FloorCRR, floor.crr), append(c.FloorBulk, floor.bulk)
 					c.Verdicts = append(c.Verdicts, m.verdicts)
 					if m.verdicts < 0.99 {
 						r.warn("P7 %s round %d: dpd's policy decided %.3f packets per new connection: some connections skipped it", key, round+1, m.verdicts)

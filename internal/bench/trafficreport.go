@@ -25,6 +25,9 @@ type TrafficCase struct {
 	Bulk      []float64 // bits per second
 
 	BaseRR, BaseCRR, BaseBulk []float64
+	// Floor* are, for the dpd cases, the floor path's measurements of the
+	// same rounds: what a TC program costs before it does anything.
+	FloorRR, FloorCRR, FloorBulk []float64
 
 	// Verdicts is, for the dpd cases, how many packets dpd's ingress
 	// policy decided per new connection during each connection-rate
@@ -159,6 +162,20 @@ func (r *Results) trafficDetails(w writer) {
 			name += fmt.Sprintf(" (%s)", thousands(t.SetRules))
 		}
 		w("| %s | %s | %s | %s |\n", name, cell(c, rrOf, perSec), cell(c, crrOf, perSec), cell(c, bulkOf, gbit))
+	}
+	var floor []string
+	for _, c := range t.Cases {
+		if len(c.FloorCRR) == 0 {
+			continue
+		}
+		rr, _ := medianRatio(c.RR, c.FloorRR)
+		crr, _ := medianRatio(c.CRR, c.FloorCRR)
+		bulk, _ := medianRatio(c.Bulk, c.FloorBulk)
+		floor = append(floor, fmt.Sprintf("%s %.1f / %.1f / %.1f %%", c.Key, rr, crr, bulk))
+	}
+	if len(floor) > 0 {
+		w("\nThe same dpd measurements against the floor's of the same rounds (request/response / connection rate / bulk): "+
+			"what dpd's programs cost beyond a TC program that does nothing: %s.\n", strings.Join(floor, "; "))
 	}
 	var verdicts []string
 	for _, c := range t.Cases {
