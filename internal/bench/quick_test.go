@@ -81,9 +81,9 @@ func TestQuickRun(t *testing.T) {
 		t.Errorf("P7: %d cases, want %d", len(res.Traffic.Cases), len(trafficCases))
 	}
 	for _, c := range res.Traffic.Cases {
-		// The plain path is measured under every rule list.
+		// The plain path and the floor are measured under every rule list.
 		n := s.TrafficRounds
-		if c.Key == "plain" {
+		if c.Key == "plain" || c.Key == "tc-floor" {
 			n *= len(trafficConfigs)
 		}
 		for name, v := range map[string][]float64{"request/response": c.RR, "connection rate": c.CRR, "bulk": c.Bulk} {
@@ -93,6 +93,9 @@ func TestQuickRun(t *testing.T) {
 		}
 		if c.Key != "plain" && (len(c.BaseCRR) != n || len(c.BaseBulk) != n || len(c.BaseRR) != n) {
 			t.Errorf("P7 %s: %d/%d/%d plain measurements beside its %d", c.Key, len(c.BaseRR), len(c.BaseCRR), len(c.BaseBulk), n)
+		}
+		if dpd := len(c.Verdicts) > 0; dpd && (len(c.FloorCRR) != n || len(c.FloorBulk) != n || len(c.FloorRR) != n) {
+			t.Errorf("P7 %s: %d/%d/%d floor measurements beside its %d", c.Key, len(c.FloorRR), len(c.FloorCRR), len(c.FloorBulk), n)
 		}
 		// Every new connection went through dpd's policy once.
 		for _, v := range c.Verdicts {
