@@ -16,8 +16,8 @@ import (
 //
 //	trivial     a program that only returns TC_ACT_OK (the baseline)
 //	ct_hit      an established flow: parse + forward conntrack hit
-//	ct_reply    a reply: forward miss + reverse hit
-//	policy_deny no flow: both lookups miss, tail call to a deny policy and
+//	ct_reply    a reply: a hit of the same (normalized) key
+//	policy_deny no flow: the conntrack lookup misses, tail call to a deny policy and
 //	            the epilogue (the new-flow path without the conntrack write)
 func BenchmarkEntry(b *testing.B) {
 	d := openTest(b, Options{})

@@ -260,7 +260,7 @@ func (r *Results) packetDetails(w writer) {
 		return fmt.Sprintf("%.0f ns (%.1f×)", v, v/base)
 	}
 	w("**P4** entry program, ns per packet (× trivial %.0f ns): conntrack hit %s, reply %s, new flow to a deny policy "+
-		"(both lookups miss, tail call) %s.\n\n", p.EntryTrivial, ratio(p.Established, p.EntryTrivial), ratio(p.Reply, p.EntryTrivial), ratio(p.EntryDeny, p.EntryTrivial))
+		"(the conntrack lookup misses, tail call) %s.\n\n", p.EntryTrivial, ratio(p.Established, p.EntryTrivial), ratio(p.Reply, p.EntryTrivial), ratio(p.EntryDeny, p.EntryTrivial))
 	w("**P4** policy program, new flow, ns per packet (× noop %.0f ns):\n\n| rules | n | first rule matches | last rule matches |\n| --- | --- | --- | --- |\n", p.PolicyTrivial)
 	type row struct {
 		kind string
