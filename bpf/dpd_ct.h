@@ -129,12 +129,17 @@ static __always_inline int dpd_ct_symmetric(const struct dpd_ct_key *k)
 
 /* dpd_ct_legacy: entries written by a dpd that did not normalize keys may
  * still be in the map (userspace says so until none can be). */
-static __always_inline int dpd_ct_legacy(void)
+static __always_inline __u32 dpd_ct_cfg_flags(void)
 {
 	__u32 zero = 0;
 	struct dpd_ct_cfg *cfg = bpf_map_lookup_elem(&dpd_ct_cfg, &zero);
 
-	return !cfg || (cfg->flags & DPD_CT_CFG_LEGACY);
+	return cfg ? cfg->flags : DPD_CT_CFG_LEGACY;
+}
+
+static __always_inline int dpd_ct_legacy(void)
+{
+	return !!(dpd_ct_cfg_flags() & DPD_CT_CFG_LEGACY);
 }
 
 /* dpd_ct_find: the live entry by which hook dir of ifindex passes the
@@ -239,15 +244,19 @@ static __always_inline void dpd_ct_count(struct dpd_ct_val *v, int reply, __u32 
 }
 
 /* dpd_ct_create records the flow the policy just allowed at this hook,
- * with extra DPD_CT_F_* flags. */
+ * with extra DPD_CT_F_* flags; the old way while a dpd before normalized
+ * keys may still run entry programs that read them. */
 static __always_inline void dpd_ct_create(const struct dpd_state *st, __u32 flags)
 {
 	struct dpd_ct_key k;
 	struct dpd_ct_val v = {};
 	__u64 now = bpf_ktime_get_coarse_ns();
 
-	if (dpd_ct_key_flow(&k, st->saddr, st->daddr, st->sport, st->dport, st->proto, st->family,
-			    st->dir, st->ifindex))
+	if (dpd_ct_cfg_flags() & DPD_CT_CFG_WRITE_LEGACY)
+		dpd_ct_key_set(&k, st->saddr, st->daddr, st->sport, st->dport, st->proto, st->family,
+			       st->dir, st->ifindex);
+	else if (dpd_ct_key_flow(&k, st->saddr, st->daddr, st->sport, st->dport, st->proto, st->family,
+				 st->dir, st->ifindex))
 		flags |= DPD_CT_F_ORIG_HI;
 	v.created = now;
 	v.last_seen = now;

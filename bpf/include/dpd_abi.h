@@ -154,11 +154,15 @@ struct dpd_ct_val {
 /* dpd_ct_cfg: ARRAY[1] written by userspace. DPD_CT_CFG_LEGACY: the map
  * may hold entries of a dpd that did not normalize flow keys (of flows
  * whose source is the higher end), so a miss looks the old key up too. On
- * when dpd starts; off once no such entry and no such program is left. */
+ * when dpd starts; off once no such entry and no such program is left.
+ * DPD_CT_CFG_WRITE_LEGACY: entry programs of such a dpd still run (they
+ * share this epilogue), so new entries are written the old way, which
+ * they read; set only with DPD_CT_CFG_LEGACY. */
 struct dpd_ct_cfg {
 	__u32 flags;
 };
-#define DPD_CT_CFG_LEGACY (1u << 0)
+#define DPD_CT_CFG_LEGACY       (1u << 0)
+#define DPD_CT_CFG_WRITE_LEGACY (1u << 1)
 
 /* Conntrack idle timeouts in seconds, used by the programs (an expired entry
  * is ignored) and by the userspace scanner (which deletes it). TCP is kept

@@ -131,7 +131,7 @@ func TestHeaderDefines(t *testing.T) {
 		"DPD_ST_CT_REV": abi.StCTRev, "DPD_ST_NO_POLICY": abi.StNoPolicy, "DPD_ST_EPILOGUE": abi.StEpilogue,
 		"DPD_ST_CT_RELATED":    abi.StCTRelated,
 		"DPD_CT_F_ESTABLISHED": abi.CTFEstablished, "DPD_CT_F_CLOSING": abi.CTFClosing,
-		"DPD_CT_F_ORIG_HI": abi.CTFOrigHi, "DPD_CT_CFG_LEGACY": abi.CTCfgLegacy,
+		"DPD_CT_F_ORIG_HI": abi.CTFOrigHi, "DPD_CT_CFG_LEGACY": abi.CTCfgLegacy, "DPD_CT_CFG_WRITE_LEGACY": abi.CTCfgWriteLegacy,
 		"DPD_CT_TIMEOUT_TCP_EST_S": abi.CTTimeoutTCPEstS, "DPD_CT_TIMEOUT_TCP_OTHER_S": abi.CTTimeoutTCPOtherS,
 		"DPD_CT_TIMEOUT_UDP_S": abi.CTTimeoutUDPS, "DPD_CT_TIMEOUT_ICMP_S": abi.CTTimeoutICMPS,
 		"DPD_CT_TIMEOUT_OTHER_S": abi.CTTimeoutOtherS, "DPD_CT_REFRESH_NS": abi.CTRefreshNS,

@@ -114,9 +114,7 @@ func (d *Datapath) ScanConntrackFlows(now time.Time, ended, live func(*CTKey, *C
 			ended(&cands[i], &v)
 		}
 	}
-	if err := d.retireCTLegacy(legacy); err != nil {
-		return expired, fmt.Errorf("retire legacy conntrack keys: %w", err)
-	}
+	d.retireCTLegacy(legacy)
 	return expired, nil
 }
 

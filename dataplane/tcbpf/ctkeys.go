@@ -47,8 +47,9 @@ func ctNeedsSwap(saddr, daddr *[16]byte, sport, dport uint16, proto uint8) bool 
 // allows a packet src -> dst, and the flags (CTFOrigHi or 0) its value
 // carries.
 func CTFlowKey(src, dst netip.AddrPort, proto, dir uint8, ifindex uint32) (CTKey, uint32) {
+	src, dst = netip.AddrPortFrom(src.Addr().Unmap(), src.Port()), netip.AddrPortFrom(dst.Addr().Unmap(), dst.Port())
 	k := CTKey{Saddr: src.Addr().As16(), Daddr: dst.Addr().As16(), Sport: src.Port(), Dport: dst.Port(),
-		Proto: proto, Dir: dir, Family: abi.CTFamily(src.Addr().Is6() && !src.Addr().Is4In6()),
+		Proto: proto, Dir: dir, Family: abi.CTFamily(src.Addr().Is6()),
 		Ifindex: ifindex}
 	if src.Addr().Is4() {
 		// IPv4 sits in the first 4 bytes, the rest zero.
@@ -96,46 +97,77 @@ func ctLegacy(k *ctKey) bool {
 	return k.Dir != abi.DirNAT && ctNeedsSwap(&k.Saddr, &k.Daddr, k.Sport, k.Dport, k.Proto)
 }
 
-// setCTLegacy says whether the programs look up legacy keys too.
-func (d *Datapath) setCTLegacy(on bool) error {
-	var cfg bpf.DpdDpdCtCfg
-	if on {
-		cfg.Flags = abi.CTCfgLegacy
-	}
+// setCTCfg writes dpd_ct_cfg's flags (abi.CTCfg*).
+func (d *Datapath) setCTCfg(flags uint32) error {
+	cfg := bpf.DpdDpdCtCfg{Flags: flags}
 	if err := d.objs.DpdCtCfg.Update(uint32(0), &cfg, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("write %s: %w", abi.MapCTCfg, err)
 	}
-	d.ctLegacy.Store(on)
+	d.ctFlags.Store(flags)
+	d.ctClean.Store(0)
 	return nil
 }
 
-// initCTLegacy turns the legacy lookup on at start unless nothing can need
-// it: a previous dpd's programs may still run (and write legacy keys) until
-// this one's replace them, so only a node without any conntrack entry or
-// interface state starts with it off. The conntrack scan turns it off
-// later (retireCTLegacy).
+// initCTLegacy sets the legacy flags before anything of this Datapath can
+// write or read an entry (the epilogue it installs is shared with the
+// entry programs already attached): entry programs of a dpd before
+// normalized keys still running mean entries are written the old way as
+// well; any entry or interface state on the node means old entries may be
+// there. Only a node without either starts with both off. A doubt about
+// the attached programs counts as their being old.
 func (d *Datapath) initCTLegacy() error {
 	var k ctKey
 	var ifindex uint32
 	errCT := d.objs.DpdCt.NextKey(nil, &k)
 	errIf := d.objs.DpdIfstate.NextKey(nil, &ifindex)
-	empty := errors.Is(errCT, ebpf.ErrKeyNotExist) && errors.Is(errIf, ebpf.ErrKeyNotExist)
-	return d.setCTLegacy(!empty)
+	if errors.Is(errCT, ebpf.ErrKeyNotExist) && errors.Is(errIf, ebpf.ErrKeyNotExist) {
+		return d.setCTCfg(0)
+	}
+	flags := uint32(abi.CTCfgLegacy)
+	stale, err := d.staleEntryPrograms()
+	if err != nil {
+		d.log.Warn("cannot tell whether older entry programs run; writing conntrack entries they read", "err", err)
+	}
+	if err != nil || stale > 0 {
+		flags |= abi.CTCfgWriteLegacy
+	}
+	return d.setCTCfg(flags)
 }
 
-// retireCTLegacy turns the legacy lookup off once a scan found no legacy
-// entry (legacy is their count) and no interface runs entry programs other
-// than this Datapath's: only those could write more. Any doubt keeps it on,
-// which costs a new flow one more lookup, where off could drop replies.
-func (d *Datapath) retireCTLegacy(legacy int) error {
-	if !d.ctLegacy.Load() || legacy > 0 {
-		return nil
+// ctCleanScans is how many scans in a row must find no legacy entry and no
+// older entry program before the legacy lookup goes: an older program
+// replaced between one scan's walk and its program check may have written
+// an entry the walk missed, which the next walk sees.
+const ctCleanScans = 2
+
+// retireCTLegacy is the scan's end (legacy: the legacy entries it found).
+// Once no older entry program runs, entries are written normalized only;
+// once ctCleanScans scans in a row found neither, the legacy lookup goes.
+// Any doubt keeps it, which costs a new flow one more lookup, where going
+// early could drop replies. Failures are logged, not returned: the scan's
+// own work is done.
+func (d *Datapath) retireCTLegacy(legacy int) {
+	flags := d.ctFlags.Load()
+	if flags == 0 {
+		return
 	}
 	stale, err := d.staleEntryPrograms()
-	if err != nil || stale > 0 {
-		return err
+	if err != nil {
+		d.ctClean.Store(0)
+		d.log.Warn("conntrack scan: cannot tell whether older entry programs run; keeping legacy keys", "err", err)
+		return
 	}
-	return d.setCTLegacy(false)
+	if stale > 0 || legacy > 0 {
+		d.ctClean.Store(0)
+		if stale == 0 && flags&abi.CTCfgWriteLegacy != 0 {
+			err = d.setCTCfg(abi.CTCfgLegacy)
+		}
+	} else if d.ctClean.Add(1) >= ctCleanScans {
+		err = d.setCTCfg(0)
+	}
+	if err != nil {
+		d.log.Warn("conntrack scan: legacy keys", "err", err)
+	}
 }
 
 // staleEntryPrograms counts the interfaces in dpd_ifstate running a dpd

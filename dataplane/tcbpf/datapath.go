@@ -88,8 +88,10 @@ type Datapath struct {
 	// use. Immutable after Open.
 	ownIDs    map[ebpf.ProgramID]bool
 	ownMapIDs map[ebpf.MapID]bool
-	// ctLegacy mirrors dpd_ct_cfg's CTCfgLegacy (ctkeys.go).
-	ctLegacy atomic.Bool
+	// ctFlags mirrors dpd_ct_cfg (ctkeys.go); ctClean counts the scans
+	// in a row that found nothing legacy.
+	ctFlags atomic.Uint32
+	ctClean atomic.Int32
 
 	traceMu sync.Mutex // serialises trace runs: dpd_trace has one entry
 
@@ -193,6 +195,10 @@ func (d *Datapath) init() error {
 			d.ownMapIDs[id] = true
 		}
 	}
+	// Before the epilogue, which the attached entry programs share.
+	if err := d.initCTLegacy(); err != nil {
+		return err
+	}
 	// A restart finds the previous epilogue installed; an equivalent one
 	// stays, so starting writes nothing to dpd_jump.
 	var cur uint32
@@ -203,9 +209,6 @@ func (d *Datapath) init() error {
 		}
 	}
 	if err := d.installHepContinuations(); err != nil {
-		return err
-	}
-	if err := d.initCTLegacy(); err != nil {
 		return err
 	}
 	if err := d.openEpilogues(); err != nil {

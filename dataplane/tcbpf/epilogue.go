@@ -40,12 +40,13 @@ type epilogues struct {
 func (d *Datapath) openEpilogues() error {
 	direct, why := chooseEpilogueCall(d.opts.Epilogue)
 	d.log.Info("epilogue call chosen", "direct", direct, "reason", why)
+	dir := filepath.Join(d.opts.PinDir, epilogueDir)
 	if !direct {
 		// Programs call dpd_jump[abi.JumpEpilogue]; pinned arrays of an
-		// earlier choice stay for the programs still calling them.
-		return nil
+		// earlier choice stay for the programs still calling them, with
+		// this epilogue in them, as in dpd_jump.
+		return d.refreshEpilogues(dir)
 	}
-	dir := filepath.Join(d.opts.PinDir, epilogueDir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create epilogue pin dir: %w", err)
 	}
@@ -64,9 +65,11 @@ func (d *Datapath) openEpilogues() error {
 		opts := ebpf.MapOptions{PinPath: dir}
 		m, err := ebpf.NewMapWithOptions(spec, opts)
 		if errors.Is(err, ebpf.ErrMapIncompatible) {
-			// Programs still calling the old array keep it.
-			if err := os.Remove(filepath.Join(dir, spec.Name)); err != nil {
-				return fail(fmt.Errorf("replace epilogue array %s: %w", spec.Name, err))
+			// Programs still calling the old array need it filled: the
+			// kernel empties a program array when its last pin goes, so it
+			// moves to retired/ (released as migrated maps are).
+			if err := d.retireEpilogue(filepath.Join(dir, spec.Name)); err != nil {
+				return fail(err)
 			}
 			m, err = ebpf.NewMapWithOptions(spec, opts)
 		}
@@ -83,6 +86,46 @@ func (d *Datapath) openEpilogues() error {
 		}
 	}
 	d.epi = e
+	return nil
+}
+
+// refreshEpilogues puts this epilogue into the pinned arrays an earlier
+// choice of direct calls left, for the programs still calling them.
+func (d *Datapath) refreshEpilogues(dir string) error {
+	for i := range epilogueArrays {
+		path := filepath.Join(dir, fmt.Sprintf("epi%d", i))
+		m, err := ebpf.LoadPinnedMap(path, nil)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("open epilogue array %s: %w", path, err)
+		}
+		var cur uint32
+		if m.Lookup(uint32(0), &cur) != nil || !d.isCurrent(ebpf.ProgramID(cur), d.objs.DpdEpilogue) {
+			err = m.Update(uint32(0), d.objs.DpdEpilogue, ebpf.UpdateAny)
+		}
+		_ = m.Close()
+		if err != nil {
+			return fmt.Errorf("install epilogue in %s: %w", path, err)
+		}
+	}
+	return nil
+}
+
+// retireEpilogue moves an epilogue array of another layout to retired/.
+func (d *Datapath) retireEpilogue(path string) error {
+	old, err := ebpf.LoadPinnedMap(path, nil)
+	if err != nil {
+		return fmt.Errorf("open old epilogue array %s: %w", path, err)
+	}
+	defer func() { _ = old.Close() }()
+	if err := d.retire(filepath.Base(path), path, old); err != nil {
+		return err
+	}
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("replace epilogue array %s: %w", path, err)
+	}
 	return nil
 }
 

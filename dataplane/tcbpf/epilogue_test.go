@@ -14,7 +14,8 @@ import (
 // TestEpilogueArrays: a policy loaded with an epilogue array decides
 // through the real epilogue (its rule counter counts the packet), and only
 // through that array (with the array emptied the packet drops, uncounted);
-// a restart reuses the pinned arrays and reinstalls a missing epilogue.
+// a restart reuses the pinned arrays and reinstalls a missing epilogue,
+// also when it calls the epilogue indirectly itself.
 func TestEpilogueArrays(t *testing.T) {
 	pinDir := testPinDir(t)
 	d := openTest(t, Options{PinDir: pinDir, Epilogue: EpilogueDirect})
@@ -84,6 +85,14 @@ func TestEpilogueArrays(t *testing.T) {
 	}
 	if pk, _, err := d2.ReadCounter(ctr); err != nil || pk != 2 {
 		t.Fatalf("rule counter %d packets (%v) after restart, want 2", pk, err)
+	}
+
+	// A restart that calls the epilogue indirectly still fills the arrays
+	// the earlier programs call.
+	mustNil(t, arr.Delete(uint32(0)))
+	d3 := openTest(t, Options{PinDir: pinDir, Epilogue: EpilogueIndirect})
+	if got := run(t, d3, abi.DirFromWEP, ifA, udpPkt(src, dst, 1003, 53)); got != abi.TCActOK {
+		t.Fatalf("after an indirect restart: verdict %d, want pass", got)
 	}
 }
 

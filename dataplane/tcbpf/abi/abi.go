@@ -142,8 +142,9 @@ const (
 // MapCTCfg is ARRAY[1] struct dpd_ct_cfg; CTCfgLegacy says the programs
 // must also look up keys the way a dpd before normalized keys wrote them.
 const (
-	MapCTCfg    = "dpd_ct_cfg"
-	CTCfgLegacy = 1 << 0
+	MapCTCfg         = "dpd_ct_cfg"
+	CTCfgLegacy      = 1 << 0
+	CTCfgWriteLegacy = 1 << 1 // entries are written the old way too: older entry programs still run
 )
 
 // Conntrack idle timeouts in seconds, shared by the programs and the
