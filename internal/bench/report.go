@@ -189,7 +189,7 @@ func (r *Results) methodSection(w writer) {
 		"timed until the server's count of the bytes arrives. Each pair of pods has a node namespace of its own, so all "+
 		"paths exist at once and none costs another anything (netfilter's connection tracking, once a ruleset needs "+
 		"it, runs for every packet of its namespace): dpd's node, a plain node, an nftables node and a floor node. Cases: no dpd (the plain pods); "+
-		"the floor (the plain pods with a program that only returns TC_ACT_OK on each of the four hooks dpd uses, clsact and cls_bpf: what any "+
+		"the floor (the plain pods with a program that only returns TC_ACT_OK on each of the four hooks dpd uses, attached as dpd attaches: what any "+
 		"TC dataplane pays before its programs do anything); dpd with the namespace "+
 		"allow-all profile; dpd with a policy on the server's ingress whose allowing rule is the last of %d port rules (rule *i* "+
 		"denies TCP to port 10000+*i*), and separately the last of %d IP-set rules (rule *i* denies TCP to the server port "+

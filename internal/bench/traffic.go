@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 
 	"github.com/dpd-dev/dpd/internal/bench/tcpload"
 	dpdv1 "github.com/dpd-dev/dpd/proto/dpd/v1"
@@ -187,12 +188,16 @@ type trafficPath struct {
 	src            *tcpload.Sources
 	dst            netip.AddrPort
 	pass           *ebpf.Program // the floor path's program
+	passLinks      []link.Link   // and its TCX links (none in tc mode)
 }
 
 func (p *trafficPath) close() error {
 	var errs []error
 	if p.srv != nil {
 		errs = append(errs, p.srv.Close())
+	}
+	for _, l := range p.passLinks {
+		errs = append(errs, l.Close())
 	}
 	if p.pass != nil {
 		errs = append(errs, p.pass.Close())
@@ -215,6 +220,7 @@ func (p *trafficPath) close() error {
 type trafficNet struct {
 	paths   [4]*trafficPath
 	program string    // the dpd server's ingress program now
+	sent    bool      // dpd's two endpoints were sent (teardown waits for their removal)
 	policy  string    // the policy it enforces now
 	stats   *bpfStats // with Options.TrafficBPFStats
 }
@@ -458,6 +464,11 @@ func (r *runner) trafficPolicy(ctx context.Context, t *trafficNet, policy string
 // kernel routes; then a server in each server pod.
 func (r *runner) trafficSetup(ctx context.Context, t *trafficNet) error {
 	base := nsPrefix + strconv.Itoa(os.Getpid()) + "-p7"
+	// The floor attaches its programs the way dpd does.
+	if err := r.readAttach(ctx); err != nil {
+		return err
+	}
+	tcx := r.res.Attach.Mode == "tcx"
 	for path, batch := range map[int]byte{pathDPD: batchTraffic, pathPlain: batchPlain, pathNFT: batchNFT, pathFloor: batchFloor} {
 		p := &trafficPath{node: r.node}
 		t.paths[path] = p
@@ -496,7 +507,9 @@ func (r *runner) trafficSetup(ctx context.Context, t *trafficNet) error {
 				return err
 			}
 			for _, pd := range []*pod{p.client, p.server} {
-				if err := p.node.attachPass(pd.host, p.pass); err != nil {
+				links, err := p.node.attachPass(pd.host, p.pass, tcx)
+				p.passLinks = append(p.passLinks, links...)
+				if err != nil {
 					return err
 				}
 			}
@@ -514,6 +527,7 @@ func (r *runner) trafficSetup(ctx context.Context, t *trafficNet) error {
 	if err := r.ctl.send(trafficEndpoint(dp.client, 0, ""), trafficEndpoint(dp.server, 1, "")); err != nil {
 		return err
 	}
+	t.sent = true
 	wctx, cancel := context.WithTimeout(ctx, s.PhaseTimeout)
 	defer cancel()
 	if err := r.ctl.tr.awaitAllUp(wctx, keys); err != nil {
@@ -534,7 +548,7 @@ func (r *runner) trafficSetup(ctx context.Context, t *trafficNet) error {
 // trafficTeardown removes dpd's two endpoints, then every path.
 func (r *runner) trafficTeardown(ctx context.Context, t *trafficNet) error {
 	var errs []error
-	if dp := t.paths[pathDPD]; dp != nil && dp.server != nil && r.ctl != nil {
+	if t.sent && r.ctl != nil {
 		keys := []string{endpointKey(workloadID(batchTraffic, 0)), endpointKey(workloadID(batchTraffic, 1))}
 		for _, k := range keys {
 			r.ctl.tr.forget(k)

@@ -6,15 +6,16 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
 
 // The floor path is the plain one with a program that passes everything on
 // each of the four hooks dpd's programs use (both host sides, ingress and
-// egress, clsact + cls_bpf as dpd attaches in tc mode): what any TC
-// dataplane pays before its programs do anything, so that P7's dpd
-// figures can be read against it.
+// egress), attached the way dpd attaches (clsact + cls_bpf in tc mode, TCX
+// links in tcx mode): what any TC dataplane pays before its programs do
+// anything, so that P7's dpd figures can be read against it.
 
 // passProgram is `return TC_ACT_OK`.
 func passProgram() (*ebpf.Program, error) {
@@ -28,12 +29,34 @@ func passProgram() (*ebpf.Program, error) {
 	return p, nil
 }
 
-// attachPass puts prog on both hooks of the node's interface ifname.
-func (n *node) attachPass(ifname string, prog *ebpf.Program) error {
+// attachPass puts prog on both hooks of the node's interface ifname, as
+// TCX links when tcx (returned, for the caller to close) or as clsact
+// filters (which go with the interface).
+func (n *node) attachPass(ifname string, prog *ebpf.Program, tcx bool) ([]link.Link, error) {
 	l, err := n.nl.LinkByName(ifname)
 	if err != nil {
-		return fmt.Errorf("link %s: %w", ifname, err)
+		return nil, fmt.Errorf("link %s: %w", ifname, err)
 	}
+	if tcx {
+		// The interface index means something in the node's namespace
+		// only.
+		var out []link.Link
+		err := n.do(func() error {
+			for _, at := range []ebpf.AttachType{ebpf.AttachTCXIngress, ebpf.AttachTCXEgress} {
+				tl, err := link.AttachTCX(link.TCXOptions{Interface: l.Attrs().Index, Program: prog, Attach: at})
+				if err != nil {
+					return fmt.Errorf("tcx on %s: %w", ifname, err)
+				}
+				out = append(out, tl)
+			}
+			return nil
+		})
+		return out, err
+	}
+	return nil, n.attachPassTC(l, ifname, prog)
+}
+
+func (n *node) attachPassTC(l netlink.Link, ifname string, prog *ebpf.Program) error {
 	q := &netlink.GenericQdisc{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: l.Attrs().Index,
 		Handle: netlink.MakeHandle(0xffff, 0), Parent: netlink.HANDLE_CLSACT}, QdiscType: "clsact"}
 	if err := n.nl.QdiscAdd(q); err != nil && !errors.Is(err, unix.EEXIST) {
