@@ -97,6 +97,18 @@ static __always_inline int dpd_ct_is_icmp(__u8 proto)
 	return proto == IPPROTO_ICMP || proto == DPD_IPPROTO_ICMPV6;
 }
 
+/* dpd_ct_key_rev_set fills k with the tuple the other way round, as hook
+ * dir of ifindex sees it (ICMP echo keeps its ports). */
+static __always_inline void dpd_ct_key_rev_set(struct dpd_ct_key *k, const __u8 *saddr, const __u8 *daddr,
+					       __u16 sport, __u16 dport, __u8 proto, __u8 family,
+					       __u32 dir, __u32 ifindex)
+{
+	if (dpd_ct_is_icmp(proto))
+		dpd_ct_key_set(k, daddr, saddr, sport, dport, proto, family, dir, ifindex);
+	else
+		dpd_ct_key_set(k, daddr, saddr, dport, sport, proto, family, dir, ifindex);
+}
+
 /* dpd_ct_key_flow fills k with the normalized key of the tuple as hook
  * dir of ifindex sees it; 1: the tuple was swapped (its source is the
  * higher end). ICMP echo keeps its ports: sport is the identifier both
@@ -108,10 +120,7 @@ static __always_inline int dpd_ct_key_flow(struct dpd_ct_key *k, const __u8 *sad
 	int c = dpd_ct_addr_cmp(saddr, daddr);
 
 	if (c > 0 || (c == 0 && !dpd_ct_is_icmp(proto) && sport > dport)) {
-		if (dpd_ct_is_icmp(proto))
-			dpd_ct_key_set(k, daddr, saddr, sport, dport, proto, family, dir ^ 1, ifindex);
-		else
-			dpd_ct_key_set(k, daddr, saddr, dport, sport, proto, family, dir ^ 1, ifindex);
+		dpd_ct_key_rev_set(k, saddr, daddr, sport, dport, proto, family, dir ^ 1, ifindex);
 		return 1;
 	}
 	dpd_ct_key_set(k, saddr, daddr, sport, dport, proto, family, dir, ifindex);
@@ -176,10 +185,7 @@ static __always_inline struct dpd_ct_val *dpd_ct_find(struct dpd_ct_key *k, cons
 		dpd_ct_key_set(k, saddr, daddr, sport, dport, proto, family, dir, ifindex);
 		*reply = 0;
 	} else {
-		if (dpd_ct_is_icmp(proto))
-			dpd_ct_key_set(k, daddr, saddr, sport, dport, proto, family, dir ^ 1, ifindex);
-		else
-			dpd_ct_key_set(k, daddr, saddr, dport, sport, proto, family, dir ^ 1, ifindex);
+		dpd_ct_key_rev_set(k, saddr, daddr, sport, dport, proto, family, dir ^ 1, ifindex);
 		*reply = 1;
 	}
 	v = bpf_map_lookup_elem(&dpd_ct, k);

@@ -77,8 +77,9 @@ func (d *Datapath) ScanConntrackFlows(now time.Time, ended, live func(*CTKey, *C
 	}
 	var cands []ctKey
 	legacy := 0
+	countLegacy := d.ctFlags.Load() != 0 // nothing to retire otherwise
 	err = d.ctWalk(func(k *ctKey, v *ctVal) {
-		if ctLegacy(k) {
+		if countLegacy && ctLegacy(k) {
 			legacy++
 		}
 		switch {
@@ -107,7 +108,7 @@ func (d *Datapath) ScanConntrackFlows(now time.Time, ended, live func(*CTKey, *C
 			return expired, fmt.Errorf("expire conntrack entry: %w", err)
 		}
 		expired++
-		if ctLegacy(&cands[i]) {
+		if countLegacy && ctLegacy(&cands[i]) {
 			legacy--
 		}
 		if ended != nil && err == nil && cands[i].Dir != abi.DirNAT {

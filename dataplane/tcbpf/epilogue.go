@@ -77,15 +77,24 @@ func (d *Datapath) openEpilogues() error {
 			return fail(fmt.Errorf("open epilogue array %s: %w", spec.Name, err))
 		}
 		e.maps = append(e.maps, m)
-		var cur uint32
-		if err := m.Lookup(uint32(0), &cur); err == nil && d.isCurrent(ebpf.ProgramID(cur), d.objs.DpdEpilogue) {
-			continue
-		}
-		if err := m.Update(uint32(0), d.objs.DpdEpilogue, ebpf.UpdateAny); err != nil {
-			return fail(fmt.Errorf("install epilogue in %s: %w", spec.Name, err))
+		if err := d.installEpilogue(m, spec.Name); err != nil {
+			return fail(err)
 		}
 	}
 	d.epi = e
+	return nil
+}
+
+// installEpilogue puts this epilogue into an epilogue array unless an
+// equivalent one is there.
+func (d *Datapath) installEpilogue(m *ebpf.Map, name string) error {
+	var cur uint32
+	if err := m.Lookup(uint32(0), &cur); err == nil && d.isCurrent(ebpf.ProgramID(cur), d.objs.DpdEpilogue) {
+		return nil
+	}
+	if err := m.Update(uint32(0), d.objs.DpdEpilogue, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("install epilogue in %s: %w", name, err)
+	}
 	return nil
 }
 
@@ -101,13 +110,10 @@ func (d *Datapath) refreshEpilogues(dir string) error {
 		if err != nil {
 			return fmt.Errorf("open epilogue array %s: %w", path, err)
 		}
-		var cur uint32
-		if m.Lookup(uint32(0), &cur) != nil || !d.isCurrent(ebpf.ProgramID(cur), d.objs.DpdEpilogue) {
-			err = m.Update(uint32(0), d.objs.DpdEpilogue, ebpf.UpdateAny)
-		}
+		err = d.installEpilogue(m, path)
 		_ = m.Close()
 		if err != nil {
-			return fmt.Errorf("install epilogue in %s: %w", path, err)
+			return err
 		}
 	}
 	return nil
