@@ -104,7 +104,7 @@ func members(n, base int) []model.IPSetMember {
 func TestMapUsageAgreesWithMaps(t *testing.T) {
 	k := openKernel(t, newPinDir(t))
 	watch(t, k)
-	sys := newBPFSyscalls(t)
+	sys := testutil.NewBPFSyscalls(t)
 	a, b := newWorkload(t, "10.77.9.1"), newWorkload(t, "10.77.9.2")
 	testutil.WaitFor(t, 5*time.Second, "both interfaces seen", func() bool {
 		_, okA := k.mon.Ifindex(a.HostIface)
@@ -165,13 +165,13 @@ func TestMapUsageAgreesWithMaps(t *testing.T) {
 
 	// A scrape costs no bpf(2) call while the conntrack count is fresh, and
 	// one batch per 8192 flows, plus one for the fragments, when it is not.
-	if n := sys.during(t, func() { usageOf(t, k) }); n != 0 {
+	if n := sys.During(t, func() { usageOf(t, k) }); n != 0 {
 		t.Errorf("a scrape with a fresh conntrack count made %d bpf calls, want 0", n)
 	}
 	k.mu.Lock()
 	k.ctCount.at = time.Time{}
 	k.mu.Unlock()
-	if n := sys.during(t, func() { usageOf(t, k) }); n != 2 {
+	if n := sys.During(t, func() { usageOf(t, k) }); n != 2 {
 		t.Errorf("a scrape counting conntrack and fragments (empty) made %d bpf calls, want 2 batches", n)
 	}
 
@@ -231,12 +231,12 @@ func BenchmarkMapUsage(b *testing.B) {
 	if _, err := k.MapUsage(); err != nil { // the one read of the counters an earlier process left
 		b.Fatal(err)
 	}
-	sys := newBPFSyscalls(b)
+	sys := testutil.NewBPFSyscalls(b)
 	run := func(name string, scrape func()) {
 		b.Run(name, func(b *testing.B) {
 			var calls uint64
 			for b.Loop() {
-				calls += sys.during(b, scrape)
+				calls += sys.During(b, scrape)
 			}
 			b.ReportMetric(float64(calls)/float64(b.N), "bpf-calls/op")
 		})

@@ -70,53 +70,131 @@ func (d *Datapath) ScanConntrackEnded(now time.Time, ended func(*CTKey, *CTVal))
 // ScanConntrackFlows is ScanConntrackEnded also calling live (when not
 // nil) with every entry it found alive, NAT entries included: together
 // the two calls see every entry that existed throughout the scan once.
+//
+// The expired entries of each batch the walk reads are deleted at once,
+// in one syscall: a node that opens thousands of connections a second
+// expires thousands of entries a second, and a lookup and a delete each
+// would cost dpd two syscalls per entry. What that gives up is small: an
+// entry refreshed in the moment between its batch's read and the delete
+// goes (its next packet is a new flow, as it would be a moment later),
+// where a re-read narrowed that moment to two syscalls.
 func (d *Datapath) ScanConntrackFlows(now time.Time, ended, live func(*CTKey, *CTVal)) (expired int, err error) {
 	kt, err := ktime(now)
 	if err != nil {
 		return 0, err
 	}
-	var cands []ctKey
-	legacy := 0
-	countLegacy := d.ctFlags.Load() != 0 // nothing to retire otherwise
-	err = d.ctWalk(func(k *ctKey, v *ctVal) {
-		if countLegacy && ctLegacy(k) {
-			legacy++
+	s := &ctSweep{d: d, kt: kt, ended: ended, live: live, countLegacy: d.ctFlags.Load() != 0}
+	err = d.ctWalkBatches(s.batch)
+	if errors.Is(err, errNoBatchOps) {
+		err = s.oneByOne()
+	}
+	if err != nil {
+		return s.expired, err
+	}
+	d.retireCTLegacy(s.legacy)
+	return s.expired, nil
+}
+
+// ctSweep is one conntrack scan under way.
+type ctSweep struct {
+	d           *Datapath
+	kt          uint64 // now on the programs' clock
+	ended, live func(*CTKey, *CTVal)
+	countLegacy bool // only while there is something to retire
+	legacy      int  // entries of the legacy layout left
+	expired     int
+	dead        []ctKey
+	deadVals    []ctVal
+}
+
+// batch handles one batch of the walk: every entry alive is reported,
+// every expired one deleted with the batch's other expired ones.
+func (s *ctSweep) batch(keys []ctKey, vals []ctVal) error {
+	s.dead, s.deadVals = s.dead[:0], s.deadVals[:0]
+	for i := range keys {
+		k, v := &keys[i], &vals[i]
+		if s.countLegacy && ctLegacy(k) {
+			s.legacy++
 		}
 		switch {
-		case ctExpired(v, k.Proto, kt):
+		case ctExpired(v, k.Proto, s.kt):
+			s.dead = append(s.dead, *k)
+			s.deadVals = append(s.deadVals, *v)
+		case s.live != nil:
+			s.live(k, v)
+		}
+	}
+	for len(s.dead) > 0 {
+		n, err := s.d.objs.DpdCt.BatchDelete(s.dead, nil)
+		n = min(max(n, 0), len(s.dead))
+		for i := range n {
+			s.gone(&s.dead[i], &s.deadVals[i])
+		}
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, ebpf.ErrKeyNotExist):
+			// Evicted since the read: not ours to report. The kernel
+			// stopped at it; go on after it.
+			s.dead, s.deadVals = s.dead[n+1:], s.deadVals[n+1:]
+		default:
+			return fmt.Errorf("expire conntrack entries: %w", err)
+		}
+	}
+	return nil
+}
+
+// gone accounts for an entry the sweep deleted, as last read.
+func (s *ctSweep) gone(k *ctKey, v *ctVal) {
+	s.expired++
+	if s.countLegacy && ctLegacy(k) {
+		s.legacy--
+	}
+	if s.ended != nil && k.Dir != abi.DirNAT {
+		s.ended(k, v)
+	}
+}
+
+// oneByOne is the sweep where the kernel has no batch operations: a walk
+// that collects the expired keys, then a re-read and a delete for each
+// (deleting while iterating by next-key would restart the iteration).
+func (s *ctSweep) oneByOne() error {
+	var cands []ctKey
+	err := s.d.ctIterate(func(k *ctKey, v *ctVal) {
+		if s.countLegacy && ctLegacy(k) {
+			s.legacy++
+		}
+		switch {
+		case ctExpired(v, k.Proto, s.kt):
 			cands = append(cands, *k)
-		case live != nil:
-			live(k, v)
+		case s.live != nil:
+			s.live(k, v)
 		}
 	})
 	if err != nil {
-		return 0, err
+		return err
 	}
 	var v ctVal
 	for i := range cands {
-		if err := d.objs.DpdCt.Lookup(&cands[i], &v); err != nil {
+		if err := s.d.objs.DpdCt.Lookup(&cands[i], &v); err != nil {
 			continue // gone already
 		}
-		if !ctExpired(&v, cands[i].Proto, kt) {
-			if live != nil {
-				live(&cands[i], &v) // refreshed meanwhile
+		if !ctExpired(&v, cands[i].Proto, s.kt) {
+			if s.live != nil {
+				s.live(&cands[i], &v) // refreshed meanwhile
 			}
 			continue
 		}
-		err := d.objs.DpdCt.Delete(&cands[i])
-		if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return expired, fmt.Errorf("expire conntrack entry: %w", err)
+		err := s.d.objs.DpdCt.Delete(&cands[i])
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			continue
 		}
-		expired++
-		if countLegacy && ctLegacy(&cands[i]) {
-			legacy--
+		if err != nil {
+			return fmt.Errorf("expire conntrack entry: %w", err)
 		}
-		if ended != nil && err == nil && cands[i].Dir != abi.DirNAT {
-			ended(&cands[i], &v)
-		}
+		s.gone(&cands[i], &v)
 	}
-	d.retireCTLegacy(legacy)
-	return expired, nil
+	return nil
 }
 
 // RunConntrackScanner scans every interval until ctx ends.
@@ -145,25 +223,47 @@ func (d *Datapath) ConntrackEntries() (int, error) {
 	return n, err
 }
 
-// ctWalk calls fn for every entry, in batches of ctBatch where the kernel
-// has batch lookups (two syscalls per entry otherwise).
+// ctWalk calls fn for every entry, in batches where the kernel has batch
+// lookups (two syscalls per entry otherwise).
 func (d *Datapath) ctWalk(fn func(*ctKey, *ctVal)) error {
+	err := d.ctWalkBatches(func(keys []ctKey, vals []ctVal) error {
+		for i := range keys {
+			fn(&keys[i], &vals[i])
+		}
+		return nil
+	})
+	if errors.Is(err, errNoBatchOps) {
+		return d.ctIterate(fn)
+	}
+	return err
+}
+
+// errNoBatchOps says the kernel has no batch map operations.
+var errNoBatchOps = errors.New("no batch map operations")
+
+// ctWalkBatches calls fn with every batch of up to ctBatch entries; fn may
+// delete entries of its batch. errNoBatchOps before any batch where the
+// kernel has no batch lookups.
+func (d *Datapath) ctWalkBatches(fn func([]ctKey, []ctVal) error) error {
 	const ctBatch = 4096
 	keys := make([]ctKey, ctBatch)
 	vals := make([]ctVal, ctBatch)
 	var cur ebpf.MapBatchCursor
 	for first := true; ; first = false {
 		n, err := d.objs.DpdCt.BatchLookup(&cur, keys, vals, nil)
-		for i := 0; i < n; i++ {
-			fn(&keys[i], &vals[i])
-		}
 		switch {
-		case errors.Is(err, ebpf.ErrKeyNotExist):
-			return nil
 		case first && errors.Is(err, ebpf.ErrNotSupported):
-			return d.ctIterate(fn)
-		case err != nil:
+			return errNoBatchOps
+		case err != nil && !errors.Is(err, ebpf.ErrKeyNotExist):
 			return fmt.Errorf("walk conntrack: %w", err)
+		}
+		if n > 0 {
+			if ferr := fn(keys[:n], vals[:n]); ferr != nil {
+				return ferr
+			}
+		}
+		if err != nil {
+			return nil // ErrKeyNotExist: the walk is done
 		}
 	}
 }

@@ -265,11 +265,17 @@ func tagEpi(ins asm.Instruction) asm.Instruction {
 // walk the list of those programs (and a write patches their text), which
 // is why the epilogue gets small arrays of its own rather than dpd_jump's
 // slot.
+// Each call's tagged instructions are contiguous: the first of a run sets
+// the index, the rest become harmless moves, so a stream with several
+// epilogue calls gets every one of them right.
 func directEpilogue(insns asm.Instructions) {
-	first := true
+	prevTagged := false
 	for i := range insns {
 		ins := &insns[i]
-		if ins.Metadata.Get(epiRef{}) == nil {
+		tagged := ins.Metadata.Get(epiRef{}) != nil
+		first := tagged && !prevTagged
+		prevTagged = tagged
+		if !tagged {
 			continue
 		}
 		if ins.IsLoadFromMap() {
@@ -278,7 +284,7 @@ func directEpilogue(insns asm.Instructions) {
 		}
 		mov := asm.Mov.Imm(asm.R4, 0)
 		if first {
-			mov, first = asm.Mov.Imm(asm.R3, 0), false
+			mov = asm.Mov.Imm(asm.R3, 0)
 		}
 		ins.OpCode, ins.Dst, ins.Src, ins.Offset, ins.Constant = mov.OpCode, mov.Dst, mov.Src, mov.Offset, mov.Constant
 	}

@@ -1,4 +1,4 @@
-package linux
+package testutil
 
 import (
 	"os"
@@ -10,14 +10,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// bpfSyscalls counts the bpf(2) calls of this process, with a program on
+// BPFSyscalls counts the bpf(2) calls of this process, with a program on
 // the sys_enter raw tracepoint: an independent count of what a piece of
 // code asks of BPF maps, whoever wrote it.
-type bpfSyscalls struct {
+type BPFSyscalls struct {
 	count *ebpf.Map
 }
 
-func newBPFSyscalls(tb testing.TB) *bpfSyscalls {
+// NewBPFSyscalls starts counting; the counter goes with tb.
+func NewBPFSyscalls(tb testing.TB) *BPFSyscalls {
 	tb.Helper()
 	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1})
 	if err != nil {
@@ -55,10 +56,10 @@ func newBPFSyscalls(tb testing.TB) *bpfSyscalls {
 		tb.Fatalf("attach the syscall counter: %v", err)
 	}
 	tb.Cleanup(func() { _ = l.Close() })
-	return &bpfSyscalls{count: m}
+	return &BPFSyscalls{count: m}
 }
 
-func (c *bpfSyscalls) read(tb testing.TB) uint64 {
+func (c *BPFSyscalls) read(tb testing.TB) uint64 {
 	tb.Helper()
 	var n uint64
 	if err := c.count.Lookup(uint32(0), &n); err != nil {
@@ -67,9 +68,9 @@ func (c *bpfSyscalls) read(tb testing.TB) uint64 {
 	return n
 }
 
-// during returns how many bpf(2) calls fn made (the count's own reads,
+// During returns how many bpf(2) calls fn made (the count's own reads,
 // one at each end, are taken out: each is counted as it enters).
-func (c *bpfSyscalls) during(tb testing.TB, fn func()) uint64 {
+func (c *BPFSyscalls) During(tb testing.TB, fn func()) uint64 {
 	tb.Helper()
 	before := c.read(tb)
 	fn()

@@ -1,0 +1,69 @@
+package tcbpf
+
+import (
+	"encoding/binary"
+	"testing"
+	"time"
+
+	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
+	"github.com/dpd-dev/dpd/internal/testutil"
+)
+
+// TestConntrackScanBatches: a scan expires thousands of idle entries
+// with a few syscalls per batch of its walk, not two per entry, reports
+// each as ended once with its counters, and keeps every live entry.
+func TestConntrackScanBatches(t *testing.T) {
+	d := openTest(t, Options{Sizes: MapSizes{Conntrack: 16384, IPSets: 1024, IfState: 64, RuleCounters: 256, Chain: 64}})
+	const idle, live = 5000, 300
+	now, err := ktime(time.Now())
+	mustNil(t, err)
+	timeout := uint64(CTTimeout(6, abi.CTFClosing))
+	key := func(i int) ctKey {
+		k := ctKey{Proto: 6, Dir: abi.DirFromWEP, Ifindex: 7, Sport: uint16(i), Dport: 80}
+		binary.BigEndian.PutUint32(k.Saddr[:4], 0x0a000000|uint32(i))
+		binary.BigEndian.PutUint32(k.Daddr[:4], 0x0b000001)
+		return k
+	}
+	var keys []ctKey
+	var vals []ctVal
+	for i := range idle + live {
+		v := ctVal{Created: now - 2*timeout, LastSeen: now - 2*timeout, Flags: abi.CTFClosing, PktsFwd: uint64(i)}
+		if i >= idle {
+			v.LastSeen = now
+		}
+		keys, vals = append(keys, key(i)), append(vals, v)
+	}
+	_, err = d.Maps().Conntrack.BatchUpdate(keys, vals, nil)
+	mustNil(t, err)
+
+	ended := map[uint16]uint64{}
+	sys := testutil.NewBPFSyscalls(t)
+	var n int
+	calls := sys.During(t, func() {
+		n, err = d.ScanConntrackEnded(time.Now(), func(k *CTKey, v *CTVal) {
+			if _, twice := ended[k.Sport]; twice {
+				t.Errorf("entry %d ended twice", k.Sport)
+			}
+			ended[k.Sport] = v.PktsFwd
+		})
+	})
+	mustNil(t, err)
+	if n != idle || len(ended) != idle {
+		t.Fatalf("%d expired, %d ended; want %d", n, len(ended), idle)
+	}
+	for i := range idle {
+		if got, ok := ended[uint16(i)]; !ok || got != uint64(i) {
+			t.Fatalf("entry %d ended with %d packets (reported %v), want %d", i, got, ok, i)
+		}
+	}
+	// Two batches of 4096: a lookup and a delete each, and the lookup
+	// that finds the walk done.
+	if calls > 6 {
+		t.Errorf("the scan made %d bpf syscalls for %d entries, want at most 6", calls, idle+live)
+	}
+	left, err := d.ConntrackEntries()
+	mustNil(t, err)
+	if left != live {
+		t.Fatalf("%d entries left, want the %d live ones", left, live)
+	}
+}
