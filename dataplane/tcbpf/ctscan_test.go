@@ -13,29 +13,11 @@ import (
 // with a few syscalls per batch of its walk, not two per entry, reports
 // each as ended once with its counters, and keeps every live entry.
 func TestConntrackScanBatches(t *testing.T) {
-	d := openTest(t, Options{Sizes: MapSizes{Conntrack: 16384, IPSets: 1024, IfState: 64, RuleCounters: 256, Chain: 64}})
+	d := openTest(t, Options{Sizes: ctScanSizes(16384)})
 	const idle, live = 5000, 300
-	now, err := ktime(time.Now())
-	mustNil(t, err)
-	timeout := uint64(CTTimeout(6, abi.CTFClosing))
-	key := func(i int) ctKey {
-		k := ctKey{Proto: 6, Dir: abi.DirFromWEP, Ifindex: 7, Sport: uint16(i), Dport: 80}
-		binary.BigEndian.PutUint32(k.Saddr[:4], 0x0a000000|uint32(i))
-		binary.BigEndian.PutUint32(k.Daddr[:4], 0x0b000001)
-		return k
-	}
-	var keys []ctKey
-	var vals []ctVal
-	for i := range idle + live {
-		v := ctVal{Created: now - 2*timeout, LastSeen: now - 2*timeout, Flags: abi.CTFClosing, PktsFwd: uint64(i)}
-		if i >= idle {
-			v.LastSeen = now
-		}
-		keys, vals = append(keys, key(i)), append(vals, v)
-	}
-	_, err = d.Maps().Conntrack.BatchUpdate(keys, vals, nil)
-	mustNil(t, err)
+	fillConntrack(t, d, idle, live)
 
+	var err error
 	ended := map[uint16]uint64{}
 	sys := testutil.NewBPFSyscalls(t)
 	var n int
@@ -66,4 +48,49 @@ func TestConntrackScanBatches(t *testing.T) {
 	if left != live {
 		t.Fatalf("%d entries left, want the %d live ones", left, live)
 	}
+}
+
+func ctScanSizes(conntrack int) MapSizes {
+	return MapSizes{Conntrack: conntrack, IPSets: 1024, IfState: 64, RuleCounters: 256, Chain: 64}
+}
+
+// fillConntrack writes idle closed TCP flows (entry i has i forward
+// packets), then live ones.
+func fillConntrack(tb testing.TB, d *Datapath, idle, live int) {
+	tb.Helper()
+	now, err := ktime(time.Now())
+	mustNil(tb, err)
+	past := now - 2*uint64(CTTimeout(6, abi.CTFClosing))
+	var keys []ctKey
+	var vals []ctVal
+	for i := range idle + live {
+		k := ctKey{Proto: 6, Dir: abi.DirFromWEP, Ifindex: 7, Sport: uint16(i), Dport: 80}
+		binary.BigEndian.PutUint32(k.Saddr[:4], 0x0a000000|uint32(i))
+		binary.BigEndian.PutUint32(k.Daddr[:4], 0x0b000001)
+		v := ctVal{Created: past, LastSeen: past, Flags: abi.CTFClosing, PktsFwd: uint64(i)}
+		if i >= idle {
+			v.LastSeen = now
+		}
+		keys, vals = append(keys, k), append(vals, v)
+	}
+	_, err = d.Maps().Conntrack.BatchUpdate(keys, vals, nil)
+	mustNil(tb, err)
+}
+
+// BenchmarkConntrackScanExpire: the cost of expiring an idle entry, as a
+// node whose connections come and go at a steady rate pays it.
+func BenchmarkConntrackScanExpire(b *testing.B) {
+	const n = 100000
+	d := openTest(b, Options{Sizes: ctScanSizes(2 * n)})
+	var total time.Duration
+	for range b.N {
+		fillConntrack(b, d, n, 0)
+		start := time.Now()
+		got, err := d.ScanConntrackEnded(time.Now(), func(*CTKey, *CTVal) {})
+		total += time.Since(start)
+		if err != nil || got != n {
+			b.Fatalf("%d expired, %v", got, err)
+		}
+	}
+	b.ReportMetric(float64(total.Nanoseconds())/float64(b.N*n), "ns/entry")
 }
