@@ -32,8 +32,11 @@ type Scale struct {
 	// many of each metric every case gets, alternating with the others
 	// (medians are used); PortRules and SetRules are the lengths of P7's
 	// rule lists.
-	TrafficSlice        time.Duration
-	TrafficRounds       int
+	TrafficSlice  time.Duration
+	TrafficRounds int
+	// TrafficSteady is how long every path opens new connections before
+	// P7's first measurement (trafficsteady.go); 0 skips it.
+	TrafficSteady       time.Duration
 	PortRules, SetRules int
 }
 
@@ -45,6 +48,7 @@ func FullScale() Scale {
 		TraceSample: 20, Pace: 20 * time.Millisecond, PhaseTimeout: 3 * time.Minute,
 		BPFBenchTime: "1000000x", IngestBenchTime: "2s", BenchCount: 3,
 		TrafficSlice: 250 * time.Millisecond, TrafficRounds: 12, PortRules: 1000, SetRules: 100,
+		TrafficSteady: 45 * time.Second, // the closed-TCP timeout (30 s) and a scan interval (10 s)
 	}
 }
 

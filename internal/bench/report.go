@@ -196,6 +196,7 @@ func (r *Results) methodSection(w writer) {
 		"from set *i*, four addresses each; the last set holds the client's addresses); nftables enforcing the same lists on "+
 		"the nftables node's pods the way Calico's nftables dataplane writes them (forward hook; `ct state established,related accept`, "+
 		"`ct state invalid drop`, a jump on the server's host side to a chain with one rule per policy rule, then drop). "+
+		"%s"+
 		"Before each rule list's rounds a "+
 		"connection to a port nothing listens on must be refused without a policy and dropped with one, so each case is "+
 		"proven on its path. Each rule list is measured in rounds: in each, every metric is measured once per case, "+
@@ -203,7 +204,17 @@ func (r *Results) methodSection(w writer) {
 		"a ratio is the median over the rounds of the case against the no-dpd measurement of the same round (or, dpd "+
 		"against nftables, of the two in the same round), so the load of the shared machine, which drifts, cancels out "+
 		"of each ratio.\n\n",
-		s.PortRules, s.SetRules, s.TrafficSlice, s.TrafficRounds)
+		s.PortRules, s.SetRules, steadyNote(s.TrafficSteady), s.TrafficSlice, s.TrafficRounds)
+}
+
+// steadyNote describes the conntrack warm-up of P7 (trafficsteady.go).
+func steadyNote(d time.Duration) string {
+	if d <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("Before the first measurement every path opens new connections for %s, all at once, so that "+
+		"dpd's conntrack map is reusing the entries of expired flows, as on a node that has served connections for a "+
+		"minute (reused entries cost dpd's programs more than a fresh map's). ", d)
 }
 
 func (r *Results) detailSection(w writer) {

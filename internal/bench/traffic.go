@@ -251,6 +251,9 @@ func (r *runner) traffic(ctx context.Context) (err error) {
 	bpfPerConn := map[string][]float64{}
 	runsPerConn := map[string][]float64{}
 	r.awaitIdle(ctx, r.d.pid, 30*time.Second)
+	if err := r.trafficSteady(ctx, t, s.TrafficSteady, nftRules); err != nil {
+		return err
+	}
 	cases := make([]TrafficCase, len(trafficCases))
 	for i, c := range trafficCases {
 		cases[i] = TrafficCase{Key: c.key, Name: c.name}
