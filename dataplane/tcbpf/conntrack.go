@@ -54,8 +54,8 @@ func ctExpired(v *ctVal, proto uint8, kt uint64) bool {
 	return int64(kt-v.LastSeen) >= int64(CTTimeout(proto, v.Flags))
 }
 
-// ScanConntrack deletes the entries idle past their timeout at now. Each
-// is re-read before deletion, so a flow refreshed during the scan stays.
+// ScanConntrack deletes the entries idle past their timeout at now
+// (ScanConntrackFlows says how).
 func (d *Datapath) ScanConntrack(now time.Time) (expired int, err error) {
 	return d.ScanConntrackEnded(now, nil)
 }
@@ -75,9 +75,10 @@ func (d *Datapath) ScanConntrackEnded(now time.Time, ended func(*CTKey, *CTVal))
 // in one syscall: a node that opens thousands of connections a second
 // expires thousands of entries a second, and a lookup and a delete each
 // would cost dpd two syscalls per entry. What that gives up is small: an
-// entry refreshed in the moment between its batch's read and the delete
-// goes (its next packet is a new flow, as it would be a moment later),
-// where a re-read narrowed that moment to two syscalls.
+// entry refreshed between its batch's read and the delete (the time to go
+// through one batch of up to 4,096 entries, at most a few milliseconds)
+// goes, and its next packet is a new flow, as if it had expired a moment
+// later; a re-read per entry narrowed that window to two syscalls.
 func (d *Datapath) ScanConntrackFlows(now time.Time, ended, live func(*CTKey, *CTVal)) (expired int, err error) {
 	kt, err := ktime(now)
 	if err != nil {
@@ -133,15 +134,23 @@ func (s *ctSweep) batch(keys []ctKey, vals []ctVal) error {
 		switch {
 		case err == nil:
 			return nil
-		case errors.Is(err, ebpf.ErrKeyNotExist):
-			// Evicted since the read: not ours to report. The kernel
-			// stopped at it; go on after it.
+		case errors.Is(err, ebpf.ErrKeyNotExist) && n < len(s.dead):
+			// Evicted since the read: not ours to report, but gone. The
+			// kernel stopped at it; go on after it.
+			s.vanished(&s.dead[n])
 			s.dead, s.deadVals = s.dead[n+1:], s.deadVals[n+1:]
 		default:
 			return fmt.Errorf("expire conntrack entries: %w", err)
 		}
 	}
 	return nil
+}
+
+// vanished accounts for an expired entry someone else deleted first.
+func (s *ctSweep) vanished(k *ctKey) {
+	if s.countLegacy && ctLegacy(k) {
+		s.legacy--
+	}
 }
 
 // gone accounts for an entry the sweep deleted, as last read.
@@ -176,8 +185,13 @@ func (s *ctSweep) oneByOne() error {
 	}
 	var v ctVal
 	for i := range cands {
-		if err := s.d.objs.DpdCt.Lookup(&cands[i], &v); err != nil {
-			continue // gone already
+		err := s.d.objs.DpdCt.Lookup(&cands[i], &v)
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			s.vanished(&cands[i])
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("re-read conntrack entry: %w", err)
 		}
 		if !ctExpired(&v, cands[i].Proto, s.kt) {
 			if s.live != nil {
@@ -185,8 +199,9 @@ func (s *ctSweep) oneByOne() error {
 			}
 			continue
 		}
-		err := s.d.objs.DpdCt.Delete(&cands[i])
+		err = s.d.objs.DpdCt.Delete(&cands[i])
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			s.vanished(&cands[i])
 			continue
 		}
 		if err != nil {

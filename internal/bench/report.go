@@ -204,7 +204,7 @@ func (r *Results) methodSection(w writer) {
 		"a ratio is the median over the rounds of the case against the no-dpd measurement of the same round (or, dpd "+
 		"against nftables, of the two in the same round), so the load of the shared machine, which drifts, cancels out "+
 		"of each ratio.\n\n",
-		s.PortRules, s.SetRules, steadyNote(s.TrafficSteady), s.TrafficSlice, s.TrafficRounds)
+		s.PortRules, s.SetRules, steadyNote(r.Traffic.Steady), s.TrafficSlice, s.TrafficRounds)
 }
 
 // steadyNote describes the conntrack warm-up of P7 (trafficsteady.go).
@@ -212,9 +212,10 @@ func steadyNote(d time.Duration) string {
 	if d <= 0 {
 		return ""
 	}
-	return fmt.Sprintf("Before the first measurement every path opens new connections for %s, all at once, so that "+
-		"dpd's conntrack map is reusing the entries of expired flows, as on a node that has served connections for a "+
-		"minute (reused entries cost dpd's programs more than a fresh map's). ", d)
+	return fmt.Sprintf("Before the first measurement every path opens new connections for %s, all at once (the "+
+		"nftables node with its port rules), so that dpd's conntrack map is reusing the entries of expired flows, as on "+
+		"a node that has served connections for longer than a closed flow's timeout (30 s; reused entries cost dpd's "+
+		"programs more than a fresh map's), and netfilter's table holds the closed flows of those seconds. ", d)
 }
 
 func (r *Results) detailSection(w writer) {

@@ -54,6 +54,9 @@ const (
 	pathFloor
 )
 
+// trafficPathNames name the paths in errors.
+var trafficPathNames = [...]string{pathDPD: "dpd's node", pathPlain: "the plain node", pathNFT: "the nftables node", pathFloor: "the floor node"}
+
 // trafficCases in report order.
 var trafficCases = []struct {
 	key, name string

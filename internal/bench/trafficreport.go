@@ -12,7 +12,10 @@ type Traffic struct {
 	Slice               time.Duration
 	Rounds              int
 	PortRules, SetRules int
-	Cases               []TrafficCase // in trafficCases' order
+	// Steady is how long every path opened new connections before the
+	// first measurement (trafficsteady.go); 0 when that was skipped.
+	Steady time.Duration
+	Cases  []TrafficCase // in trafficCases' order
 }
 
 // TrafficCase is one case's measurements, one per round. For every case but

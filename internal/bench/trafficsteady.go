@@ -22,12 +22,15 @@ import (
 // second state, and without this the rule lists measured first would see
 // the first state and the last one the second. So before the first
 // connection-rate measurement every path opens new connections for
-// Scale.TrafficSteady, all paths at once, the nftables node with its port
-// rules in place so that netfilter's connection tracking, which keeps a
-// closed flow 120 s, is in its steady state too.
+// Scale.TrafficSteady, all paths at once; the nftables node has its port
+// rules in place meanwhile, so that netfilter's table (which keeps a
+// closed flow 120 s) holds those flows too when its rule lists are
+// measured. No path spends more than half of its source addresses and
+// ports on it: the measurements need the rest.
 
 // trafficSteady runs new connections on every path for d (nothing when d
-// is 0 or the connection rate is not measured).
+// is 0 or the connection rate is not measured) and records d in the
+// results.
 func (r *runner) trafficSteady(ctx context.Context, t *trafficNet, d time.Duration, nft trafficRules) error {
 	if d <= 0 || (len(r.o.TrafficMetrics) > 0 && !slices.Contains(r.o.TrafficMetrics, "crr")) {
 		return nil
@@ -40,20 +43,32 @@ func (r *runner) trafficSteady(ctx context.Context, t *trafficNet, d time.Durati
 	errs := make([]error, len(t.paths))
 	ops := make([]int64, len(t.paths))
 	for i, p := range t.paths {
+		reserve := p.src.Left() / 2
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = p.client.do(func() error {
-				res, err := tcpload.ConnectionRate(p.dst, p.src, d)
-				ops[i] = res.Ops
-				return err
-			})
+			end := time.Now().Add(d)
+			for left := time.Until(end); left > 0 && ctx.Err() == nil && p.src.Left() > reserve; left = time.Until(end) {
+				err := p.client.do(func() error {
+					res, err := tcpload.ConnectionRate(p.dst, p.src, min(left, time.Second))
+					ops[i] += res.Ops
+					return err
+				})
+				if err != nil {
+					errs[i] = fmt.Errorf("%s: %w", trafficPathNames[i], err)
+					return
+				}
+			}
 		}()
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("steady state: %w", err)
 	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	r.res.Traffic.Steady = d
 	r.progress("P7: steady state reached: %d connections on dpd's path", ops[pathDPD])
-	return ctx.Err()
+	return nil
 }
