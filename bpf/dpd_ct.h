@@ -16,10 +16,26 @@
 
 #define DPD_NS_PER_S 1000000000ull
 
+/* Both FINs (or an RST): the connection is closed. */
+#define DPD_CT_F_CLOSED (DPD_CT_F_FIN_ORIG | DPD_CT_F_FIN_REPLY)
+
+/* dpd_ct_tcp_close is what a TCP packet's FIN or RST adds to its entry's
+ * flags; reply says the packet came from the other side. */
+static __always_inline __u32 dpd_ct_tcp_close(__u32 pkt_flags, int reply)
+{
+	if (pkt_flags & DPD_ST_TCP_RST)
+		return DPD_CT_F_CLOSING | DPD_CT_F_CLOSED;
+	if (pkt_flags & DPD_ST_TCP_FIN)
+		return DPD_CT_F_CLOSING | (reply ? DPD_CT_F_FIN_REPLY : DPD_CT_F_FIN_ORIG);
+	return 0;
+}
+
 static __always_inline __u64 dpd_ct_timeout_ns(__u8 proto, __u32 flags)
 {
 	switch (proto) {
 	case IPPROTO_TCP:
+		if ((flags & DPD_CT_F_CLOSED) == DPD_CT_F_CLOSED)
+			return DPD_CT_TIMEOUT_TCP_CLOSED_S * DPD_NS_PER_S;
 		if ((flags & (DPD_CT_F_ESTABLISHED | DPD_CT_F_CLOSING)) == DPD_CT_F_ESTABLISHED)
 			return DPD_CT_TIMEOUT_TCP_EST_S * DPD_NS_PER_S;
 		return DPD_CT_TIMEOUT_TCP_OTHER_S * DPD_NS_PER_S;
@@ -222,8 +238,7 @@ static __always_inline void dpd_ct_refresh(struct dpd_ct_val *v, const struct dp
 	__u32 set = 0;
 
 	if (p->proto == IPPROTO_TCP) {
-		if (p->flags & (DPD_ST_TCP_FIN | DPD_ST_TCP_RST))
-			set |= DPD_CT_F_CLOSING;
+		set |= dpd_ct_tcp_close(p->flags, reply);
 		if (reply && (p->flags & DPD_ST_TCP_ACK))
 			set |= DPD_CT_F_ESTABLISHED;
 	}
@@ -269,8 +284,8 @@ static __always_inline void dpd_ct_create(const struct dpd_state *st, __u32 flag
 	v.rule_id = st->rule_id;
 	v.pkts_fwd = 1;
 	v.bytes_fwd = st->pkt_len;
-	if (st->proto == IPPROTO_TCP && (st->flags & (DPD_ST_TCP_FIN | DPD_ST_TCP_RST)))
-		flags |= DPD_CT_F_CLOSING;
+	if (st->proto == IPPROTO_TCP)
+		flags |= dpd_ct_tcp_close(st->flags, 0);
 	if (st->flags & DPD_ST_NAT) {
 		/* The client's hook of a DNAT'd flow: replies get the frontend back. */
 		flags |= DPD_CT_F_NAT_FWD;

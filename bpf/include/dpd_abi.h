@@ -150,6 +150,10 @@ struct dpd_ct_val {
 #define DPD_CT_F_ESTABLISHED (1u << 0) /* TCP: a reply with ACK was seen */
 #define DPD_CT_F_ORIG_HI     (1u << 5) /* the flow's first packet came from the key's daddr:dport */
 #define DPD_CT_F_CLOSING     (1u << 1) /* TCP: FIN or RST seen in either direction */
+/* TCP: a FIN from the flow's first sender, and from the other side; an RST
+ * either way sets both. With both the connection is closed. */
+#define DPD_CT_F_FIN_ORIG    (1u << 6)
+#define DPD_CT_F_FIN_REPLY   (1u << 7)
 
 /* dpd_ct_cfg: ARRAY[1] written by userspace. DPD_CT_CFG_LEGACY: the map
  * may hold entries of a dpd that did not normalize flow keys (of flows
@@ -165,11 +169,15 @@ struct dpd_ct_cfg {
 #define DPD_CT_CFG_WRITE_LEGACY (1u << 1)
 
 /* Conntrack idle timeouts in seconds, used by the programs (an expired entry
- * is ignored) and by the userspace scanner (which deletes it). TCP is kept
- * simple: established (reply ACK seen, no FIN/RST) lives an hour, anything
- * else (handshake, closing) 30 s. */
-#define DPD_CT_TIMEOUT_TCP_EST_S   3600
-#define DPD_CT_TIMEOUT_TCP_OTHER_S 30
+ * is ignored) and by the userspace scanner (which deletes it). TCP:
+ * established (reply ACK seen, no FIN/RST) lives an hour; closed (FIN both
+ * ways, or an RST) 10 s, which covers the last ACK and a retransmitted FIN
+ * (TCP's retries of a FIN span about 6 s) and keeps a node that opens
+ * thousands of connections a second from filling the map with finished
+ * ones; anything else (handshake, half-closed) 30 s. */
+#define DPD_CT_TIMEOUT_TCP_EST_S    3600
+#define DPD_CT_TIMEOUT_TCP_CLOSED_S 10
+#define DPD_CT_TIMEOUT_TCP_OTHER_S  30
 #define DPD_CT_TIMEOUT_UDP_S       60
 #define DPD_CT_TIMEOUT_ICMP_S      5
 #define DPD_CT_TIMEOUT_OTHER_S     60

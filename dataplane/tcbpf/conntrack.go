@@ -26,6 +26,9 @@ type (
 func CTTimeout(proto uint8, flags uint32) time.Duration {
 	switch proto {
 	case unix.IPPROTO_TCP:
+		if flags&abi.CTFClosed == abi.CTFClosed {
+			return abi.CTTimeoutTCPClosedS * time.Second
+		}
 		if flags&(abi.CTFEstablished|abi.CTFClosing) == abi.CTFEstablished {
 			return abi.CTTimeoutTCPEstS * time.Second
 		}

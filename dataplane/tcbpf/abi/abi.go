@@ -136,6 +136,9 @@ const (
 const (
 	CTFEstablished = 1 << 0 // TCP: a reply with ACK was seen
 	CTFClosing     = 1 << 1 // TCP: FIN or RST seen
+	CTFFinOrig     = 1 << 6 // TCP: FIN from the flow's first sender (or an RST either way)
+	CTFFinReply    = 1 << 7 // TCP: FIN from the other side (or an RST either way)
+	CTFClosed      = CTFFinOrig | CTFFinReply
 	CTFOrigHi      = 1 << 5 // the flow's first packet came from the normalized key's daddr:dport
 )
 
@@ -149,14 +152,15 @@ const (
 
 // Conntrack idle timeouts in seconds, shared by the programs and the
 // userspace scanner. TCP: established (reply ACK seen, no FIN/RST) one hour,
-// anything else 30 s.
+// closed (FIN both ways, or an RST) 10 s, anything else 30 s.
 const (
-	CTTimeoutTCPEstS   = 3600
-	CTTimeoutTCPOtherS = 30
-	CTTimeoutUDPS      = 60
-	CTTimeoutICMPS     = 5
-	CTTimeoutOtherS    = 60
-	CTRefreshNS        = 100000000 // last_seen is rewritten at most this often
+	CTTimeoutTCPEstS    = 3600
+	CTTimeoutTCPClosedS = 10
+	CTTimeoutTCPOtherS  = 30
+	CTTimeoutUDPS       = 60
+	CTTimeoutICMPS      = 5
+	CTTimeoutOtherS     = 60
+	CTRefreshNS         = 100000000 // last_seen is rewritten at most this often
 )
 
 // IPSetNameLen is the key size of dpd_ipset_ids.
