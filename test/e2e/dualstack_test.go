@@ -26,16 +26,22 @@ var dualStackCases = map[string]bool{
 }
 
 // TestDualStackMatrix runs the family-independent packet matrix in IPv4
-// and IPv6 against one dpd (TCX) whose three workloads each have an IPv4
-// /32 and an IPv6 /128, wired like Calico's CNI plugin; then what is
-// specific to two families: rules limited to one family never allow the
-// other, CIDRs constrain the family, neighbour discovery works under a
-// deny-all policy, conntrack replies in IPv6, and removal leaves no route
-// of either family.
+// and IPv6 against one dpd whose three workloads each have an IPv4 /32 and
+// an IPv6 /128, wired like Calico's CNI plugin; then what is specific to
+// two families: rules limited to one family never allow the other, CIDRs
+// constrain the family, neighbour discovery works under a deny-all policy,
+// conntrack replies in IPv6, and removal leaves no route of either family.
+// Once per attach mode: `auto` picks either, by what the kernel charges.
 func TestDualStackMatrix(t *testing.T) {
 	testutil.RequirePrivileged(t)
+	for _, mode := range []string{"tcx", "tc"} {
+		t.Run(mode, func(t *testing.T) { dualStackMatrix(t, mode) })
+	}
+}
+
+func dualStackMatrix(t *testing.T, mode string) {
 	e := &env{}
-	e.d = StartDaemon(t, "--attach-mode=tcx")
+	e.d = StartDaemon(t, "--attach-mode="+mode)
 	a, b, cl := NewDualStackWorkload(t, 21), NewDualStackWorkload(t, 22), NewDualStackWorkload(t, 23)
 	e.a, e.b, e.cl = a, b, cl
 	b.Serve(t, []int{tcpPort, tcpOther, tcpRangePort}, []int{udpPort})
