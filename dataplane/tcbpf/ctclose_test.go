@@ -13,10 +13,7 @@ import (
 // one way) keeps the longer one, since its other side may still send.
 func TestConntrackClosedTimeout(t *testing.T) {
 	d := openTest(t, Options{})
-	ifA, _ := vethPair(t)
-	mustNil(t, d.SetIfState(ifA, 1, abi.IfReady))
-	mustNil(t, d.InstallPolicy(1, abi.DirFromWEP, verdictProg(t, d, abi.VerdictAllow, 0)))
-	mustNil(t, d.InstallPolicy(1, abi.DirToWEP, verdictProg(t, d, abi.VerdictDeny, 0)))
+	ifA := outboundOnly(t, d, 0, 0)
 
 	// Each flow's packets: out from A (its egress), back to A (replies).
 	type pkt struct {

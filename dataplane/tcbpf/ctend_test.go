@@ -13,10 +13,7 @@ import (
 // it hands them over once; NAT entries never end as flows.
 func TestConntrackCountsAndEnd(t *testing.T) {
 	d := openTest(t, Options{})
-	ifA, _ := vethPair(t)
-	mustNil(t, d.SetIfState(ifA, 1, abi.IfReady))
-	mustNil(t, d.InstallPolicy(1, abi.DirFromWEP, verdictProg(t, d, abi.VerdictAllow, 0xa11)))
-	mustNil(t, d.InstallPolicy(1, abi.DirToWEP, verdictProg(t, d, abi.VerdictDeny, 0xd11)))
+	ifA := outboundOnly(t, d, 0xa11, 0xd11)
 
 	out := tcpPkt(ipA, ipB, 40000, 80, tcpSYN)
 	reply := tcpPkt(ipB, ipA, 80, 40000, tcpSYN|tcpACK)

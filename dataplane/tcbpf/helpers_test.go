@@ -189,3 +189,15 @@ func icmpErr(src, dst netip.Addr, frame []byte) []byte {
 	binary.BigEndian.PutUint16(l4[6:], 1400)
 	return ipv4(src, dst, 1, append(l4, frame[14:14+28]...))
 }
+
+// outboundOnly is one end of a new veth pair as workload slot 1, ready,
+// whose egress policy allows everything (rule allowRule) and whose ingress
+// denies everything (rule denyRule): only conntrack lets replies in.
+func outboundOnly(t *testing.T, d *Datapath, allowRule, denyRule uint64) int {
+	t.Helper()
+	ifA, _ := vethPair(t)
+	mustNil(t, d.SetIfState(ifA, 1, abi.IfReady))
+	mustNil(t, d.InstallPolicy(1, abi.DirFromWEP, verdictProg(t, d, abi.VerdictAllow, allowRule)))
+	mustNil(t, d.InstallPolicy(1, abi.DirToWEP, verdictProg(t, d, abi.VerdictDeny, denyRule)))
+	return ifA
+}
