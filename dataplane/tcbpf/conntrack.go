@@ -116,16 +116,9 @@ type ctSweep struct {
 func (s *ctSweep) batch(keys []ctKey, vals []ctVal) error {
 	s.dead, s.deadVals = s.dead[:0], s.deadVals[:0]
 	for i := range keys {
-		k, v := &keys[i], &vals[i]
-		if s.countLegacy && ctLegacy(k) {
-			s.legacy++
-		}
-		switch {
-		case ctExpired(v, k.Proto, s.kt):
-			s.dead = append(s.dead, *k)
-			s.deadVals = append(s.deadVals, *v)
-		case s.live != nil:
-			s.live(k, v)
+		if s.walked(&keys[i], &vals[i]) {
+			s.dead = append(s.dead, keys[i])
+			s.deadVals = append(s.deadVals, vals[i])
 		}
 	}
 	for len(s.dead) > 0 {
@@ -140,7 +133,7 @@ func (s *ctSweep) batch(keys []ctKey, vals []ctVal) error {
 		case errors.Is(err, ebpf.ErrKeyNotExist) && n < len(s.dead):
 			// Evicted since the read: not ours to report, but gone. The
 			// kernel stopped at it; go on after it.
-			s.vanished(&s.dead[n])
+			s.leftMap(&s.dead[n])
 			s.dead, s.deadVals = s.dead[n+1:], s.deadVals[n+1:]
 		default:
 			return fmt.Errorf("expire conntrack entries: %w", err)
@@ -149,8 +142,24 @@ func (s *ctSweep) batch(keys []ctKey, vals []ctVal) error {
 	return nil
 }
 
-// vanished accounts for an expired entry someone else deleted first.
-func (s *ctSweep) vanished(k *ctKey) {
+// walked accounts for an entry as the walk read it: counted when legacy,
+// reported when alive; true when it has expired.
+func (s *ctSweep) walked(k *ctKey, v *ctVal) (expired bool) {
+	if s.countLegacy && ctLegacy(k) {
+		s.legacy++
+	}
+	if ctExpired(v, k.Proto, s.kt) {
+		return true
+	}
+	if s.live != nil {
+		s.live(k, v)
+	}
+	return false
+}
+
+// leftMap accounts for an expired entry that is no longer in the map,
+// whoever deleted it.
+func (s *ctSweep) leftMap(k *ctKey) {
 	if s.countLegacy && ctLegacy(k) {
 		s.legacy--
 	}
@@ -159,9 +168,7 @@ func (s *ctSweep) vanished(k *ctKey) {
 // gone accounts for an entry the sweep deleted, as last read.
 func (s *ctSweep) gone(k *ctKey, v *ctVal) {
 	s.expired++
-	if s.countLegacy && ctLegacy(k) {
-		s.legacy--
-	}
+	s.leftMap(k)
 	if s.ended != nil && k.Dir != abi.DirNAT {
 		s.ended(k, v)
 	}
@@ -173,14 +180,8 @@ func (s *ctSweep) gone(k *ctKey, v *ctVal) {
 func (s *ctSweep) oneByOne() error {
 	var cands []ctKey
 	err := s.d.ctIterate(func(k *ctKey, v *ctVal) {
-		if s.countLegacy && ctLegacy(k) {
-			s.legacy++
-		}
-		switch {
-		case ctExpired(v, k.Proto, s.kt):
+		if s.walked(k, v) {
 			cands = append(cands, *k)
-		case s.live != nil:
-			s.live(k, v)
 		}
 	})
 	if err != nil {
@@ -190,7 +191,7 @@ func (s *ctSweep) oneByOne() error {
 	for i := range cands {
 		err := s.d.objs.DpdCt.Lookup(&cands[i], &v)
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			s.vanished(&cands[i])
+			s.leftMap(&cands[i])
 			continue
 		}
 		if err != nil {
@@ -204,7 +205,7 @@ func (s *ctSweep) oneByOne() error {
 		}
 		err = s.d.objs.DpdCt.Delete(&cands[i])
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			s.vanished(&cands[i])
+			s.leftMap(&cands[i])
 			continue
 		}
 		if err != nil {

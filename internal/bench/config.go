@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
+	"slices"
 	"time"
 )
 
@@ -48,7 +49,7 @@ func FullScale() Scale {
 		TraceSample: 20, Pace: 20 * time.Millisecond, PhaseTimeout: 3 * time.Minute,
 		BPFBenchTime: "1000000x", IngestBenchTime: "2s", BenchCount: 3,
 		TrafficSlice: 250 * time.Millisecond, TrafficRounds: 12, PortRules: 1000, SetRules: 100,
-		TrafficSteady: 45 * time.Second, // the closed-TCP timeout (30 s) and a scan interval (10 s)
+		TrafficSteady: 45 * time.Second, // well past a closed flow's timeout (10 s) and a scan interval (10 s)
 	}
 }
 
@@ -124,4 +125,9 @@ type Options struct {
 	DaemonLog string
 	// Progress receives one line per step; nil discards them.
 	Progress io.Writer
+}
+
+// measures says whether P7 measures metric ("rr", "crr", "bulk").
+func (o Options) measures(metric string) bool {
+	return len(o.TrafficMetrics) == 0 || slices.Contains(o.TrafficMetrics, metric)
 }

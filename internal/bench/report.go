@@ -214,7 +214,7 @@ func steadyNote(d time.Duration) string {
 	}
 	return fmt.Sprintf("Before the first measurement every path opens new connections for %s, all at once (the "+
 		"nftables node with its port rules), so that dpd's conntrack map is reusing the entries of expired flows, as on "+
-		"a node that has served connections for longer than a closed flow's timeout (30 s; reused entries cost dpd's "+
+		"a node that has served connections for longer than a closed flow's timeout (10 s; reused entries cost dpd's "+
 		"programs more than a fresh map's), and netfilter's table holds the closed flows of those seconds. ", d)
 }
 

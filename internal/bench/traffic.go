@@ -334,7 +334,7 @@ type trafficMeasure struct {
 func (r *runner) trafficRound(ctx context.Context, t *trafficNet, keys []string, d time.Duration, round int) ([]trafficMeasure, error) {
 	out := make([]trafficMeasure, len(keys))
 	for metric, name := range trafficMetricNames {
-		if len(r.o.TrafficMetrics) > 0 && !slices.Contains(r.o.TrafficMetrics, name) {
+		if !r.o.measures(name) {
 			continue
 		}
 		for k := range keys {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -13,7 +12,7 @@ import (
 
 // Conntrack in its steady state. A connection-rate measurement leaves two
 // conntrack entries per connection on dpd's path; the scanner deletes
-// them once idle past their timeout (30 s for a closed TCP flow), and from
+// them once idle past their timeout (10 s for a closed TCP flow), and from
 // then on every new entry takes a node of the LRU map that an older flow
 // freed. Those cost dpd's programs more than the untouched nodes of a
 // fresh map: on the kernel of BENCHMARKS.md 5.6 µs per connection on a
@@ -32,7 +31,7 @@ import (
 // is 0 or the connection rate is not measured) and records d in the
 // results.
 func (r *runner) trafficSteady(ctx context.Context, t *trafficNet, d time.Duration, nft trafficRules) error {
-	if d <= 0 || (len(r.o.TrafficMetrics) > 0 && !slices.Contains(r.o.TrafficMetrics, "crr")) {
+	if d <= 0 || !r.o.measures("crr") {
 		return nil
 	}
 	if err := t.paths[pathNFT].node.loadNFT(ctx, nftRuleset("ports", t.paths[pathNFT].server.host, nft)); err != nil {
