@@ -217,7 +217,11 @@ int dpd_epilogue(struct __sk_buff *skb)
 		return TC_ACT_SHOT;
 	if (dpd_hep_wep_to_host(skb, st))
 		return TC_ACT_SHOT;
-	dpd_ct_create(st, 0);
+	if (dpd_ct_create(st, 0)) {
+		/* Its replies would meet the other direction's policy. */
+		dpd_drop_count(DPD_DROP_CT_FULL, st->pkt_len);
+		return TC_ACT_SHOT;
+	}
 	/* A hairpinned request goes straight back into the workload. */
 	if (st->dir == DPD_DIR_FROM_WEP && (st->flags & DPD_ST_HAIRPIN))
 		return dpd_hairpin_redirect(skb, st->ifindex);

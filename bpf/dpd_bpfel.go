@@ -260,6 +260,7 @@ type DpdDpdState struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	DpdMapDpdChain        = "dpd_chain"
+	DpdMapDpdConntrack    = "dpd_conntrack"
 	DpdMapDpdCt           = "dpd_ct"
 	DpdMapDpdCtCfg        = "dpd_ct_cfg"
 	DpdMapDpdCtNew        = "dpd_ct_new"
@@ -352,6 +353,7 @@ type DpdProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type DpdMapSpecs struct {
 	DpdChain      *ebpf.MapSpec `ebpf:"dpd_chain"`
+	DpdConntrack  *ebpf.MapSpec `ebpf:"dpd_conntrack"`
 	DpdCt         *ebpf.MapSpec `ebpf:"dpd_ct"`
 	DpdCtCfg      *ebpf.MapSpec `ebpf:"dpd_ct_cfg"`
 	DpdCtNew      *ebpf.MapSpec `ebpf:"dpd_ct_new"`
@@ -408,6 +410,7 @@ func (o *DpdObjects) Close() error {
 // It can be passed to LoadDpdObjects or ebpf.CollectionSpec.LoadAndAssign.
 type DpdMaps struct {
 	DpdChain      *ebpf.Map `ebpf:"dpd_chain"`
+	DpdConntrack  *ebpf.Map `ebpf:"dpd_conntrack"`
 	DpdCt         *ebpf.Map `ebpf:"dpd_ct"`
 	DpdCtCfg      *ebpf.Map `ebpf:"dpd_ct_cfg"`
 	DpdCtNew      *ebpf.Map `ebpf:"dpd_ct_new"`
@@ -439,6 +442,7 @@ type DpdMaps struct {
 func (m *DpdMaps) Close() error {
 	return _DpdClose(
 		m.DpdChain,
+		m.DpdConntrack,
 		m.DpdCt,
 		m.DpdCtCfg,
 		m.DpdCtNew,

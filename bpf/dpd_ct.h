@@ -2,7 +2,8 @@
 /*
  * dpd_ct.h: conntrack keyed by the hook that approved the flow. Its key,
  * value and timeouts live in dpd_abi.h, so the userspace scanner reads the
- * same layout and applies the same timeouts; the map is in dpd_maps.h.
+ * same layout and applies the same timeouts; the maps are in dpd_maps.h
+ * (dpd_conntrack, and an older dpd's dpd_ct while it may hold entries).
  */
 #ifndef DPD_CT_H
 #define DPD_CT_H
@@ -152,19 +153,35 @@ static __always_inline int dpd_ct_symmetric(const struct dpd_ct_key *k)
 	       (dpd_ct_is_icmp(k->proto) || k->sport == k->dport);
 }
 
-/* dpd_ct_legacy: entries written by a dpd that did not normalize keys may
- * still be in the map (userspace says so until none can be). */
+/* dpd_ct_cfg_flags: what userspace says of older maps and programs
+ * (DPD_CT_CFG_*). */
 static __always_inline __u32 dpd_ct_cfg_flags(void)
 {
 	__u32 zero = 0;
 	struct dpd_ct_cfg *cfg = bpf_map_lookup_elem(&dpd_ct_cfg, &zero);
 
-	return cfg ? cfg->flags : DPD_CT_CFG_LEGACY;
+	return cfg ? cfg->flags : DPD_CT_CFG_LRU | DPD_CT_CFG_LEGACY;
 }
 
-static __always_inline int dpd_ct_legacy(void)
+/* dpd_ct_lookup finds k in dpd_conntrack, or in the older dpd_ct while it
+ * may hold entries. Separate calls per map keep each lookup inlined. */
+static __always_inline struct dpd_ct_val *dpd_ct_lookup(const struct dpd_ct_key *k)
 {
-	return !!(dpd_ct_cfg_flags() & DPD_CT_CFG_LEGACY);
+	struct dpd_ct_val *v = bpf_map_lookup_elem(&dpd_conntrack, k);
+
+	if (!v && (dpd_ct_cfg_flags() & DPD_CT_CFG_LRU))
+		v = bpf_map_lookup_elem(&dpd_ct, k);
+	return v;
+}
+
+/* dpd_ct_write stores an entry where every attached entry program finds
+ * it: dpd_ct while entry programs of a dpd before dpd_conntrack run.
+ * Non-zero: dpd_conntrack is full. */
+static __always_inline long dpd_ct_write(const struct dpd_ct_key *k, const struct dpd_ct_val *v)
+{
+	if (dpd_ct_cfg_flags() & DPD_CT_CFG_WRITE_LRU)
+		return bpf_map_update_elem(&dpd_ct, k, v, BPF_ANY);
+	return bpf_map_update_elem(&dpd_conntrack, k, v, BPF_ANY);
 }
 
 /* dpd_ct_find: the live entry by which hook dir of ifindex passes the
@@ -179,24 +196,25 @@ static __always_inline struct dpd_ct_val *dpd_ct_find(struct dpd_ct_key *k, cons
 	int swapped;
 
 	swapped = dpd_ct_key_flow(k, saddr, daddr, sport, dport, proto, family, dir, ifindex);
-	v = bpf_map_lookup_elem(&dpd_ct, k);
+	v = dpd_ct_lookup(k);
 	if (v && dpd_ct_live(v, proto, now)) {
 		*reply = swapped != !!(v->flags & DPD_CT_F_ORIG_HI);
 		return v;
 	}
 	if (dpd_ct_symmetric(k)) {
 		k->dir ^= 1;
-		v = bpf_map_lookup_elem(&dpd_ct, k);
+		v = dpd_ct_lookup(k);
 		if (v && dpd_ct_live(v, proto, now)) {
 			*reply = 1;
 			return v;
 		}
 		return 0;
 	}
-	if (!dpd_ct_legacy())
+	if (!(dpd_ct_cfg_flags() & DPD_CT_CFG_LEGACY))
 		return 0;
 	/* A legacy entry of a tuple whose source is the lower end has the
-	 * normalized key already; only the other orientation needs a look. */
+	 * normalized key already; only the other orientation needs a look.
+	 * Legacy entries are only ever in dpd_ct. */
 	if (swapped) {
 		dpd_ct_key_set(k, saddr, daddr, sport, dport, proto, family, dir, ifindex);
 		*reply = 0;
@@ -266,8 +284,9 @@ static __always_inline void dpd_ct_count(struct dpd_ct_val *v, int reply, __u32 
 
 /* dpd_ct_create records the flow the policy just allowed at this hook,
  * with extra DPD_CT_F_* flags; the old way while a dpd before normalized
- * keys may still run entry programs that read them. */
-static __always_inline void dpd_ct_create(const struct dpd_state *st, __u32 flags)
+ * keys may still run entry programs that read them. Non-zero: there is no
+ * room for it (dpd_conntrack is full). */
+static __always_inline long dpd_ct_create(const struct dpd_state *st, __u32 flags)
 {
 	struct dpd_ct_key k;
 	struct dpd_ct_val v = {};
@@ -296,7 +315,7 @@ static __always_inline void dpd_ct_create(const struct dpd_state *st, __u32 flag
 		v.nat_svc = st->nat_svc;
 	}
 	v.flags = flags;
-	bpf_map_update_elem(&dpd_ct, &k, &v, BPF_ANY);
+	return dpd_ct_write(&k, &v);
 }
 
 #endif

@@ -19,17 +19,6 @@
 #include "dpd_parse_types.h"
 #include "dpd_ct.h"
 
-/* dpd_drop_count adds one packet of len bytes to the DPD_DROP_* reason. */
-static __always_inline void dpd_drop_count(__u32 reason, __u32 len)
-{
-	struct dpd_counter *c = bpf_map_lookup_elem(&dpd_drop_ctrs, &reason);
-
-	if (c) {
-		c->packets++;
-		c->bytes += len;
-	}
-}
-
 static __always_inline void dpd_frag_key_set(struct dpd_frag_key *k, const struct dpd_pkt *p,
 					     __u32 dir, __u32 ifindex)
 {

@@ -325,6 +325,7 @@ static __always_inline int dpd_hep_entry(struct __sk_buff *skb, __u32 dir, __u32
 		/* Passes; the trace shows what the policy would say. */
 		st->flags |= DPD_ST_FAILSAFE;
 	} else if (failsafe) {
+		/* Failsafe passes even without room for its entry. */
 		dpd_ct_create(st, DPD_CT_F_FAILSAFE);
 		return TC_ACT_OK;
 	}

@@ -72,6 +72,25 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } dpd_ipset_ids SEC(".maps");
 
+/* Conntrack (dpd_ct.h). A plain hash, preallocated: taking an element is
+ * one pop from a per-CPU free list, where an LRU hash walks its lists to
+ * rotate them (on a node that had closed enough flows for the scanner to
+ * free entries, ~1.5 us more per new connection). Entries go only when the
+ * userspace scanner deletes them; a full map refuses new flows
+ * (DPD_DROP_CT_FULL) instead of evicting live ones. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 512000);
+	__type(key, struct dpd_ct_key);
+	__type(value, struct dpd_ct_val);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dpd_conntrack SEC(".maps");
+
+/* The LRU conntrack of a dpd before dpd_conntrack, same layout: read on a
+ * miss while DPD_CT_CFG_LRU says it may hold entries, written instead of
+ * dpd_conntrack while that dpd's entry programs still run
+ * (DPD_CT_CFG_WRITE_LRU). Userspace moves its entries over and unpins it;
+ * on a node without it, userspace creates it with one entry, unpinned. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 512000);
@@ -163,5 +182,16 @@ struct {
 	__type(value, struct dpd_counter);
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } dpd_drop_ctrs SEC(".maps");
+
+/* dpd_drop_count adds one packet of len bytes to the DPD_DROP_* reason. */
+static __always_inline void dpd_drop_count(__u32 reason, __u32 len)
+{
+	struct dpd_counter *c = bpf_map_lookup_elem(&dpd_drop_ctrs, &reason);
+
+	if (c) {
+		c->packets++;
+		c->bytes += len;
+	}
+}
 
 #endif

@@ -236,7 +236,7 @@ static __always_inline int dpd_nat_from_wep(struct __sk_buff *skb, struct dpd_pk
 		return 0;
 
 	dpd_nat_flow_key(&k, p, ifindex);
-	fl = bpf_map_lookup_elem(&dpd_ct, &k);
+	fl = dpd_ct_lookup(&k);
 	if (fl && fl->nat_svc == fe->svc_id && dpd_ct_live(fl, p->proto, now)) {
 		__builtin_memcpy(baddr, fl->nat_addr, 16);
 		bport = fl->nat_port;
@@ -281,7 +281,12 @@ static __always_inline int dpd_nat_from_wep(struct __sk_buff *skb, struct dpd_pk
 			__builtin_memcpy(v->nat_addr, baddr, 16);
 			v->nat_port = bport;
 			v->nat_svc = bk.svc_id;
-			bpf_map_update_elem(&dpd_ct, &k, v, BPF_ANY);
+			/* Without its entry the connection's next packet could
+			 * pick another backend: refuse it while there is no room. */
+			if (dpd_ct_write(&k, v)) {
+				dpd_drop_count(DPD_DROP_CT_FULL, skb->len);
+				return -1;
+			}
 		}
 	}
 

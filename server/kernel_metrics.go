@@ -71,7 +71,7 @@ func (c *kernelCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, u := range usage {
 		ch <- prometheus.MustNewConstMetric(c.mapEntries, prometheus.GaugeValue, float64(u.Entries), u.Name)
 		ch <- prometheus.MustNewConstMetric(c.mapCapacity, prometheus.GaugeValue, float64(u.Capacity), u.Name)
-		if u.Name == "dpd_ct" {
+		if u.Conntrack {
 			ch <- prometheus.MustNewConstMetric(c.conntrack, prometheus.GaugeValue, float64(u.Entries))
 		}
 	}

@@ -66,7 +66,7 @@ func TestKernelCollector(t *testing.T) {
 func TestKernelCollectorErrors(t *testing.T) {
 	k := &fakeKernel{
 		usage:    []model.MapUsage{{Name: "dpd_ipsets", Entries: 10, Capacity: 100}},
-		usageErr: errors.Join(errors.New("count dpd_ct: boom"), errors.New("count dpd_rule_ctrs: boom")),
+		usageErr: errors.Join(errors.New("count dpd_conntrack: boom"), errors.New("count dpd_rule_ctrs: boom")),
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(newKernelCollector(k, fakeEngine{}, 0))

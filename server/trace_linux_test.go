@@ -185,8 +185,8 @@ func TestTraceLinux(t *testing.T) {
 	if v := d.MetricWhere(t, "dpd_bpf_map_entries", map[string]string{"map": "dpd_ifstate"}); v < 2 {
 		t.Errorf("dpd_bpf_map_entries{map=dpd_ifstate} = %v, want >= 2", v)
 	}
-	if v := d.MetricWhere(t, "dpd_bpf_map_capacity", map[string]string{"map": "dpd_ct"}); v <= 0 {
-		t.Errorf("dpd_bpf_map_capacity{map=dpd_ct} = %v", v)
+	if v := d.MetricWhere(t, "dpd_bpf_map_capacity", map[string]string{"map": "dpd_conntrack"}); v <= 0 {
+		t.Errorf("dpd_bpf_map_capacity{map=dpd_conntrack} = %v", v)
 	}
 	if v := d.MetricWhere(t, "dpd_rule_packets_total", map[string]string{"rule_id": "allow-icmp", "direction": "ingress"}); v == 0 {
 		t.Errorf("dpd_rule_packets_total for allow-icmp = %v, want > 0", v)

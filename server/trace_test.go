@@ -188,7 +188,7 @@ func (k *fakeKernel) ReadCounter(id uint64) (model.RuleCounter, error) {
 
 func (k *fakeKernel) MapUsage() ([]model.MapUsage, error) {
 	if k.usage == nil && k.usageErr == nil {
-		return []model.MapUsage{{Name: "dpd_ct", Entries: 3, Capacity: 512000}, {Name: "dpd_ipsets", Entries: 10, Capacity: 1 << 20}}, nil
+		return []model.MapUsage{{Name: "dpd_conntrack", Entries: 3, Capacity: 512000, Conntrack: true}, {Name: "dpd_ipsets", Entries: 10, Capacity: 1 << 20}}, nil
 	}
 	return k.usage, k.usageErr
 }

@@ -155,18 +155,25 @@ struct dpd_ct_val {
 #define DPD_CT_F_FIN_ORIG    (1u << 6)
 #define DPD_CT_F_FIN_REPLY   (1u << 7)
 
-/* dpd_ct_cfg: ARRAY[1] written by userspace. DPD_CT_CFG_LEGACY: the map
- * may hold entries of a dpd that did not normalize flow keys (of flows
- * whose source is the higher end), so a miss looks the old key up too. On
- * when dpd starts; off once no such entry and no such program is left.
- * DPD_CT_CFG_WRITE_LEGACY: entry programs of such a dpd still run (they
- * share this epilogue), so new entries are written the old way, which
- * they read; set only with DPD_CT_CFG_LEGACY. */
+/* dpd_ct_cfg: ARRAY[1] written by userspace, about the older maps and
+ * programs a node may still have after an upgrade.
+ * DPD_CT_CFG_LRU: dpd_ct (the LRU conntrack of a dpd before dpd_conntrack)
+ * may hold entries, so a miss in dpd_conntrack looks there too.
+ * DPD_CT_CFG_WRITE_LRU: entry programs of such a dpd still run (they share
+ * this epilogue and read dpd_ct only), so entries are written to dpd_ct.
+ * DPD_CT_CFG_LEGACY: dpd_ct may hold entries of a dpd that did not
+ * normalize flow keys (of flows whose source is the higher end), so a miss
+ * looks the old key up there too. DPD_CT_CFG_WRITE_LEGACY: entry programs
+ * of that dpd still run, so entries are written the old way, which they
+ * read. Each WRITE flag comes with its lookup flag, LEGACY with LRU. On
+ * when dpd starts on a node with older state; off once none is left. */
 struct dpd_ct_cfg {
 	__u32 flags;
 };
 #define DPD_CT_CFG_LEGACY       (1u << 0)
 #define DPD_CT_CFG_WRITE_LEGACY (1u << 1)
+#define DPD_CT_CFG_LRU          (1u << 2)
+#define DPD_CT_CFG_WRITE_LRU    (1u << 3)
 
 /* Conntrack idle timeouts in seconds, used by the programs (an expired entry
  * is ignored) and by the userspace scanner (which deletes it). TCP:
@@ -348,6 +355,7 @@ struct dpd_frag_val {
 #define DPD_DROP_FRAG_NO_FIRST 0 /* non-first fragment whose first piece was not seen */
 #define DPD_DROP_FRAG_TINY     1 /* TCP fragment at offset 8 (RFC 1858: could rewrite the header) */
 #define DPD_DROP_IPV6_EXT      2 /* IPv6: more extension headers than the parser walks */
+#define DPD_DROP_CT_FULL       3 /* allowed new flow, but dpd_conntrack is full */
 #define DPD_DROP_MAX           8
 
 /* dpd_state.flags, trace only: the packet was parsed, but its family is not

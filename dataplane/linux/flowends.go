@@ -4,13 +4,15 @@ package linux
 // entries idle past their timeout (the programs already ignore them) and,
 // while flow events are on, reports each deleted flow entry as an end event
 // with the rule that allowed the flow and what it carried each way. A TCP
-// flow's FIN or RST marks its entry closing, which shortens its timeout to
-// 30 s, so a closed connection ends within that plus a scan interval.
-// Entries the LRU map evicts when full are reported by the next scan
+// flow's FIN each way or RST marks its entry closed, which shortens its
+// timeout to 10 s (30 s half-closed), so a closed connection ends within
+// that plus a scan interval. dpd_conntrack never evicts; entries an older
+// dpd's LRU dpd_ct evicts during an upgrade are reported by the next scan
 // (flowevict.go).
 
 import (
 	"context"
+	"log/slog"
 	"net/netip"
 	"sync"
 	"time"
@@ -70,6 +72,8 @@ func (k *Kernel) runScan(ctx context.Context, s *ctScanner, d *tcbpf.Datapath, i
 	cache := &flowCache{ifaces: map[int]string{}, rules: map[loadedProgram]map[uint64]model.RuleInfo{}}
 	sc := newEndScan(events, clock)
 	warnedUntracked := false
+	full := ctFullWatch{d: d}
+	full.check(k.log) // what an earlier dpd counted is not news
 	for {
 		select {
 		case <-ctx.Done():
@@ -88,6 +92,7 @@ func (k *Kernel) runScan(ctx context.Context, s *ctScanner, d *tcbpf.Datapath, i
 		} else if n > 0 {
 			k.log.Debug("conntrack entries expired", "count", n)
 		}
+		full.check(k.log)
 		if sc.tr.untracked > 0 && !warnedUntracked {
 			warnedUntracked = true
 			k.log.Warn("conntrack scan: more flows than it follows for eviction; the eviction of the rest goes unreported",
@@ -206,4 +211,25 @@ func ctAddr(b [16]byte, v6 bool) netip.Addr {
 		return netip.AddrFrom16(b)
 	}
 	return netip.AddrFrom4([4]byte(b[:4]))
+}
+
+// ctFullWatch warns when new flows were refused for want of conntrack
+// room since it last looked: the operator's cue to raise the map's size.
+type ctFullWatch struct {
+	d    *tcbpf.Datapath
+	seen uint64
+	read bool
+}
+
+func (w *ctFullWatch) check(log *slog.Logger) {
+	n, _, err := w.d.ReadDrops(tcbpf.DropCTFull)
+	if err != nil {
+		log.Warn("conntrack scan: read the conntrack-full drops", "err", err)
+		return
+	}
+	if w.read && n > w.seen {
+		log.Warn("conntrack full: new flows refused since the last scan; raise "+tcbpf.ConfigConntrack,
+			"refused", n-w.seen, "capacity", w.d.Maps().Conntrack.MaxEntries())
+	}
+	w.seen, w.read = n, true
 }

@@ -1,12 +1,15 @@
 package linux
 
-// Evicted flows: dpd_ct is an LRU map, and when it is full the kernel
-// evicts the least recently used entry to make room, with no trace. The
+// Evicted flows: dpd_conntrack refuses new flows when full, but an older
+// dpd's dpd_ct, read and written during an upgrade, is an LRU map, and
+// when it is full the kernel evicts the least recently used entry to make
+// room, with no trace. The
 // conntrack scanner walks every entry at each scan anyway, so it keeps
 // the flow entries it saw at the previous scan with their counters; one
 // that is gone at the next scan without the scanner having expired it
 // was evicted (nothing else deletes flow entries: the service flush
-// deletes NAT entries only), and is reported ended with reason evicted
+// deletes NAT entries only, and an entry the scan moves into
+// dpd_conntrack is seen there under its key), and is reported ended with reason evicted
 // and the counters it had when last seen. An entry whose key is seen
 // again with another creation time is a new flow in the evicted one's
 // place: the old one is reported the same way. The set is capped

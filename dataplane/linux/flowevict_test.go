@@ -4,11 +4,15 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"sort"
 	"testing"
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
 	"github.com/dpd-dev/dpd/dataplane/model"
@@ -152,19 +156,58 @@ func TestFlowTrackerCap(t *testing.T) {
 	}
 }
 
-// TestEvictedFlowEndKernel: in a real (small) LRU conntrack map, a flow
-// entry the full table evicts is reported by the next scan as an
-// evicted end with the counters the scan before read.
+// TestEvictedFlowEndKernel: during an upgrade, while an older dpd's entry
+// program still runs, its real (small) LRU conntrack dpd_ct is where
+// entries are written, and a flow entry that table evicts when full is
+// reported by the next scan as an evicted end with the counters the scan
+// before read.
 func TestEvictedFlowEndKernel(t *testing.T) {
 	testutil.RequirePrivileged(t)
 	sizes := tcbpf.DefaultMapSizes()
 	sizes.Conntrack = 256
-	d, err := tcbpf.Open(tcbpf.Options{PinDir: newPinDir(t), Sizes: sizes, Log: quietLog()})
+	pin := newPinDir(t)
+	// The node as an older dpd left it: an interface with state running
+	// that dpd's entry program, and its LRU conntrack.
+	w := newWorkload(t, "10.65.0.2")
+	ifindex := ifindexOf(t, w.HostIface)
+	d, err := tcbpf.Open(tcbpf.Options{PinDir: pin, Sizes: sizes, Log: quietLog()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SetIfState(ifindex, 1, abi.IfReady); err != nil {
+		t.Fatal(err)
+	}
+	_ = d.Close()
+	prev, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "dpd_from_wep", Type: ebpf.SchedCLS, License: "Dual BSD/GPL",
+		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, abi.TCActOK), asm.Return()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = prev.Close() }()
+	l, err := link.AttachTCX(link.TCXOptions{Interface: ifindex, Program: prev, Attach: ebpf.AttachTCXIngress})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Close() }()
+	if err := os.Remove(filepath.Join(pin, abi.MapConntrackLRU)); err != nil { // the stand-in
+		t.Fatal(err)
+	}
+	older, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.LRUHash, KeySize: abi.CTKeySize, ValueSize: abi.CTValSize,
+		MaxEntries: uint32(sizes.Conntrack)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = older.Close() }()
+	if err := older.Pin(filepath.Join(pin, abi.MapConntrackLRU)); err != nil {
+		t.Fatal(err)
+	}
+
+	d, err = tcbpf.Open(tcbpf.Options{PinDir: pin, Sizes: sizes, Log: quietLog()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = d.Close() }()
-	ct := d.Maps().Conntrack
+	ct := d.Maps().ConntrackOld
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC_COARSE, &ts); err != nil {
 		t.Fatal(err)

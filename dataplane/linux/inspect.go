@@ -207,10 +207,10 @@ func (k *Kernel) MapUsage() ([]model.MapUsage, error) {
 	var out []model.MapUsage
 	var errs []error
 	if ct, err := k.conntrackEntriesLocked(time.Now()); err != nil {
-		errs = append(errs, fmt.Errorf("count dpd_ct: %w", err))
+		errs = append(errs, fmt.Errorf("count %s: %w", abi.MapConntrack, err))
 	} else {
 		out = append(out,
-			model.MapUsage{Name: "dpd_ct", Entries: ct, Capacity: capOf(m.Conntrack)},
+			model.MapUsage{Name: abi.MapConntrack, Entries: ct, Capacity: capOf(m.Conntrack), Conntrack: true},
 			model.MapUsage{Name: "dpd_frags", Entries: k.ctCount.frags, Capacity: capOf(m.Frags)})
 	}
 	ifstate, jump := 0, 1+k.eps.hostJumpEntries() // the epilogue sits at abi.JumpEpilogue

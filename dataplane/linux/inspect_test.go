@@ -103,7 +103,7 @@ func TestInspectKernel(t *testing.T) {
 	}
 	// Two interfaces, each with a policy per direction, after the epilogue
 	// and the host entry programs' two continuations.
-	if got["dpd_ifstate"].Entries != 2 || got["dpd_jump"].Entries != 7 || got["dpd_ct"].Capacity == 0 {
+	if got["dpd_ifstate"].Entries != 2 || got["dpd_jump"].Entries != 7 || got["dpd_conntrack"].Capacity == 0 || !got["dpd_conntrack"].Conntrack {
 		t.Errorf("map usage: %+v", usage)
 	}
 

@@ -60,7 +60,7 @@ func walkAll(tb testing.TB, k *Kernel) map[string]int {
 	m := k.datapath().Maps()
 	out := map[string]int{}
 	for name, mp := range map[string]*ebpf.Map{
-		"dpd_ct": m.Conntrack, "dpd_ipsets": m.IPSets, "dpd_ifstate": m.IfState, "dpd_rule_ctrs": m.RuleCtrs,
+		"dpd_conntrack": m.Conntrack, "dpd_ipsets": m.IPSets, "dpd_ifstate": m.IfState, "dpd_rule_ctrs": m.RuleCtrs,
 		"dpd_jump": m.Jump, "dpd_chain": m.Chain, "dpd_nat_fe": m.NATFrontends, "dpd_nat_be": m.NATBackends, "dpd_routes": m.Routes,
 		"dpd_frags": m.Frags,
 	} {

@@ -95,6 +95,7 @@ type DropCount struct {
 type MapUsage struct {
 	Name              string
 	Entries, Capacity int
+	Conntrack         bool // the conntrack map: its entries are the tracked flows
 }
 
 // AttachInfo is how a kernel attaches entry programs, why, and what the

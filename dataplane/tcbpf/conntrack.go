@@ -82,47 +82,69 @@ func (d *Datapath) ScanConntrackEnded(now time.Time, ended func(*CTKey, *CTVal))
 // through one batch of up to 4,096 entries, at most a few milliseconds)
 // goes, and its next packet is a new flow, as if it had expired a moment
 // later; a re-read per entry narrowed that window to two syscalls.
+//
+// While an older dpd's dpd_ct may hold entries, it is scanned after
+// dpd_conntrack, and once no entry program that reads only dpd_ct runs,
+// its live entries move into dpd_conntrack (normalized; live reports them
+// as they are there now), so it empties and can go (ctold.go).
 func (d *Datapath) ScanConntrackFlows(now time.Time, ended, live func(*CTKey, *CTVal)) (expired int, err error) {
 	kt, err := ktime(now)
 	if err != nil {
 		return 0, err
 	}
-	s := &ctSweep{d: d, kt: kt, ended: ended, live: live, countLegacy: d.ctFlags.Load() != 0}
-	err = d.ctWalkBatches(s.batch)
-	if errors.Is(err, errNoBatchOps) {
-		err = s.oneByOne()
-	}
-	if err != nil {
+	flags := d.ctFlags.Load()
+	s := &ctSweep{d: d, m: d.objs.DpdConntrack, kt: kt, ended: ended, live: live}
+	if err := s.run(); err != nil {
 		return s.expired, err
 	}
-	d.retireCTLegacy(s.legacy)
-	return s.expired, nil
+	if flags&abi.CTCfgLRU == 0 {
+		return s.expired, nil
+	}
+	old := &ctSweep{d: d, m: d.objs.DpdCt, kt: kt, ended: ended, live: live, move: flags&abi.CTCfgWriteLRU == 0}
+	err = old.run()
+	if err != nil {
+		return s.expired + old.expired, err
+	}
+	d.retireCTOld(old.left)
+	return s.expired + old.expired, nil
 }
 
-// ctSweep is one conntrack scan under way.
+// ctSweep is one conntrack map's scan under way.
 type ctSweep struct {
 	d           *Datapath
+	m           *ebpf.Map
 	kt          uint64 // now on the programs' clock
 	ended, live func(*CTKey, *CTVal)
-	countLegacy bool // only while there is something to retire
-	legacy      int  // entries of the legacy layout left
+	move        bool // live entries move into dpd_conntrack (m is dpd_ct)
 	expired     int
+	left        int // live entries left in m
 	dead        []ctKey
 	deadVals    []ctVal
 }
 
-// batch handles one batch of the walk: every entry alive is reported,
-// every expired one deleted with the batch's other expired ones.
+func (s *ctSweep) run() error {
+	err := ctWalkBatches(s.m, s.batch)
+	if errors.Is(err, errNoBatchOps) {
+		err = s.oneByOne()
+	}
+	return err
+}
+
+// batch handles one batch of the walk: every entry alive is reported (and
+// moved, or counted as left), every expired one deleted with the batch's
+// other expired ones.
 func (s *ctSweep) batch(keys []ctKey, vals []ctVal) error {
 	s.dead, s.deadVals = s.dead[:0], s.deadVals[:0]
 	for i := range keys {
-		if s.walked(&keys[i], &vals[i]) {
+		if ctExpired(&vals[i], keys[i].Proto, s.kt) {
 			s.dead = append(s.dead, keys[i])
 			s.deadVals = append(s.deadVals, vals[i])
+		} else if err := s.alive(&keys[i], &vals[i]); err != nil {
+			return err
 		}
 	}
 	for len(s.dead) > 0 {
-		n, err := s.d.objs.DpdCt.BatchDelete(s.dead, nil)
+		n, err := s.m.BatchDelete(s.dead, nil)
 		n = min(max(n, 0), len(s.dead))
 		for i := range n {
 			s.gone(&s.dead[i], &s.deadVals[i])
@@ -131,9 +153,8 @@ func (s *ctSweep) batch(keys []ctKey, vals []ctVal) error {
 		case err == nil:
 			return nil
 		case errors.Is(err, ebpf.ErrKeyNotExist) && n < len(s.dead):
-			// Evicted since the read: not ours to report, but gone. The
-			// kernel stopped at it; go on after it.
-			s.leftMap(&s.dead[n])
+			// Deleted (or evicted) since the read: not ours to report.
+			// The kernel stopped at it; go on after it.
 			s.dead, s.deadVals = s.dead[n+1:], s.deadVals[n+1:]
 		default:
 			return fmt.Errorf("expire conntrack entries: %w", err)
@@ -142,33 +163,33 @@ func (s *ctSweep) batch(keys []ctKey, vals []ctVal) error {
 	return nil
 }
 
-// walked accounts for an entry as the walk read it: counted when legacy,
-// reported when alive; true when it has expired.
-func (s *ctSweep) walked(k *ctKey, v *ctVal) (expired bool) {
-	if s.countLegacy && ctLegacy(k) {
-		s.legacy++
+// alive accounts for an entry the walk found live: moved when the sweep
+// moves, reported as it now is.
+func (s *ctSweep) alive(k *ctKey, v *ctVal) error {
+	if !s.move {
+		s.left++
+		if s.live != nil {
+			s.live(k, v)
+		}
+		return nil
 	}
-	if ctExpired(v, k.Proto, s.kt) {
-		return true
+	nk, nv, err := s.d.moveCTEntry(*k, *v)
+	if err != nil {
+		return err
+	}
+	if nk == nil {
+		s.left++ // no room in dpd_conntrack: stays where the programs still look
+		nk, nv = k, v
 	}
 	if s.live != nil {
-		s.live(k, v)
+		s.live(nk, nv)
 	}
-	return false
-}
-
-// leftMap accounts for an expired entry that is no longer in the map,
-// whoever deleted it.
-func (s *ctSweep) leftMap(k *ctKey) {
-	if s.countLegacy && ctLegacy(k) {
-		s.legacy--
-	}
+	return nil
 }
 
 // gone accounts for an entry the sweep deleted, as last read.
 func (s *ctSweep) gone(k *ctKey, v *ctVal) {
 	s.expired++
-	s.leftMap(k)
 	if s.ended != nil && k.Dir != abi.DirNAT {
 		s.ended(k, v)
 	}
@@ -178,34 +199,40 @@ func (s *ctSweep) gone(k *ctKey, v *ctVal) {
 // that collects the expired keys, then a re-read and a delete for each
 // (deleting while iterating by next-key would restart the iteration).
 func (s *ctSweep) oneByOne() error {
-	var cands []ctKey
-	err := s.d.ctIterate(func(k *ctKey, v *ctVal) {
-		if s.walked(k, v) {
+	var cands, live []ctKey
+	var liveVals []ctVal
+	err := ctIterate(s.m, func(k *ctKey, v *ctVal) {
+		if ctExpired(v, k.Proto, s.kt) {
 			cands = append(cands, *k)
+		} else {
+			live, liveVals = append(live, *k), append(liveVals, *v)
 		}
 	})
 	if err != nil {
 		return err
 	}
+	for i := range live {
+		if err := s.alive(&live[i], &liveVals[i]); err != nil {
+			return err
+		}
+	}
 	var v ctVal
 	for i := range cands {
-		err := s.d.objs.DpdCt.Lookup(&cands[i], &v)
+		err := s.m.Lookup(&cands[i], &v)
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			s.leftMap(&cands[i])
 			continue
 		}
 		if err != nil {
 			return fmt.Errorf("re-read conntrack entry: %w", err)
 		}
 		if !ctExpired(&v, cands[i].Proto, s.kt) {
-			if s.live != nil {
-				s.live(&cands[i], &v) // refreshed meanwhile
+			if err := s.alive(&cands[i], &v); err != nil { // refreshed meanwhile
+				return err
 			}
 			continue
 		}
-		err = s.d.objs.DpdCt.Delete(&cands[i])
+		err = s.m.Delete(&cands[i])
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			s.leftMap(&cands[i])
 			continue
 		}
 		if err != nil {
@@ -235,41 +262,56 @@ func (d *Datapath) RunConntrackScanner(ctx context.Context, interval time.Durati
 	}
 }
 
-// ConntrackEntries counts the entries currently in dpd_ct (live or not).
+// ConntrackEntries counts the entries currently in conntrack (live or
+// not), an older dpd's dpd_ct included while it may hold any.
 func (d *Datapath) ConntrackEntries() (int, error) {
 	n := 0
-	err := d.ctWalk(func(*ctKey, *ctVal) { n++ })
+	err := d.ctWalk(func(*ebpf.Map, *ctKey, *ctVal) { n++ })
 	return n, err
 }
 
-// ctWalk calls fn for every entry, in batches where the kernel has batch
-// lookups (two syscalls per entry otherwise).
-func (d *Datapath) ctWalk(fn func(*ctKey, *ctVal)) error {
-	err := d.ctWalkBatches(func(keys []ctKey, vals []ctVal) error {
-		for i := range keys {
-			fn(&keys[i], &vals[i])
-		}
-		return nil
-	})
-	if errors.Is(err, errNoBatchOps) {
-		return d.ctIterate(fn)
+// ctMaps are the conntrack maps the programs read: dpd_conntrack, and an
+// older dpd's dpd_ct while it may hold entries.
+func (d *Datapath) ctMaps() []*ebpf.Map {
+	if d.ctFlags.Load()&abi.CTCfgLRU != 0 {
+		return []*ebpf.Map{d.objs.DpdConntrack, d.objs.DpdCt}
 	}
-	return err
+	return []*ebpf.Map{d.objs.DpdConntrack}
+}
+
+// ctWalk calls fn for every entry of every conntrack map, in batches where
+// the kernel has batch lookups (two syscalls per entry otherwise).
+func (d *Datapath) ctWalk(fn func(*ebpf.Map, *ctKey, *ctVal)) error {
+	for _, m := range d.ctMaps() {
+		err := ctWalkBatches(m, func(keys []ctKey, vals []ctVal) error {
+			for i := range keys {
+				fn(m, &keys[i], &vals[i])
+			}
+			return nil
+		})
+		if errors.Is(err, errNoBatchOps) {
+			err = ctIterate(m, func(k *ctKey, v *ctVal) { fn(m, k, v) })
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // errNoBatchOps says the kernel has no batch map operations.
 var errNoBatchOps = errors.New("no batch map operations")
 
-// ctWalkBatches calls fn with every batch of up to ctBatch entries; fn may
-// delete entries of its batch. errNoBatchOps before any batch where the
-// kernel has no batch lookups.
-func (d *Datapath) ctWalkBatches(fn func([]ctKey, []ctVal) error) error {
+// ctWalkBatches calls fn with every batch of up to ctBatch entries of m;
+// fn may delete entries of its batch. errNoBatchOps before any batch where
+// the kernel has no batch lookups.
+func ctWalkBatches(m *ebpf.Map, fn func([]ctKey, []ctVal) error) error {
 	const ctBatch = 4096
 	keys := make([]ctKey, ctBatch)
 	vals := make([]ctVal, ctBatch)
 	var cur ebpf.MapBatchCursor
 	for first := true; ; first = false {
-		n, err := d.objs.DpdCt.BatchLookup(&cur, keys, vals, nil)
+		n, err := m.BatchLookup(&cur, keys, vals, nil)
 		switch {
 		case first && errors.Is(err, ebpf.ErrNotSupported):
 			return errNoBatchOps
@@ -287,10 +329,10 @@ func (d *Datapath) ctWalkBatches(fn func([]ctKey, []ctVal) error) error {
 	}
 }
 
-func (d *Datapath) ctIterate(fn func(*ctKey, *ctVal)) error {
+func ctIterate(m *ebpf.Map, fn func(*ctKey, *ctVal)) error {
 	var k ctKey
 	var v ctVal
-	it := d.objs.DpdCt.Iterate()
+	it := m.Iterate()
 	for it.Next(&k, &v) {
 		fn(&k, &v)
 	}

@@ -3,11 +3,6 @@ package tcbpf
 import (
 	"net/netip"
 	"testing"
-	"time"
-
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/asm"
-	"github.com/cilium/ebpf/link"
 
 	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
 )
@@ -91,103 +86,6 @@ func TestConntrackBothOrientations(t *testing.T) {
 		if v.Flags&abi.CTFOrigHi != flags || v.Flags&abi.CTFEstablished == 0 || v.PktsFwd != 1 || v.PktsRev != 1 {
 			t.Fatalf("%s -> %s: entry %+v, want orientation flag %x, established, one packet each way", c.client, c.server, v, flags)
 		}
-	}
-}
-
-// Entries of a dpd before normalized keys keep passing replies while the
-// legacy lookup is on; while such a dpd's entry programs may run, new
-// entries are written the way they read them; the scan retires both once
-// neither is left, two scans in a row.
-func TestConntrackLegacyKeys(t *testing.T) {
-	d := openTest(t, Options{})
-	ifA, _ := vethPair(t)
-	policeIface(t, d, ifA, 1, abi.VerdictAllow, abi.VerdictDeny)
-	flags := func() uint32 {
-		t.Helper()
-		var cfg struct{ Flags uint32 }
-		mustNil(t, d.Maps().CTCfg.Lookup(uint32(0), &cfg))
-		if cfg.Flags != d.ctFlags.Load() {
-			t.Fatalf("dpd_ct_cfg %x, mirrored as %x", cfg.Flags, d.ctFlags.Load())
-		}
-		return cfg.Flags
-	}
-	scan := func() uint32 {
-		t.Helper()
-		if _, err := d.ScanConntrack(time.Now()); err != nil {
-			t.Fatal(err)
-		}
-		return flags()
-	}
-	if f := flags(); f != 0 {
-		t.Fatalf("legacy flags %x for a node that had no conntrack", f)
-	}
-	// The old layout: the approving hook's tuple as it was, here from the
-	// higher address.
-	hi, lo := ipB, ipA
-	if ctAddrCmp(ptr16(hi), ptr16(lo)) < 0 {
-		hi, lo = lo, hi
-	}
-	old := ctKey{Sport: 40000, Dport: 80, Proto: 6, Dir: abi.DirFromWEP, Ifindex: uint32(ifA)}
-	h4, l4 := hi.As4(), lo.As4()
-	copy(old.Saddr[:], h4[:])
-	copy(old.Daddr[:], l4[:])
-	if !ctLegacy(&old) {
-		t.Fatalf("%+v does not read as legacy", old)
-	}
-	kt, err := ktime(time.Now())
-	mustNil(t, err)
-	mustNil(t, d.Maps().Conntrack.Put(&old, &ctVal{Created: kt, LastSeen: kt}))
-	reply := tcpPkt(lo, hi, 80, 40000, tcpACK)
-
-	if got := run(t, d, abi.DirToWEP, ifA, reply); got != abi.TCActShot {
-		t.Fatalf("reply of a legacy entry with the legacy lookup off: %d, want drop (the test would prove nothing)", got)
-	}
-	mustNil(t, d.setCTCfg(abi.CTCfgLegacy|abi.CTCfgWriteLegacy))
-	if got := run(t, d, abi.DirToWEP, ifA, reply); got != abi.TCActOK {
-		t.Fatalf("reply of a legacy entry: %d, want pass", got)
-	}
-	// Written the old way: an older entry program finds it under its key.
-	if got := run(t, d, abi.DirFromWEP, ifA, tcpPkt(hi, lo, 40001, 80, tcpSYN)); got != abi.TCActOK {
-		t.Fatalf("allowed SYN: %d", got)
-	}
-	written := old
-	written.Sport = 40001
-	var v ctVal
-	if err := d.Maps().Conntrack.Lookup(&written, &v); err != nil || v.Flags&abi.CTFOrigHi != 0 {
-		t.Fatalf("entry under the old key: %+v %v", v, err)
-	}
-	if got := run(t, d, abi.DirToWEP, ifA, tcpPkt(lo, hi, 80, 40001, tcpSYN|tcpACK)); got != abi.TCActOK {
-		t.Fatalf("reply of an entry written the old way: %d, want pass", got)
-	}
-
-	// An older dpd's entry program still on an interface keeps both.
-	prev, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-		Name: "dpd_from_wep", Type: ebpf.SchedCLS, License: "Dual BSD/GPL",
-		Instructions: asm.Instructions{asm.Mov.Imm(asm.R0, abi.TCActOK), asm.Return()},
-	})
-	mustNil(t, err)
-	defer func() { _ = prev.Close() }()
-	l, err := link.AttachTCX(link.TCXOptions{Interface: ifA, Program: prev, Attach: ebpf.AttachTCXIngress})
-	mustNil(t, err)
-	defer func() { _ = l.Close() }()
-	mustNil(t, d.Maps().Conntrack.Delete(&old))
-	mustNil(t, d.Maps().Conntrack.Delete(&written))
-	if f := scan(); f != abi.CTCfgLegacy|abi.CTCfgWriteLegacy {
-		t.Fatalf("flags %x with an older entry program attached, want both", f)
-	}
-	mustNil(t, l.Close())
-	// Gone: entries are written normalized; the lookup stays for the
-	// legacy entries there are, and one clean scan is not enough.
-	mustNil(t, d.Maps().Conntrack.Put(&old, &ctVal{Created: kt, LastSeen: kt}))
-	if f := scan(); f != abi.CTCfgLegacy {
-		t.Fatalf("flags %x with a legacy entry and no older program, want the lookup only", f)
-	}
-	mustNil(t, d.Maps().Conntrack.Delete(&old))
-	if f := scan(); f != abi.CTCfgLegacy {
-		t.Fatalf("flags %x after one clean scan, want the lookup still", f)
-	}
-	if f := scan(); f != 0 {
-		t.Fatalf("flags %x after two clean scans, want none", f)
 	}
 }
 

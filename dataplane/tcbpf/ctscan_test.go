@@ -79,7 +79,7 @@ func TestConntrackScanBatchSkipsVanished(t *testing.T) {
 	vals = slices.Insert(vals, n/2, vals[0])
 
 	var ended []uint16
-	s := &ctSweep{d: d, kt: kt, ended: func(k *CTKey, _ *CTVal) {
+	s := &ctSweep{d: d, m: d.Maps().Conntrack, kt: kt, ended: func(k *CTKey, _ *CTVal) {
 		if k.Dport == ghost.Dport {
 			t.Errorf("the vanished entry was reported ended")
 		}

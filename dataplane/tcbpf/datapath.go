@@ -37,10 +37,13 @@ type Maps struct {
 	IfState   *ebpf.Map // HASH ifindex -> struct dpd_ifstate
 	IPSets    *ebpf.Map // LPM_TRIE struct dpd_ipset_key -> u32
 	IPSetIDs  *ebpf.Map // HASH struct dpd_ipset_name -> set id
-	Conntrack *ebpf.Map // LRU_HASH struct dpd_ct_key -> struct dpd_ct_val
-	RuleCtrs  *ebpf.Map // PERCPU_HASH u64 -> struct dpd_counter
-	Chain     *ebpf.Map // PROG_ARRAY: policy continuations
-	Trace     *ebpf.Map // ARRAY[1] struct dpd_state: last trace run
+	Conntrack *ebpf.Map // HASH struct dpd_ct_key -> struct dpd_ct_val (dpd_conntrack)
+	// ConntrackOld is an older dpd's LRU dpd_ct, the same layout, or a
+	// one-entry stand-in (ctold.go).
+	ConntrackOld *ebpf.Map
+	RuleCtrs     *ebpf.Map // PERCPU_HASH u64 -> struct dpd_counter
+	Chain        *ebpf.Map // PROG_ARRAY: policy continuations
+	Trace        *ebpf.Map // ARRAY[1] struct dpd_state: last trace run
 	// Added by the services-and-routes work.
 	NATFrontends *ebpf.Map // HASH struct dpd_nat_fe_key -> struct dpd_nat_fe_val
 	NATBackends  *ebpf.Map // HASH struct dpd_nat_be_key -> struct dpd_nat_be_val
@@ -88,10 +91,12 @@ type Datapath struct {
 	// use. Immutable after Open.
 	ownIDs    map[ebpf.ProgramID]bool
 	ownMapIDs map[ebpf.MapID]bool
-	// ctFlags mirrors dpd_ct_cfg (ctkeys.go); ctClean counts the scans
-	// in a row that found nothing legacy.
+	// ctFlags mirrors dpd_ct_cfg (ctold.go); ctClean counts the scans in
+	// a row that found the older dpd_ct empty. ctOld: Open found an
+	// older dpd's dpd_ct pinned. Immutable after Open.
 	ctFlags atomic.Uint32
 	ctClean atomic.Int32
+	ctOld   bool
 
 	traceMu sync.Mutex // serialises trace runs: dpd_trace has one entry
 
@@ -133,6 +138,10 @@ func Open(opts Options) (*Datapath, error) {
 		return nil, fmt.Errorf("load entry object spec: %w", err)
 	}
 	applySizes(spec, opts.Sizes)
+	ctOld, err := prepareCTOld(spec, opts.PinDir)
+	if err != nil {
+		return nil, err
+	}
 
 	nlh, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
@@ -145,6 +154,8 @@ func Open(opts Options) (*Datapath, error) {
 		sizes: opts.Sizes,
 		sets:  map[string]*ipset{},
 		ids:   map[uint32]struct{}{},
+
+		ctOld: ctOld,
 	}
 	if err := d.migratePins(spec); err != nil {
 		nlh.Close()
@@ -196,7 +207,7 @@ func (d *Datapath) init() error {
 		}
 	}
 	// Before the epilogue, which the attached entry programs share.
-	if err := d.initCTLegacy(); err != nil {
+	if err := d.initCTCfg(); err != nil {
 		return err
 	}
 	// A restart finds the previous epilogue installed; an equivalent one
@@ -261,7 +272,7 @@ func (d *Datapath) Maps() Maps {
 	o := &d.objs
 	return Maps{
 		State: o.DpdState, Jump: o.DpdJump, IfState: o.DpdIfstate, IPSets: o.DpdIpsets,
-		IPSetIDs: o.DpdIpsetIds, Conntrack: o.DpdCt, RuleCtrs: o.DpdRuleCtrs,
+		IPSetIDs: o.DpdIpsetIds, Conntrack: o.DpdConntrack, ConntrackOld: o.DpdCt, RuleCtrs: o.DpdRuleCtrs,
 		Chain: o.DpdChain, Trace: o.DpdTrace,
 		NATFrontends: o.DpdNatFe, NATBackends: o.DpdNatBe, Routes: o.DpdRoutes,
 		Frags: o.DpdFrags, DropCtrs: o.DpdDropCtrs,

@@ -19,6 +19,7 @@ const (
 	DropFragNoFirst DropReason = abi.DropFragNoFirst // non-first fragment whose first piece this hook did not see
 	DropFragTiny    DropReason = abi.DropFragTiny    // TCP fragment at offset 8 (RFC 1858)
 	DropIPv6Ext     DropReason = abi.DropIPv6Ext     // IPv6 packet with more extension headers than the walk's bound
+	DropCTFull      DropReason = abi.DropCTFull      // allowed new flow refused: the conntrack map is full
 )
 
 // String is the reason's metric label.
@@ -30,12 +31,16 @@ func (r DropReason) String() string {
 		return "fragment_tiny_tcp"
 	case DropIPv6Ext:
 		return "ipv6_too_many_ext_headers"
+	case DropCTFull:
+		return "conntrack_full"
 	}
 	return fmt.Sprintf("reason_%d", uint32(r))
 }
 
 // DropReasons lists the reasons the programs count.
-func DropReasons() []DropReason { return []DropReason{DropFragNoFirst, DropFragTiny, DropIPv6Ext} }
+func DropReasons() []DropReason {
+	return []DropReason{DropFragNoFirst, DropFragTiny, DropIPv6Ext, DropCTFull}
+}
 
 // ReadDrops sums the per-CPU counters of a drop reason.
 func (d *Datapath) ReadDrops(r DropReason) (packets, bytes uint64, err error) {

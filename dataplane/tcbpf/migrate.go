@@ -359,8 +359,10 @@ func PinnedSizes(pinDir string) (s MapSizes, ok bool, err error) {
 		pinDir = abi.PinDir
 	}
 	s = DefaultMapSizes()
+	// A node a dpd before dpd_conntrack ran has its size on dpd_ct.
+	ctNew, ctOld := 0, 0
 	for name, dst := range map[string]*int{
-		abi.MapConntrack: &s.Conntrack, abi.MapIPSets: &s.IPSets, abi.MapIfState: &s.IfState,
+		abi.MapConntrack: &ctNew, abi.MapConntrackLRU: &ctOld, abi.MapIPSets: &s.IPSets, abi.MapIfState: &s.IfState,
 		abi.MapRuleCtrs: &s.RuleCounters, abi.MapJump: &s.Jump, abi.MapChain: &s.Chain,
 		abi.MapNATFrontends: &s.NATFrontend, abi.MapNATBackends: &s.NATBackend, abi.MapRoutes: &s.Routes,
 		abi.MapFrags: &s.Fragments,
@@ -375,6 +377,12 @@ func PinnedSizes(pinDir string) (s MapSizes, ok bool, err error) {
 		*dst = int(m.MaxEntries())
 		ok = true
 		_ = m.Close()
+	}
+	switch {
+	case ctNew > 0:
+		s.Conntrack = ctNew
+	case ctOld > 0:
+		s.Conntrack = ctOld
 	}
 	if !ok || s.validate() != nil {
 		return DefaultMapSizes(), false, nil

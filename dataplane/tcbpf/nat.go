@@ -379,22 +379,26 @@ func (f NATFlowFilter) match(k *ctKey, v *ctVal) bool {
 
 // FlushNATFlows deletes the NAT flow entries f selects, so the next packet
 // of such a connection picks a current backend instead of staying pinned
-// to one that is gone. One walk of dpd_ct serves any number of services.
+// to one that is gone. One walk of conntrack serves any number of services.
 func (d *Datapath) FlushNATFlows(f NATFlowFilter) (int, error) {
 	if f.Empty() {
 		return 0, nil
 	}
-	var cands []ctKey
-	if err := d.ctWalk(func(k *ctKey, v *ctVal) {
+	type cand struct {
+		m *ebpf.Map
+		k ctKey
+	}
+	var cands []cand
+	if err := d.ctWalk(func(m *ebpf.Map, k *ctKey, v *ctVal) {
 		if f.match(k, v) {
-			cands = append(cands, *k)
+			cands = append(cands, cand{m, *k})
 		}
 	}); err != nil {
 		return 0, err
 	}
 	n := 0
 	for i := range cands {
-		err := d.objs.DpdCt.Delete(&cands[i])
+		err := cands[i].m.Delete(&cands[i].k)
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			continue
 		}
@@ -419,7 +423,7 @@ type NATFlow struct {
 // NATFlows lists the NAT flow entries (live or not), for Inspect and tests.
 func (d *Datapath) NATFlows() ([]NATFlow, error) {
 	var out []NATFlow
-	err := d.ctWalk(func(k *ctKey, v *ctVal) {
+	err := d.ctWalk(func(_ *ebpf.Map, k *ctKey, v *ctVal) {
 		if k.Dir != abi.DirNAT {
 			return
 		}

@@ -60,35 +60,47 @@ func (d *Datapath) RuleCounterEntries() (int, error) {
 	return len(d.ctrs.ids), nil
 }
 
-// CountConntrack counts the entries of dpd_ct in batches: one map read
-// per ctCountBatch entries where the kernel has batch lookups, one per
-// entry where it does not.
+// CountConntrack counts the entries of the conntrack maps in batches: one
+// map read per ctCountBatch entries where the kernel has batch lookups,
+// one per entry where it does not.
 func (d *Datapath) CountConntrack() (int, error) {
+	total := 0
+	for _, m := range d.ctMaps() {
+		n, err := countCT(m)
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}
+
+func countCT(m *ebpf.Map) (int, error) {
 	const ctCountBatch = 8192
 	keys := make([]ctKey, ctCountBatch)
 	vals := make([]ctVal, ctCountBatch)
 	var cur ebpf.MapBatchCursor
 	entries := 0
 	for first := true; ; first = false {
-		n, err := d.objs.DpdCt.BatchLookup(&cur, keys, vals, nil)
+		n, err := m.BatchLookup(&cur, keys, vals, nil)
 		entries += n
 		switch {
 		case errors.Is(err, ebpf.ErrKeyNotExist):
 			return entries, nil
 		case first && errors.Is(err, ebpf.ErrNotSupported):
-			return d.countConntrackByKey()
+			return countCTByKey(m)
 		case err != nil:
 			return entries, fmt.Errorf("count conntrack: %w", err)
 		}
 	}
 }
 
-func (d *Datapath) countConntrackByKey() (int, error) {
+func countCTByKey(m *ebpf.Map) (int, error) {
 	var k ctKey
 	next := new(ctKey)
 	var prev any // nil asks for the first key
 	for n := 0; ; n++ {
-		err := d.objs.DpdCt.NextKey(prev, next)
+		err := m.NextKey(prev, next)
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			return n, nil
 		}

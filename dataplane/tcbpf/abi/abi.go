@@ -78,13 +78,16 @@ const (
 	MapJump      = "dpd_jump"
 	MapIfState   = "dpd_ifstate"
 	MapIPSets    = "dpd_ipsets"
-	MapConntrack = "dpd_ct"
-	MapRuleCtrs  = "dpd_rule_ctrs"
-	MapChain     = "dpd_chain"
-	CounterSize  = 16 // struct dpd_counter: packets, bytes
-	TCActOK      = 0
-	TCActShot    = 2
-	TCActUnspec  = -1
+	MapConntrack = "dpd_conntrack"
+	// MapConntrackLRU is the LRU conntrack of a dpd before MapConntrack,
+	// read and moved over until it is empty, then unpinned.
+	MapConntrackLRU = "dpd_ct"
+	MapRuleCtrs     = "dpd_rule_ctrs"
+	MapChain        = "dpd_chain"
+	CounterSize     = 16 // struct dpd_counter: packets, bytes
+	TCActOK         = 0
+	TCActShot       = 2
+	TCActUnspec     = -1
 )
 
 // ---- Added by the entry-program owner; mirrors the additions at the end of
@@ -114,7 +117,7 @@ const (
 	StCTRelated = 1 << 12 // trace only: ICMP error about a live flow of this interface
 )
 
-// struct dpd_ct_key / dpd_ct_val layout (dpd_ct, LRU_HASH).
+// struct dpd_ct_key / dpd_ct_val layout (dpd_conntrack, HASH; dpd_ct, LRU_HASH).
 const (
 	CTKeySaddr   = 0
 	CTKeyDaddr   = 16
@@ -142,12 +145,14 @@ const (
 	CTFOrigHi      = 1 << 5 // the flow's first packet came from the normalized key's daddr:dport
 )
 
-// MapCTCfg is ARRAY[1] struct dpd_ct_cfg; CTCfgLegacy says the programs
-// must also look up keys the way a dpd before normalized keys wrote them.
+// MapCTCfg is ARRAY[1] struct dpd_ct_cfg: what the programs must do for
+// the older maps and programs a node may still have (dpd_abi.h).
 const (
 	MapCTCfg         = "dpd_ct_cfg"
-	CTCfgLegacy      = 1 << 0
+	CTCfgLegacy      = 1 << 0 // dpd_ct may hold keys a dpd before normalized keys wrote
 	CTCfgWriteLegacy = 1 << 1 // entries are written the old way too: older entry programs still run
+	CTCfgLRU         = 1 << 2 // dpd_ct may hold entries: a miss in dpd_conntrack looks there
+	CTCfgWriteLRU    = 1 << 3 // entries are written to dpd_ct: entry programs that read only it still run
 )
 
 // Conntrack idle timeouts in seconds, shared by the programs and the
@@ -320,6 +325,7 @@ const (
 	DropFragNoFirst = 0 // non-first fragment whose first piece was not seen
 	DropFragTiny    = 1 // TCP fragment at offset 8 (RFC 1858)
 	DropIPv6Ext     = 2 // IPv6: more extension headers than the parser walks
+	DropCTFull      = 3 // an allowed new flow with no room in dpd_conntrack
 	DropMax         = 8
 )
 
