@@ -163,24 +163,41 @@ static __always_inline __u32 dpd_ct_cfg_flags(void)
 	return cfg ? cfg->flags : DPD_CT_CFG_LRU | DPD_CT_CFG_LEGACY;
 }
 
-/* dpd_ct_lookup finds k in dpd_conntrack, or in the older dpd_ct while it
- * may hold entries. Separate calls per map keep each lookup inlined. */
-static __always_inline struct dpd_ct_val *dpd_ct_lookup(const struct dpd_ct_key *k)
+/* dpd_ct_lookup finds the live entry k in dpd_conntrack, or in the older
+ * dpd_ct while it may hold entries (an expired entry in one map must not
+ * hide a live one in the other). Userspace moves an entry by copying it
+ * into dpd_conntrack, then deleting it from dpd_ct: a look at dpd_conntrack
+ * again after missing both cannot miss an entry moved in between. Separate
+ * calls per map keep each lookup inlined. */
+static __always_inline struct dpd_ct_val *dpd_ct_lookup(const struct dpd_ct_key *k, __u8 proto, __u64 now)
 {
 	struct dpd_ct_val *v = bpf_map_lookup_elem(&dpd_conntrack, k);
 
-	if (!v && (dpd_ct_cfg_flags() & DPD_CT_CFG_LRU))
-		v = bpf_map_lookup_elem(&dpd_ct, k);
-	return v;
+	if (v && dpd_ct_live(v, proto, now))
+		return v;
+	if (!(dpd_ct_cfg_flags() & DPD_CT_CFG_LRU))
+		return 0;
+	v = bpf_map_lookup_elem(&dpd_ct, k);
+	if (v && dpd_ct_live(v, proto, now))
+		return v;
+	v = bpf_map_lookup_elem(&dpd_conntrack, k);
+	return v && dpd_ct_live(v, proto, now) ? v : 0;
 }
 
 /* dpd_ct_write stores an entry where every attached entry program finds
  * it: dpd_ct while entry programs of a dpd before dpd_conntrack run.
- * Non-zero: dpd_conntrack is full. */
+ * Non-zero: no room (dpd_conntrack is full). The barrier keeps clang from
+ * merging the two calls into one whose map the verifier cannot know, which
+ * would cost every write an indirect call. */
 static __always_inline long dpd_ct_write(const struct dpd_ct_key *k, const struct dpd_ct_val *v)
 {
-	if (dpd_ct_cfg_flags() & DPD_CT_CFG_WRITE_LRU)
-		return bpf_map_update_elem(&dpd_ct, k, v, BPF_ANY);
+	long err;
+
+	if (dpd_ct_cfg_flags() & DPD_CT_CFG_WRITE_LRU) {
+		err = bpf_map_update_elem(&dpd_ct, k, v, BPF_ANY);
+		asm volatile("" : "+r"(err));
+		return err;
+	}
 	return bpf_map_update_elem(&dpd_conntrack, k, v, BPF_ANY);
 }
 
@@ -196,19 +213,17 @@ static __always_inline struct dpd_ct_val *dpd_ct_find(struct dpd_ct_key *k, cons
 	int swapped;
 
 	swapped = dpd_ct_key_flow(k, saddr, daddr, sport, dport, proto, family, dir, ifindex);
-	v = dpd_ct_lookup(k);
-	if (v && dpd_ct_live(v, proto, now)) {
+	v = dpd_ct_lookup(k, proto, now);
+	if (v) {
 		*reply = swapped != !!(v->flags & DPD_CT_F_ORIG_HI);
 		return v;
 	}
 	if (dpd_ct_symmetric(k)) {
 		k->dir ^= 1;
-		v = dpd_ct_lookup(k);
-		if (v && dpd_ct_live(v, proto, now)) {
+		v = dpd_ct_lookup(k, proto, now);
+		if (v)
 			*reply = 1;
-			return v;
-		}
-		return 0;
+		return v;
 	}
 	if (!(dpd_ct_cfg_flags() & DPD_CT_CFG_LEGACY))
 		return 0;

@@ -90,7 +90,7 @@ struct {
  * miss while DPD_CT_CFG_LRU says it may hold entries, written instead of
  * dpd_conntrack while that dpd's entry programs still run
  * (DPD_CT_CFG_WRITE_LRU). Userspace moves its entries over and unpins it;
- * on a node without it, userspace creates it with one entry, unpinned. */
+ * on a node without it, userspace pins a one-entry stand-in. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 512000);

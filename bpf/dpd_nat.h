@@ -4,7 +4,7 @@
  * maps are in dpd_maps.h, the translation record in dpd_nat_types.h. The
  * scheme is described with DPD_DIR_NAT in dpd_abi.h:
  *
- *   client dpd_from_wep  frontend hit: pick (new) or reuse (dpd_ct entry with
+ *   client dpd_from_wep  frontend hit: pick (new) or reuse (conntrack entry with
  *                        dir DPD_DIR_NAT) a backend, rewrite daddr/dport;
  *                        conntrack and policy then see the backend.
  *   client dpd_to_wep    a reply hitting a DPD_CT_F_NAT_FWD entry gets the
@@ -236,8 +236,8 @@ static __always_inline int dpd_nat_from_wep(struct __sk_buff *skb, struct dpd_pk
 		return 0;
 
 	dpd_nat_flow_key(&k, p, ifindex);
-	fl = dpd_ct_lookup(&k);
-	if (fl && fl->nat_svc == fe->svc_id && dpd_ct_live(fl, p->proto, now)) {
+	fl = dpd_ct_lookup(&k, p->proto, now);
+	if (fl && fl->nat_svc == fe->svc_id) {
 		__builtin_memcpy(baddr, fl->nat_addr, 16);
 		bport = fl->nat_port;
 		/* The client's ACK without SYN proves the handshake completed. */

@@ -100,7 +100,8 @@ struct dpd_counter {
 #define DPD_ST_EPILOGUE  (1u << 11) /* the epilogue ran (the policy finished) */
 #define DPD_ST_CT_RELATED (1u << 12) /* ICMP error about a live flow of this interface */
 
-/* dpd_ct: LRU_HASH dpd_ct_key -> dpd_ct_val. The key names the hook that
+/* dpd_conntrack: HASH dpd_ct_key -> dpd_ct_val (and an older dpd's LRU
+ * dpd_ct, the same layout, during an upgrade). The key names the hook that
  * approved the flow (ifindex + dir), so one endpoint's allow never lets a
  * packet skip another endpoint's policy. A packet is a reply when the
  * opposite hook of the same interface approved its swapped tuple. Flow
@@ -204,7 +205,7 @@ struct dpd_ipset_name {
 
 /* Service NAT. A workload's new connection to a frontend (dpd_nat_fe) gets
  * one ready backend (dpd_nat_be), chosen at random, at the client's
- * dpd_from_wep; the choice is kept in a dpd_ct entry with dir DPD_DIR_NAT
+ * dpd_from_wep; the choice is kept in a conntrack entry with dir DPD_DIR_NAT
  * keyed by the original tuple, so every later packet of the connection goes
  * to the same backend. The packet is DNAT'd before conntrack and policy, so
  * both see the backend (Kubernetes semantics). The client hook's conntrack

@@ -9,7 +9,8 @@ package linux
 // that is gone at the next scan without the scanner having expired it
 // was evicted (nothing else deletes flow entries: the service flush
 // deletes NAT entries only, and an entry the scan moves into
-// dpd_conntrack is seen there under its key), and is reported ended with reason evicted
+// dpd_conntrack is seen there under its key; entries under a legacy key,
+// which the move changes, are not followed), and is reported ended with reason evicted
 // and the counters it had when last seen. An entry whose key is seen
 // again with another creation time is a new flow in the evicted one's
 // place: the old one is reported the same way. The set is capped
@@ -57,8 +58,8 @@ func (t *flowTracker) begin() {
 // flow, seen yet by this scan or not, so it holds whatever the walk's
 // order.
 func (t *flowTracker) live(k *tcbpf.CTKey, v *tcbpf.CTVal, evicted func(*tcbpf.CTKey, *tcbpf.CTVal)) {
-	if k.Dir == abi.DirNAT {
-		return
+	if k.Dir == abi.DirNAT || tcbpf.CTLegacyKey(k) {
+		return // a legacy key changes when the scan moves its entry: not followable
 	}
 	if f, had := t.flows[*k]; had {
 		if f.v.Created != v.Created && f.epoch != t.epoch && evicted != nil {

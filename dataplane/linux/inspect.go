@@ -20,7 +20,7 @@ var _ engine.KernelInspector = (*Kernel)(nil)
 
 var errClosed = errors.New("linux dataplane closed")
 
-// ConntrackCountInterval is the least time between two walks of dpd_ct
+// ConntrackCountInterval is the least time between two walks of conntrack
 // for its entry count: the map is written by the programs, so userspace
 // cannot know its size without reading it, and a scrape must stay cheap.
 const ConntrackCountInterval = 10 * time.Second

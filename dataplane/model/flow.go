@@ -43,7 +43,8 @@ type FlowEvent struct {
 	Started        time.Time
 	Forward, Reply FlowCounts
 	// EndReason says how an ended flow's entry went: FlowEndExpired, or
-	// FlowEndEvicted (the full conntrack table evicted it; Time is the
+	// FlowEndEvicted (an older dpd's full LRU conntrack evicted it during
+	// an upgrade; dpd's own never evicts. Time is the
 	// scan that found it gone, Forward and Reply as the scan before saw
 	// them).
 	EndReason FlowEndReason
@@ -63,7 +64,7 @@ type FlowEndReason string
 
 const (
 	FlowEndExpired FlowEndReason = "expired" // idle past its timeout, removed by the scanner
-	FlowEndEvicted FlowEndReason = "evicted" // evicted by the full conntrack table
+	FlowEndEvicted FlowEndReason = "evicted" // evicted by an older dpd's full LRU conntrack (upgrades only)
 )
 
 // FlowCounts are one direction's totals of a flow.

@@ -173,13 +173,15 @@ func (s *ctSweep) alive(k *ctKey, v *ctVal) error {
 		}
 		return nil
 	}
-	nk, nv, err := s.d.moveCTEntry(*k, *v)
-	if err != nil {
+	nk, nv, stays, err := s.d.moveCTEntry(*k, *v)
+	switch {
+	case err != nil:
 		return err
-	}
-	if nk == nil {
-		s.left++ // no room in dpd_conntrack: stays where the programs still look
+	case stays: // no room in dpd_conntrack: where the programs still look
+		s.left++
 		nk, nv = k, v
+	case nk == nil:
+		return nil // deleted meanwhile
 	}
 	if s.live != nil {
 		s.live(nk, nv)

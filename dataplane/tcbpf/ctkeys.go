@@ -90,6 +90,11 @@ func FlowOf(k *CTKey, v *CTVal) CTFlow {
 	return f
 }
 
+// CTLegacyKey reports whether k is a key of a dpd before normalized keys
+// (only ever in an older dpd's dpd_ct): the scan that moves the entry
+// gives it another key.
+func CTLegacyKey(k *CTKey) bool { return ctLegacy(k) }
+
 // ctLegacy reports whether the entry is one only the legacy lookup finds:
 // a flow key a dpd before normalized keys wrote for a tuple from its
 // higher end.

@@ -143,11 +143,12 @@ func (d *Datapath) unpinCTOld() error {
 }
 
 // moveCTEntry moves a live dpd_ct entry into dpd_conntrack, normalized,
-// and returns it as it is there; nil when dpd_conntrack has no room (the
-// entry stays). One there already is newer (written after the programs
-// stopped writing dpd_ct) and wins. A hit on the old entry between the
-// copy and its delete is lost, as a packet's count at most.
-func (d *Datapath) moveCTEntry(k ctKey, v ctVal) (*ctKey, *ctVal, error) {
+// and returns it as it is there now; nil when it stays (dpd_conntrack has
+// no room) or is gone (deleted meanwhile, by a service flush: then so is
+// its copy). One already in dpd_conntrack is newer (written after the
+// programs stopped writing dpd_ct) and wins. A hit on the old entry
+// between the copy and its delete is lost, as a packet's count at most.
+func (d *Datapath) moveCTEntry(k ctKey, v ctVal) (nk *ctKey, nv *ctVal, stays bool, err error) {
 	old := k
 	if ctLegacy(&k) {
 		k.Saddr, k.Daddr = k.Daddr, k.Saddr
@@ -157,15 +158,26 @@ func (d *Datapath) moveCTEntry(k ctKey, v ctVal) (*ctKey, *ctVal, error) {
 		k.Dir ^= 1
 		v.Flags |= abi.CTFOrigHi
 	}
-	err := d.objs.DpdConntrack.Update(&k, &v, ebpf.UpdateNoExist)
-	switch {
+	copied := true
+	switch err := d.objs.DpdConntrack.Update(&k, &v, ebpf.UpdateNoExist); {
 	case errors.Is(err, unix.E2BIG), errors.Is(err, unix.ENOMEM):
-		return nil, nil, nil
-	case err != nil && !errors.Is(err, ebpf.ErrKeyExist):
-		return nil, nil, fmt.Errorf("move conntrack entry: %w", err)
+		return nil, nil, true, nil
+	case errors.Is(err, ebpf.ErrKeyExist):
+		copied = false
+		if err := d.objs.DpdConntrack.Lookup(&k, &v); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil, nil, false, fmt.Errorf("move conntrack entry: %w", err)
+		}
+	case err != nil:
+		return nil, nil, false, fmt.Errorf("move conntrack entry: %w", err)
 	}
-	if err := d.objs.DpdCt.Delete(&old); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return nil, nil, fmt.Errorf("move conntrack entry: %w", err)
+	switch err := d.objs.DpdCt.Delete(&old); {
+	case errors.Is(err, ebpf.ErrKeyNotExist) && copied:
+		if err := d.objs.DpdConntrack.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil, nil, false, fmt.Errorf("move conntrack entry: undo the copy of a deleted one: %w", err)
+		}
+		return nil, nil, false, nil
+	case err != nil && !errors.Is(err, ebpf.ErrKeyNotExist):
+		return nil, nil, false, fmt.Errorf("move conntrack entry: %w", err)
 	}
-	return &k, &v, nil
+	return &k, &v, false, nil
 }

@@ -218,3 +218,32 @@ func TestConntrackFullRefusesNew(t *testing.T) {
 }
 
 func ap4(a netip.Addr, port uint16) netip.AddrPort { return netip.AddrPortFrom(a, port) }
+
+// A move keeps the newer entry already in dpd_conntrack, and undoes its
+// copy when the entry left dpd_ct meanwhile (a service flush).
+func TestConntrackMoveEntry(t *testing.T) {
+	pinDir := testPinDir(t)
+	pinOldConntrack(t, pinDir, nil)
+	d := openTest(t, Options{PinDir: pinDir})
+	k, _ := CTFlowKey(ap4(ipA, 40000), ap4(ipB, 80), 6, abi.DirFromWEP, 9)
+	older, newer := ctVal{Created: 1, LastSeen: 1}, ctVal{Created: 2, LastSeen: 2}
+	mustNil(t, d.objs.DpdCt.Put(&k, &older))
+	mustNil(t, d.objs.DpdConntrack.Put(&k, &newer))
+	nk, nv, stays, err := d.moveCTEntry(k, older)
+	if err != nil || stays || nk == nil || *nk != k || nv.Created != newer.Created {
+		t.Fatalf("move onto a newer entry: %+v %+v stays=%v %v; want the newer one", nk, nv, stays, err)
+	}
+	if n, err := countCT(d.objs.DpdCt); err != nil || n != 0 {
+		t.Fatalf("%s holds %d entries after the move (%v)", abi.MapConntrackLRU, n, err)
+	}
+	// Gone from dpd_ct before the move deletes it: the copy goes too.
+	gone, _ := CTFlowKey(ap4(ipA, 40001), ap4(ipB, 80), 6, abi.DirFromWEP, 9)
+	nk, _, stays, err = d.moveCTEntry(gone, older)
+	if err != nil || stays || nk != nil {
+		t.Fatalf("move of a deleted entry: %+v stays=%v %v; want nothing", nk, stays, err)
+	}
+	var v ctVal
+	if err := d.objs.DpdConntrack.Lookup(&gone, &v); !errors.Is(err, ebpf.ErrKeyNotExist) {
+		t.Fatalf("copy of a deleted entry left in %s: %v", abi.MapConntrack, err)
+	}
+}

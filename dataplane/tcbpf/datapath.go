@@ -56,7 +56,7 @@ type Maps struct {
 	EvDrops *ebpf.Map // PERCPU_ARRAY[1] u64
 	EvCfg   *ebpf.Map // ARRAY[1] struct dpd_ev_cfg
 	EvDeny  *ebpf.Map // ARRAY u32 -> struct dpd_ev_deny (direct-mapped by flow)
-	CTCfg   *ebpf.Map // ARRAY[1] struct dpd_ct_cfg (ctkeys.go)
+	CTCfg   *ebpf.Map // ARRAY[1] struct dpd_ct_cfg (ctold.go)
 }
 
 // Programs are the loaded entry programs and the epilogue.

@@ -350,7 +350,7 @@ func (d *Datapath) DeleteNATBackendsExcept(keep map[uint32]bool) (int, error) {
 	return len(gone), nil
 }
 
-// NATFlowFilter selects NAT flow entries (dpd_ct entries with dir
+// NATFlowFilter selects NAT flow entries (conntrack entries with dir
 // abi.DirNAT) to flush: those of a whole service port, or those pinned to
 // one backend of a service port.
 type NATFlowFilter struct {
@@ -399,6 +399,11 @@ func (d *Datapath) FlushNATFlows(f NATFlowFilter) (int, error) {
 	n := 0
 	for i := range cands {
 		err := cands[i].m.Delete(&cands[i].k)
+		if errors.Is(err, ebpf.ErrKeyNotExist) && cands[i].m == d.objs.DpdCt {
+			// Moved into dpd_conntrack since the walk (NAT keys keep
+			// their form).
+			err = d.objs.DpdConntrack.Delete(&cands[i].k)
+		}
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
 			continue
 		}

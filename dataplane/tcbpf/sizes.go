@@ -10,7 +10,7 @@ import (
 
 // MapSizes are the max_entries of the configurable maps.
 type MapSizes struct {
-	Conntrack    int // dpd_ct flows; ConfigUpdate BPFMapSizeConntrack; default 512000
+	Conntrack    int // dpd_conntrack flows; ConfigUpdate BPFMapSizeConntrack; default 512000
 	IPSets       int // dpd_ipsets members of all sets; BPFMapSizeIPSets; default 1048576
 	IfState      int // dpd_ifstate interfaces; BPFMapSizeIfState; default 1000
 	RuleCounters int // dpd_rule_ctrs rules; BPFMapSizeRuleCounters; default 65536
@@ -23,7 +23,7 @@ type MapSizes struct {
 	// BPFMapSizeNATBackend; default 262144.
 	NATBackend int
 	// Routes is dpd_routes: RouteUpdate destinations; BPFMapSizeRoute;
-	// default 262144. (A connection's NAT choice lives in dpd_ct, sized by
+	// default 262144. (A connection's NAT choice lives in conntrack, sized by
 	// Conntrack.)
 	Routes int
 	// Fragments is dpd_frags: datagrams in flight in fragments, one entry

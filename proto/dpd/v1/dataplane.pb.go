@@ -2496,7 +2496,8 @@ type Flow struct {
 	StagedDecidedBy string   `protobuf:"bytes,22,opt,name=staged_decided_by,json=stagedDecidedBy,proto3" json:"staged_decided_by,omitempty"`
 	StagedRule      *RuleRef `protobuf:"bytes,23,opt,name=staged_rule,json=stagedRule,proto3" json:"staged_rule,omitempty"`
 	// How an ended flow's conntrack entry went: "expired" (idle past its
-	// timeout) or "evicted" (the full conntrack table evicted it; time is
+	// timeout) or "evicted" (an older dpd's full LRU conntrack evicted it
+	// during an upgrade, dpd's own never evicts; time is
 	// the scan that found it gone, forward and reply as the scan before
 	// saw them).
 	EndReason     string `protobuf:"bytes,24,opt,name=end_reason,json=endReason,proto3" json:"end_reason,omitempty"`
