@@ -88,14 +88,7 @@ type connLoop struct {
 // dialLoop serves port in srv and connects to it from cli until stop.
 func dialLoop(t *testing.T, cli, srv *Workload, port int) *connLoop {
 	t.Helper()
-	var ln net.Listener
-	if err := testutil.InNetns(srv.NS, func() (err error) {
-		ln, err = net.Listen("tcp4", net.JoinHostPort("0.0.0.0", strconv.Itoa(port)))
-		return err
-	}); err != nil {
-		t.Fatalf("listen in %s: %v", srv.NS, err)
-	}
-	t.Cleanup(func() { _ = ln.Close() })
+	ln := listenIn(t, srv, port)
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -107,34 +100,25 @@ func dialLoop(t *testing.T, cli, srv *Workload, port int) *connLoop {
 		}
 	}()
 	l := &connLoop{stopc: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(l.done)
-		tick := time.NewTicker(5 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-l.stopc:
-				return
-			case <-tick.C:
-			}
-			err := testutil.InNetns(cli.NS, func() error {
-				c, err := net.DialTimeout("tcp4", net.JoinHostPort(srv.IP, strconv.Itoa(port)), 2*time.Second)
-				if err != nil {
-					return err
-				}
-				defer func() { _ = c.Close() }()
-				_ = c.SetDeadline(time.Now().Add(2 * time.Second))
-				_, err = c.Read(make([]byte, 2))
-				return err
-			})
+	go every(5*time.Millisecond, l.stopc, l.done, func() bool {
+		err := testutil.InNetns(cli.NS, func() error {
+			c, err := net.DialTimeout("tcp4", net.JoinHostPort(srv.IP, strconv.Itoa(port)), 2*time.Second)
 			if err != nil {
-				l.failed.Add(1)
-				t.Logf("connection %s -> %s:%d: %v", cli.Pod, srv.IP, port, err)
-			} else {
-				l.ok.Add(1)
+				return err
 			}
+			defer func() { _ = c.Close() }()
+			_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+			_, err = c.Read(make([]byte, 2))
+			return err
+		})
+		if err != nil {
+			l.failed.Add(1)
+			t.Logf("connection %s -> %s:%d: %v", cli.Pod, srv.IP, port, err)
+		} else {
+			l.ok.Add(1)
 		}
-	}()
+		return true
+	})
 	return l
 }
 
@@ -156,14 +140,7 @@ type pushStream struct {
 
 func startPush(t *testing.T, cli, srv *Workload, port int) *pushStream {
 	t.Helper()
-	var ln net.Listener
-	if err := testutil.InNetns(srv.NS, func() (err error) {
-		ln, err = net.Listen("tcp4", net.JoinHostPort("0.0.0.0", strconv.Itoa(port)))
-		return err
-	}); err != nil {
-		t.Fatalf("listen in %s: %v", srv.NS, err)
-	}
-	defer func() { _ = ln.Close() }()
+	ln := listenIn(t, srv, port)
 	var c net.Conn
 	if err := testutil.InNetns(cli.NS, func() (err error) {
 		c, err = net.DialTimeout("tcp4", net.JoinHostPort(srv.IP, strconv.Itoa(port)), 2*time.Second)
@@ -179,23 +156,14 @@ func startPush(t *testing.T, cli, srv *Workload, port int) *pushStream {
 	}
 	p := &pushStream{srv: sc, stopc: make(chan struct{}), done: make(chan struct{})}
 	t.Cleanup(func() { _ = sc.Close() })
-	go func() {
-		defer close(p.done)
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-p.stopc:
-				return
-			case <-tick.C:
-			}
-			if _, err := sc.Write([]byte("pushpush")); err != nil {
-				p.err = err
-				return
-			}
-			p.writes++
+	go every(10*time.Millisecond, p.stopc, p.done, func() bool {
+		if _, err := sc.Write([]byte("pushpush")); err != nil {
+			p.err = err
+			return false
 		}
-	}()
+		p.writes++
+		return true
+	})
 	return p
 }
 
@@ -204,4 +172,36 @@ func (p *pushStream) stop() (writes int, retrans uint32, err error) {
 	close(p.stopc)
 	<-p.done
 	return p.writes, retransmits(p.srv), p.err
+}
+
+// listenIn listens on port in w's namespace until the test ends.
+func listenIn(t *testing.T, w *Workload, port int) net.Listener {
+	t.Helper()
+	var ln net.Listener
+	if err := testutil.InNetns(w.NS, func() (err error) {
+		ln, err = net.Listen("tcp4", net.JoinHostPort("0.0.0.0", strconv.Itoa(port)))
+		return err
+	}); err != nil {
+		t.Fatalf("listen in %s: %v", w.NS, err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	return ln
+}
+
+// every calls fn each period until stop closes or fn returns false, then
+// closes done.
+func every(period time.Duration, stop <-chan struct{}, done chan<- struct{}, fn func() bool) {
+	defer close(done)
+	tick := time.NewTicker(period)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-tick.C:
+		}
+		if !fn() {
+			return
+		}
+	}
 }
