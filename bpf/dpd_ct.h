@@ -163,25 +163,21 @@ static __always_inline __u32 dpd_ct_cfg_flags(void)
 	return cfg ? cfg->flags : DPD_CT_CFG_LRU | DPD_CT_CFG_LEGACY;
 }
 
-/* dpd_ct_lookup finds the live entry k in dpd_conntrack, or in the older
- * dpd_ct while it may hold entries (an expired entry in one map must not
- * hide a live one in the other). Userspace moves an entry by copying it
- * into dpd_conntrack, then deleting it from dpd_ct: a look at dpd_conntrack
- * again after missing both cannot miss an entry moved in between. Separate
- * calls per map keep each lookup inlined. */
-static __always_inline struct dpd_ct_val *dpd_ct_lookup(const struct dpd_ct_key *k, __u8 proto, __u64 now)
+/* dpd_ct_lookup finds k in dpd_conntrack, or in the older dpd_ct while it
+ * may hold entries. Userspace moves an entry by copying it into
+ * dpd_conntrack, then deleting it from dpd_ct: a look at dpd_conntrack
+ * again after missing both cannot miss an entry moved in between.
+ * Separate calls per map keep each lookup inlined. */
+static __always_inline struct dpd_ct_val *dpd_ct_lookup(const struct dpd_ct_key *k)
 {
 	struct dpd_ct_val *v = bpf_map_lookup_elem(&dpd_conntrack, k);
 
-	if (v && dpd_ct_live(v, proto, now))
-		return v;
-	if (!(dpd_ct_cfg_flags() & DPD_CT_CFG_LRU))
-		return 0;
-	v = bpf_map_lookup_elem(&dpd_ct, k);
-	if (v && dpd_ct_live(v, proto, now))
-		return v;
-	v = bpf_map_lookup_elem(&dpd_conntrack, k);
-	return v && dpd_ct_live(v, proto, now) ? v : 0;
+	if (!v && (dpd_ct_cfg_flags() & DPD_CT_CFG_LRU)) {
+		v = bpf_map_lookup_elem(&dpd_ct, k);
+		if (!v)
+			v = bpf_map_lookup_elem(&dpd_conntrack, k);
+	}
+	return v;
 }
 
 /* dpd_ct_write stores an entry where every attached entry program finds
@@ -213,17 +209,19 @@ static __always_inline struct dpd_ct_val *dpd_ct_find(struct dpd_ct_key *k, cons
 	int swapped;
 
 	swapped = dpd_ct_key_flow(k, saddr, daddr, sport, dport, proto, family, dir, ifindex);
-	v = dpd_ct_lookup(k, proto, now);
-	if (v) {
+	v = dpd_ct_lookup(k);
+	if (v && dpd_ct_live(v, proto, now)) {
 		*reply = swapped != !!(v->flags & DPD_CT_F_ORIG_HI);
 		return v;
 	}
 	if (dpd_ct_symmetric(k)) {
 		k->dir ^= 1;
-		v = dpd_ct_lookup(k, proto, now);
-		if (v)
+		v = dpd_ct_lookup(k);
+		if (v && dpd_ct_live(v, proto, now)) {
 			*reply = 1;
-		return v;
+			return v;
+		}
+		return 0;
 	}
 	if (!(dpd_ct_cfg_flags() & DPD_CT_CFG_LEGACY))
 		return 0;

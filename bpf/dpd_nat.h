@@ -236,8 +236,8 @@ static __always_inline int dpd_nat_from_wep(struct __sk_buff *skb, struct dpd_pk
 		return 0;
 
 	dpd_nat_flow_key(&k, p, ifindex);
-	fl = dpd_ct_lookup(&k, p->proto, now);
-	if (fl && fl->nat_svc == fe->svc_id) {
+	fl = dpd_ct_lookup(&k);
+	if (fl && fl->nat_svc == fe->svc_id && dpd_ct_live(fl, p->proto, now)) {
 		__builtin_memcpy(baddr, fl->nat_addr, 16);
 		bport = fl->nat_port;
 		/* The client's ACK without SYN proves the handshake completed. */

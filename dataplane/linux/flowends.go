@@ -73,7 +73,7 @@ func (k *Kernel) runScan(ctx context.Context, s *ctScanner, d *tcbpf.Datapath, i
 	sc := newEndScan(events, clock)
 	warnedUntracked := false
 	full := ctFullWatch{d: d}
-	full.check(k.log) // what an earlier dpd counted is not news
+	full.baseline() // what an earlier dpd counted is not news
 	for {
 		select {
 		case <-ctx.Done():
@@ -219,6 +219,14 @@ type ctFullWatch struct {
 	d    *tcbpf.Datapath
 	seen uint64
 	read bool
+}
+
+// baseline records the count so far; a failed read leaves it to the
+// first check.
+func (w *ctFullWatch) baseline() {
+	if n, _, err := w.d.ReadDrops(tcbpf.DropCTFull); err == nil {
+		w.seen, w.read = n, true
+	}
 }
 
 func (w *ctFullWatch) check(log *slog.Logger) {

@@ -13,6 +13,7 @@ import (
 	"github.com/cilium/ebpf/link"
 
 	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
+	"github.com/dpd-dev/dpd/internal/testutil"
 )
 
 // pinOldConntrack pins, under pinDir, the LRU conntrack a dpd before
@@ -245,5 +246,17 @@ func TestConntrackMoveEntry(t *testing.T) {
 	var v ctVal
 	if err := d.objs.DpdConntrack.Lookup(&gone, &v); !errors.Is(err, ebpf.ErrKeyNotExist) {
 		t.Fatalf("copy of a deleted entry left in %s: %v", abi.MapConntrack, err)
+	}
+}
+
+// A node an older dpd ran keeps its conntrack size: PinnedSizes reads it
+// from dpd_ct while there is no dpd_conntrack.
+func TestPinnedSizesOlderConntrack(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	pinDir := testPinDir(t)
+	pinOldConntrack(t, pinDir, nil) // 4096 entries
+	s, ok, err := PinnedSizes(pinDir)
+	if err != nil || !ok || s.Conntrack != 4096 {
+		t.Fatalf("pinned sizes %+v ok=%v %v; want conntrack 4096 from %s", s, ok, err, abi.MapConntrackLRU)
 	}
 }
