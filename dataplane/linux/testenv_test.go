@@ -139,12 +139,12 @@ const pingTimeout = 2 * time.Minute
 // ping just started is on the wire.
 func waitFlowing(t *testing.T, k *Kernel) {
 	t.Helper()
-	n0, err := k.datapath().ConntrackEntries()
+	n0, err := k.datapath().CountConntrack()
 	if err != nil {
 		t.Fatal(err)
 	}
 	testutil.WaitFor(t, 5*time.Second, "the ping flow in conntrack", func() bool {
-		n, err := k.datapath().ConntrackEntries()
+		n, err := k.datapath().CountConntrack()
 		return err == nil && n > n0
 	})
 }

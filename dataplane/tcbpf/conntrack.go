@@ -264,14 +264,6 @@ func (d *Datapath) RunConntrackScanner(ctx context.Context, interval time.Durati
 	}
 }
 
-// ConntrackEntries counts the entries currently in conntrack (live or
-// not), an older dpd's dpd_ct included while it may hold any.
-func (d *Datapath) ConntrackEntries() (int, error) {
-	n := 0
-	err := d.ctWalk(func(*ebpf.Map, *ctKey, *ctVal) { n++ })
-	return n, err
-}
-
 // ctMaps are the conntrack maps the programs read: dpd_conntrack, and an
 // older dpd's dpd_ct while it may hold entries.
 func (d *Datapath) ctMaps() []*ebpf.Map {

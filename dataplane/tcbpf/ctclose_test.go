@@ -53,7 +53,7 @@ func TestConntrackClosedTimeout(t *testing.T) {
 	if n, err := d.ScanConntrack(time.Now().Add(closedPlus)); err != nil || n != 3 {
 		t.Fatalf("scan past the closed timeout: %d expired, %v; want the 3 closed flows", n, err)
 	}
-	if n, _ := d.ConntrackEntries(); n != 1 {
+	if n, _ := d.CountConntrack(); n != 1 {
 		t.Fatalf("%d entries left, want the half-closed one", n)
 	}
 	otherPlus := time.Duration(abi.CTTimeoutTCPOtherS+1) * time.Second

@@ -61,12 +61,18 @@ func CTFlowKey(src, dst netip.AddrPort, proto, dir uint8, ifindex uint32) (CTKey
 	if !ctNeedsSwap(&k.Saddr, &k.Daddr, k.Sport, k.Dport, proto) {
 		return k, 0
 	}
+	ctSwap(&k)
+	return k, abi.CTFOrigHi
+}
+
+// ctSwap turns a key to the other end's view: addresses, ports (but for
+// ICMP echo's identifier) and the hook's direction.
+func ctSwap(k *CTKey) {
 	k.Saddr, k.Daddr = k.Daddr, k.Saddr
-	if !ctIsICMP(proto) {
+	if !ctIsICMP(k.Proto) {
 		k.Sport, k.Dport = k.Dport, k.Sport
 	}
 	k.Dir ^= 1
-	return k, abi.CTFOrigHi
 }
 
 // CTFlow is a flow entry as its approving hook saw the flow's first

@@ -151,11 +151,7 @@ func (d *Datapath) unpinCTOld() error {
 func (d *Datapath) moveCTEntry(k ctKey, v ctVal) (nk *ctKey, nv *ctVal, stays bool, err error) {
 	old := k
 	if ctLegacy(&k) {
-		k.Saddr, k.Daddr = k.Daddr, k.Saddr
-		if !ctIsICMP(k.Proto) {
-			k.Sport, k.Dport = k.Dport, k.Sport
-		}
-		k.Dir ^= 1
+		ctSwap(&k)
 		v.Flags |= abi.CTFOrigHi
 	}
 	copied := true

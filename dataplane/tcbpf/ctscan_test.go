@@ -44,7 +44,7 @@ func TestConntrackScanBatches(t *testing.T) {
 	if calls > 6 {
 		t.Errorf("the scan made %d bpf syscalls for %d entries, want at most 6", calls, idle+live)
 	}
-	left, err := d.ConntrackEntries()
+	left, err := d.CountConntrack()
 	mustNil(t, err)
 	if left != live {
 		t.Fatalf("%d entries left, want the %d live ones", left, live)
@@ -89,7 +89,7 @@ func TestConntrackScanBatchSkipsVanished(t *testing.T) {
 	if s.expired != n || len(ended) != n {
 		t.Fatalf("%d expired, %d ended; want %d", s.expired, len(ended), n)
 	}
-	left, err := d.ConntrackEntries()
+	left, err := d.CountConntrack()
 	mustNil(t, err)
 	if left != 0 {
 		t.Fatalf("%d entries left", left)

@@ -51,7 +51,7 @@ func TestRestartKeepsState(t *testing.T) {
 	if slot, _, ok, err := d2.IfState(ifA); err != nil || !ok || slot != 3 {
 		t.Fatalf("ifstate after restart: %d %v %v", slot, ok, err)
 	}
-	if n, _ := d2.ConntrackEntries(); n != 1 {
+	if n, _ := d2.CountConntrack(); n != 1 {
 		t.Fatalf("%d conntrack entries after restart, want 1", n)
 	}
 	// The policy installed before the restart still decides new flows.

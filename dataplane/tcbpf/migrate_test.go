@@ -62,7 +62,7 @@ func TestMigrateResizedMaps(t *testing.T) {
 		}
 		_ = pinned.Close()
 	}
-	if n, _ := d2.ConntrackEntries(); n != 1 {
+	if n, _ := d2.CountConntrack(); n != 1 {
 		t.Errorf("%d conntrack entries after migration, want 1", n)
 	}
 	if slot, flags, ok, err := d2.IfState(ifA); err != nil || !ok || slot != 3 || flags != abi.IfReady|abi.IfWorkload {

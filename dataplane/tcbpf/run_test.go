@@ -134,7 +134,7 @@ func TestConntrack(t *testing.T) {
 	if n, err := d.ScanConntrack(time.Now().Add(CTTimeout(6, v.Flags) + time.Second)); err != nil || n != 1 {
 		t.Fatalf("scan past timeout: %d %v, want 1 expired", n, err)
 	}
-	if n, _ := d.ConntrackEntries(); n != 0 {
+	if n, _ := d.CountConntrack(); n != 0 {
 		t.Fatalf("%d entries left", n)
 	}
 }
@@ -217,7 +217,7 @@ func TestTraceWritesNothing(t *testing.T) {
 		st.Proto != 6 || st.Family != 4 || st.Ifindex != uint32(ifA) || st.Trace == 0 {
 		t.Fatalf("trace result %+v", res)
 	}
-	if n, _ := d.ConntrackEntries(); n != 0 {
+	if n, _ := d.CountConntrack(); n != 0 {
 		t.Fatalf("trace created %d conntrack entries", n)
 	}
 	if p, _, _ := d.ReadCounter(7); p != 0 {

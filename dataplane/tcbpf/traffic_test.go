@@ -86,7 +86,7 @@ func realTraffic(t *testing.T, legacy bool) {
 	testutil.WaitFor(t, 10*time.Second, "ping A->B with allow policies", func() bool {
 		return ping(wa, wb.IP) == nil
 	})
-	if n, _ := d.ConntrackEntries(); n == 0 {
+	if n, _ := d.CountConntrack(); n == 0 {
 		t.Fatal("allowed ping left no conntrack entries")
 	}
 	if p, _, err := d.ReadCounter(1); err != nil || p == 0 {

@@ -1,8 +1,6 @@
 package tcbpf
 
 import (
-	"errors"
-	"fmt"
 	"sync"
 
 	"github.com/cilium/ebpf"
@@ -60,54 +58,12 @@ func (d *Datapath) RuleCounterEntries() (int, error) {
 	return len(d.ctrs.ids), nil
 }
 
-// CountConntrack counts the entries of the conntrack maps in batches: one
-// map read per ctCountBatch entries where the kernel has batch lookups,
-// one per entry where it does not.
+// CountConntrack counts the entries of the conntrack maps (live or not),
+// an older dpd's dpd_ct included while it may hold any: one map read per
+// batch where the kernel has batch lookups, two per entry where it does
+// not.
 func (d *Datapath) CountConntrack() (int, error) {
-	total := 0
-	for _, m := range d.ctMaps() {
-		n, err := countCT(m)
-		total += n
-		if err != nil {
-			return total, err
-		}
-	}
-	return total, nil
-}
-
-func countCT(m *ebpf.Map) (int, error) {
-	const ctCountBatch = 8192
-	keys := make([]ctKey, ctCountBatch)
-	vals := make([]ctVal, ctCountBatch)
-	var cur ebpf.MapBatchCursor
-	entries := 0
-	for first := true; ; first = false {
-		n, err := m.BatchLookup(&cur, keys, vals, nil)
-		entries += n
-		switch {
-		case errors.Is(err, ebpf.ErrKeyNotExist):
-			return entries, nil
-		case first && errors.Is(err, ebpf.ErrNotSupported):
-			return countCTByKey(m)
-		case err != nil:
-			return entries, fmt.Errorf("count conntrack: %w", err)
-		}
-	}
-}
-
-func countCTByKey(m *ebpf.Map) (int, error) {
-	var k ctKey
-	next := new(ctKey)
-	var prev any // nil asks for the first key
-	for n := 0; ; n++ {
-		err := m.NextKey(prev, next)
-		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			return n, nil
-		}
-		if err != nil {
-			return n, fmt.Errorf("count conntrack: %w", err)
-		}
-		k = *next
-		prev = &k
-	}
+	n := 0
+	err := d.ctWalk(func(*ebpf.Map, *ctKey, *ctVal) { n++ })
+	return n, err
 }
