@@ -12,7 +12,6 @@ package linux
 
 import (
 	"context"
-	"log/slog"
 	"net/netip"
 	"sync"
 	"time"
@@ -73,7 +72,12 @@ func (k *Kernel) runScan(ctx context.Context, s *ctScanner, d *tcbpf.Datapath, i
 	sc := newEndScan(events, clock)
 	warnedUntracked := false
 	full := ctFullWatch{d: d}
-	full.baseline() // what an earlier dpd counted is not news
+	// Every read of d's maps holds s.mu: stopping closes them.
+	s.mu.Lock()
+	if ctx.Err() == nil {
+		full.baseline() // what an earlier dpd counted is not news
+	}
+	s.mu.Unlock()
 	for {
 		select {
 		case <-ctx.Done():
@@ -86,13 +90,19 @@ func (k *Kernel) runScan(ctx context.Context, s *ctScanner, d *tcbpf.Datapath, i
 			return
 		}
 		n, err := sc.scan(d, time.Now())
+		refused, ferr := full.check()
 		s.mu.Unlock()
 		if err != nil {
 			k.log.Warn("conntrack scan failed", "err", err)
 		} else if n > 0 {
 			k.log.Debug("conntrack entries expired", "count", n)
 		}
-		full.check(k.log)
+		if ferr != nil {
+			k.log.Warn("conntrack scan: read the conntrack-full drops", "err", ferr)
+		} else if refused > 0 {
+			k.log.Warn("conntrack full: new flows refused since the last scan; raise "+tcbpf.ConfigConntrack,
+				"refused", refused, "capacity", d.Maps().Conntrack.MaxEntries())
+		}
 		if sc.tr.untracked > 0 && !warnedUntracked {
 			warnedUntracked = true
 			k.log.Warn("conntrack scan: more flows than it follows for eviction; the eviction of the rest goes unreported",
@@ -229,15 +239,16 @@ func (w *ctFullWatch) baseline() {
 	}
 }
 
-func (w *ctFullWatch) check(log *slog.Logger) {
+// check says how many new flows were refused since the last look.
+func (w *ctFullWatch) check() (uint64, error) {
 	n, _, err := w.d.ReadDrops(tcbpf.DropCTFull)
 	if err != nil {
-		log.Warn("conntrack scan: read the conntrack-full drops", "err", err)
-		return
+		return 0, err
 	}
+	var refused uint64
 	if w.read && n > w.seen {
-		log.Warn("conntrack full: new flows refused since the last scan; raise "+tcbpf.ConfigConntrack,
-			"refused", n-w.seen, "capacity", w.d.Maps().Conntrack.MaxEntries())
+		refused = n - w.seen
 	}
 	w.seen, w.read = n, true
+	return refused, nil
 }
