@@ -38,9 +38,12 @@ type epilogues struct {
 // Pins survive restarts so adopted policy programs keep calling the
 // current epilogue.
 func (d *Datapath) openEpilogues() error {
-	direct, why := chooseEpilogueCall(d.opts.Epilogue)
-	d.log.Info("epilogue call chosen", "direct", direct, "reason", why)
 	dir := filepath.Join(d.opts.PinDir, epilogueDir)
+	direct, why, err := d.epilogueCall(dir)
+	if err != nil {
+		return err
+	}
+	d.log.Info("epilogue call chosen", "direct", direct, "reason", why)
 	if !direct {
 		// Programs call dpd_jump[abi.JumpEpilogue]; pinned arrays of an
 		// earlier choice stay for the programs still calling them, with

@@ -2,6 +2,7 @@ package tcbpf
 
 import (
 	"net/netip"
+	"path/filepath"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -113,5 +114,34 @@ func TestEpilogueCallChoice(t *testing.T) {
 		if got, why := chooseEpilogueCall(mode); got != want || why != "configured" {
 			t.Errorf("mode %d: direct %v (%s), want %v (configured)", mode, got, why, want)
 		}
+	}
+}
+
+// TestEpilogueChoicePinned: an automatic choice is what the pinned
+// programs call, so a restart keeps it whatever its probe would read; a
+// configured mode replaces it for the restarts after.
+func TestEpilogueChoicePinned(t *testing.T) {
+	pinDir := testPinDir(t)
+	d := openTest(t, Options{PinDir: pinDir, Epilogue: EpilogueIndirect})
+	if d.EpilogueArray() != nil {
+		t.Fatal("configured indirect calls hand out arrays")
+	}
+	// One side of the two is not what the probe reads here.
+	if d := openTest(t, Options{PinDir: pinDir}); d.EpilogueArray() != nil {
+		t.Fatal("a restart on auto left the pinned indirect choice")
+	}
+	openTest(t, Options{PinDir: pinDir, Epilogue: EpilogueDirect})
+	if d := openTest(t, Options{PinDir: pinDir}); d.EpilogueArray() == nil {
+		t.Fatal("a restart on auto left the pinned direct choice")
+	}
+	m, err := ebpf.LoadPinnedMap(filepath.Join(pinDir, epilogueDir, epilogueChoicePin), nil)
+	mustNil(t, err)
+	defer func() { _ = m.Close() }()
+	mustNil(t, m.Update(uint32(0), uint32(0), ebpf.UpdateAny))
+	openTest(t, Options{PinDir: pinDir})
+	var v uint32
+	mustNil(t, m.Lookup(uint32(0), &v))
+	if v != choiceDirect && v != choiceIndirect {
+		t.Fatalf("a dpd without a pinned choice pinned %d", v)
 	}
 }
