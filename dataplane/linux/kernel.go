@@ -103,7 +103,8 @@ type Kernel struct {
 	attach tcbpf.AttachChoice // the attach mode in force and why; immutable
 }
 
-// chooseAttach resolves opts' attach mode; auto measures the kernel.
+// chooseAttach resolves opts' attach mode; auto measures the kernel, and
+// keeps what an earlier dpd on this boot chose.
 func chooseAttach(opts Options) (tcbpf.AttachChoice, error) {
 	mode := opts.AttachMode
 	if mode == "" {
@@ -114,6 +115,9 @@ func chooseAttach(opts Options) (tcbpf.AttachChoice, error) {
 	}
 	c, err := tcbpf.ChooseAttachMode(mode, tcbpf.MeasureKernelCosts)
 	if err != nil {
+		return c, fmt.Errorf("attach mode: %w", err)
+	}
+	if c, err = tcbpf.PinAttachChoice(opts.PinDir, c, mode == tcbpf.AttachAuto); err != nil {
 		return c, fmt.Errorf("attach mode: %w", err)
 	}
 	return c, nil

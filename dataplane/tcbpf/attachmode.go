@@ -2,7 +2,10 @@ package tcbpf
 
 import (
 	"fmt"
+	"path/filepath"
 	"time"
+
+	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
 )
 
 // Requested attach modes (dpd --attach-mode).
@@ -68,4 +71,42 @@ func chooseFromCosts(c KernelCosts) AttachChoice {
 	return AttachChoice{Mode: AttachTCX, Costs: c, Reason: fmt.Sprintf(
 		"a first TCX attach costs %s (clsact + filter %s)",
 		c.TCXFirstAttach.Round(10*time.Microsecond), c.LegacyAttach.Round(10*time.Microsecond))}
+}
+
+// The attach mode is a pinned choice (choicepin.go) at PinDir/attach_mode.
+const (
+	attachModePin = "attach_mode"
+	pinnedTCX     = uint32(1)
+	pinnedTC      = uint32(2)
+)
+
+// PinAttachChoice pins c as the boot's attach mode. An automatic choice
+// (auto) gives way to the mode an earlier dpd pinned, so a restart keeps
+// the interfaces' attachments; its measured costs stay, for the report.
+func PinAttachChoice(pinDir string, c AttachChoice, auto bool) (AttachChoice, error) {
+	if pinDir == "" {
+		pinDir = abi.PinDir
+	}
+	pin, err := openChoicePin(filepath.Join(pinDir, attachModePin))
+	if err != nil {
+		return c, err
+	}
+	defer pin.close()
+	if auto && c.Costs.TCXErr == nil {
+		v, err := pin.get()
+		if err != nil {
+			return c, err
+		}
+		switch v {
+		case pinnedTCX:
+			return AttachChoice{Mode: AttachTCX, Costs: c.Costs, Reason: pin.keptReason() + "; measured now: " + c.Reason}, nil
+		case pinnedTC:
+			return AttachChoice{Mode: AttachTC, Costs: c.Costs, Reason: pin.keptReason() + "; measured now: " + c.Reason}, nil
+		}
+	}
+	v := pinnedTCX
+	if c.Mode == AttachTC {
+		v = pinnedTC
+	}
+	return c, pin.set(v)
 }

@@ -2,8 +2,11 @@ package tcbpf
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/dpd-dev/dpd/internal/testutil"
 )
 
 func TestChooseAttachMode(t *testing.T) {
@@ -42,5 +45,40 @@ func TestChooseAttachMode(t *testing.T) {
 	}
 	if _, err := ChooseAttachMode("auto", func() (KernelCosts, error) { return KernelCosts{}, errors.New("boom") }); err == nil {
 		t.Fatal("measurement error swallowed")
+	}
+}
+
+// TestPinAttachChoice: the first decision of a boot is pinned; a later
+// automatic one keeps it (with what it measured in its reason), whichever
+// way its own measurement went; a requested mode replaces it; a kernel
+// without TCX is never held to a pinned TCX.
+func TestPinAttachChoice(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	dir := testPinDir(t)
+	tcx := AttachChoice{Mode: AttachTCX, Reason: "cheap"}
+	tc := AttachChoice{Mode: AttachTC, Reason: "grace period"}
+	steps := []struct {
+		in   AttachChoice
+		auto bool
+		want AttachMode
+	}{
+		{tc, true, AttachTC},    // first of the boot: pinned
+		{tcx, true, AttachTC},   // a restart measuring otherwise keeps it
+		{tcx, false, AttachTCX}, // requested: replaces it
+		{tc, true, AttachTCX},
+		{AttachChoice{Mode: AttachTC, Costs: KernelCosts{TCXErr: errors.New("no tcx")}}, true, AttachTC},
+		{tcx, true, AttachTC},
+	}
+	for i, s := range steps {
+		got, err := PinAttachChoice(dir, s.in, s.auto)
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if got.Mode != s.want {
+			t.Fatalf("step %d: mode %s (%s), want %s", i, got.Mode, got.Reason, s.want)
+		}
+		if kept := got.Mode != s.in.Mode; kept && !strings.Contains(got.Reason, "kept") {
+			t.Errorf("step %d: kept mode with reason %q", i, got.Reason)
+		}
 	}
 }
