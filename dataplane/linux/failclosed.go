@@ -197,8 +197,8 @@ func (e *endpointProgrammer) failCloseNow(name string, ifindex int) {
 
 // linkGone reports whether err, from working on name as ifindex, means the
 // interface no longer exists: an error a vanished device gives (ENODEV from
-// TCX and netlink, the library's LinkNotFoundError from legacy TC,
-// nl.ErrNoLink from the configurer), or the monitor's cache, which runs
+// TCX, legacy TC and netlink, the library's LinkNotFoundError from a link
+// lookup, nl.ErrNoLink from the configurer), or the monitor's cache, which runs
 // ahead of its reports, no longer knowing name as ifindex.
 func (e *endpointProgrammer) linkGone(name string, ifindex int, err error) bool {
 	if isNoDevice(err) {

@@ -117,10 +117,11 @@ func chooseAttach(opts Options) (tcbpf.AttachChoice, error) {
 	if err != nil {
 		return c, fmt.Errorf("attach mode: %w", err)
 	}
-	if c, err = tcbpf.PinAttachChoice(opts.PinDir, c, mode == tcbpf.AttachAuto); err != nil {
-		return c, fmt.Errorf("attach mode: %w", err)
+	pinned, err := tcbpf.PinAttachChoice(opts.PinDir, c, mode == tcbpf.AttachAuto)
+	if err != nil {
+		opts.Log.Warn("attach mode: no pinned choice; a restart measures again", "err", err)
 	}
-	return c, nil
+	return pinned, nil
 }
 
 // AttachChoice reports the attach mode in force, why, and the kernel costs

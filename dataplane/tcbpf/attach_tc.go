@@ -183,14 +183,14 @@ func hasClsact(h filterLister, l netlink.Link) (bool, error) {
 	return false, nil
 }
 
-// isGone reports whether err says the device (or the object asked about)
-// does not exist: the only answers that may be read as "nothing there".
 // indexLink is a link by index alone, for the tc requests that read
 // nothing else of it (filter and qdisc lists): no lookup first.
 func indexLink(ifindex int) netlink.Link {
 	return &netlink.Dummy{LinkAttrs: netlink.LinkAttrs{Index: ifindex}}
 }
 
+// isGone reports whether err says the device (or the object asked about)
+// does not exist: the only answers that may be read as "nothing there".
 func isGone(err error) bool {
 	if err == nil {
 		return false

@@ -83,6 +83,7 @@ const (
 // PinAttachChoice pins c as the boot's attach mode. An automatic choice
 // (auto) gives way to the mode an earlier dpd pinned, so a restart keeps
 // the interfaces' attachments; its measured costs stay, for the report.
+// The pin only saves re-attaching: on an error c stands, unpinned.
 func PinAttachChoice(pinDir string, c AttachChoice, auto bool) (AttachChoice, error) {
 	if pinDir == "" {
 		pinDir = abi.PinDir
@@ -97,11 +98,14 @@ func PinAttachChoice(pinDir string, c AttachChoice, auto bool) (AttachChoice, er
 		if err != nil {
 			return c, err
 		}
+		kept := AttachChoice{Costs: c.Costs, Reason: pin.keptReason() + "; measured now: " + c.Reason}
 		switch v {
 		case pinnedTCX:
-			return AttachChoice{Mode: AttachTCX, Costs: c.Costs, Reason: pin.keptReason() + "; measured now: " + c.Reason}, nil
+			kept.Mode = AttachTCX
+			return kept, nil
 		case pinnedTC:
-			return AttachChoice{Mode: AttachTC, Costs: c.Costs, Reason: pin.keptReason() + "; measured now: " + c.Reason}, nil
+			kept.Mode = AttachTC
+			return kept, nil
 		}
 	}
 	v := pinnedTCX

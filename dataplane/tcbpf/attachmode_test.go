@@ -2,9 +2,13 @@ package tcbpf
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cilium/ebpf"
 
 	"github.com/dpd-dev/dpd/internal/testutil"
 )
@@ -80,5 +84,30 @@ func TestPinAttachChoice(t *testing.T) {
 		if kept := got.Mode != s.in.Mode; kept && !strings.Contains(got.Reason, "kept") {
 			t.Errorf("step %d: kept mode with reason %q", i, got.Reason)
 		}
+	}
+}
+
+// TestChoicePinReplacesOtherLayout: a pin of another layout at the path
+// (a later dpd's, after a downgrade) is replaced by a fresh, undecided one.
+func TestChoicePinReplacesOtherLayout(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	path := filepath.Join(testPinDir(t), "choice")
+	mustNil(t, os.MkdirAll(filepath.Dir(path), 0o700))
+	other, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1})
+	mustNil(t, err)
+	mustNil(t, other.Pin(path))
+	_ = other.Close()
+	pin, err := openChoicePin(path)
+	mustNil(t, err)
+	defer pin.close()
+	if v, err := pin.get(); err != nil || v != 0 {
+		t.Fatalf("replaced pin holds %d (%v), want an undecided 0", v, err)
+	}
+	mustNil(t, pin.set(pinnedTC))
+	again, err := openChoicePin(path)
+	mustNil(t, err)
+	defer again.close()
+	if v, err := again.get(); err != nil || v != pinnedTC {
+		t.Fatalf("reopened pin holds %d (%v), want %d", v, err, pinnedTC)
 	}
 }

@@ -21,27 +21,57 @@ type choicePin struct {
 	m    *ebpf.Map
 }
 
-// openChoicePin opens (or creates) the pin at path.
+// openChoicePin opens the pin at path, or creates it: also in place of
+// a pin of another layout, and after losing a race to create it.
 func openChoicePin(path string) (*choicePin, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("create pin dir of %s: %w", path, err)
 	}
-	m, err := ebpf.LoadPinnedMap(path, nil)
-	if err == nil {
-		return &choicePin{path: path, m: m}, nil
+	for range 2 {
+		m, err := loadChoicePin(path)
+		if err != nil {
+			return nil, err
+		}
+		if m != nil {
+			return &choicePin{path: path, m: m}, nil
+		}
+		m, err = ebpf.NewMap(&choiceSpec)
+		if err != nil {
+			return nil, fmt.Errorf("create pinned choice %s: %w", path, err)
+		}
+		err = m.Pin(path)
+		if err == nil {
+			return &choicePin{path: path, m: m}, nil
+		}
+		_ = m.Close()
+		if !errors.Is(err, os.ErrExist) {
+			return nil, fmt.Errorf("pin choice %s: %w", path, err)
+		}
 	}
-	if !errors.Is(err, os.ErrNotExist) {
+	return nil, fmt.Errorf("pin choice %s: created and removed while dpd opened it", path)
+}
+
+var choiceSpec = ebpf.MapSpec{Name: "dpd_choice", Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1}
+
+// loadChoicePin opens the pin at path; nil without an error when there is
+// none, or when it had another layout (then it is removed).
+func loadChoicePin(path string) (*ebpf.Map, error) {
+	m, err := ebpf.LoadPinnedMap(path, nil)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
 		return nil, fmt.Errorf("open pinned choice %s: %w", path, err)
 	}
-	m, err = ebpf.NewMap(&ebpf.MapSpec{Name: "dpd_choice", Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1})
-	if err != nil {
-		return nil, fmt.Errorf("create pinned choice %s: %w", path, err)
+	if m.Type() == choiceSpec.Type && m.KeySize() == choiceSpec.KeySize && m.ValueSize() == choiceSpec.ValueSize &&
+		m.MaxEntries() == choiceSpec.MaxEntries {
+		return m, nil
 	}
-	if err := m.Pin(path); err != nil {
-		_ = m.Close()
-		return nil, fmt.Errorf("pin choice %s: %w", path, err)
+	_ = m.Close()
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("replace pinned choice %s of another layout: %w", path, err)
 	}
-	return &choicePin{path: path, m: m}, nil
+	return nil, nil
 }
 
 // get is the pinned decision, 0 for none.

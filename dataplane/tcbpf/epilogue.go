@@ -39,10 +39,7 @@ type epilogues struct {
 // current epilogue.
 func (d *Datapath) openEpilogues() error {
 	dir := filepath.Join(d.opts.PinDir, epilogueDir)
-	direct, why, err := d.epilogueCall(dir)
-	if err != nil {
-		return err
-	}
+	direct, why := d.epilogueCall(dir)
 	d.log.Info("epilogue call chosen", "direct", direct, "reason", why)
 	if !direct {
 		// Programs call dpd_jump[abi.JumpEpilogue]; pinned arrays of an

@@ -12,30 +12,36 @@ const (
 )
 
 // epilogueCall decides how policy programs call the epilogue: as
-// configured, else as pinned by an earlier dpd, else measured. The
-// decision is pinned.
-func (d *Datapath) epilogueCall(dir string) (direct bool, why string, err error) {
+// configured, else as pinned by an earlier dpd, else measured. A
+// configured or measured decision is pinned; a failed probe's fallback
+// is not. The pin only saves reloads: trouble with it is logged, never
+// fatal.
+func (d *Datapath) epilogueCall(dir string) (direct bool, why string) {
 	pin, err := openChoicePin(filepath.Join(dir, epilogueChoicePin))
 	if err != nil {
-		return false, "", err
+		d.log.Warn("epilogue call: no pinned choice; a restart measures again", "err", err)
 	}
-	defer pin.close()
-	if d.opts.Epilogue == EpilogueAuto {
-		v, err := pin.get()
-		if err != nil {
-			return false, "", err
-		}
-		if v == choiceDirect || v == choiceIndirect {
-			return v == choiceDirect, pin.keptReason(), nil
+	if pin != nil {
+		defer pin.close()
+	}
+	if pin != nil && d.opts.Epilogue == EpilogueAuto {
+		switch v, err := pin.get(); {
+		case err != nil:
+			d.log.Warn("epilogue call: read the pinned choice", "err", err)
+		case v == choiceDirect || v == choiceIndirect:
+			return v == choiceDirect, pin.keptReason()
 		}
 	}
-	direct, why = chooseEpilogueCall(d.opts.Epilogue)
+	direct, why, decided := chooseEpilogueCall(d.opts.Epilogue)
+	if pin == nil || !decided {
+		return direct, why
+	}
 	v := choiceIndirect
 	if direct {
 		v = choiceDirect
 	}
 	if err := pin.set(v); err != nil {
-		return false, "", err
+		d.log.Warn("epilogue call: pin the choice; a restart measures again", "err", err)
 	}
-	return direct, why, nil
+	return direct, why
 }

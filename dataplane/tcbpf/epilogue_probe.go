@@ -94,23 +94,28 @@ func probeTailCalls() (indirect, direct time.Duration, err error) {
 }
 
 // chooseEpilogueCall decides whether policy programs call the epilogue
-// directly (the epilogue arrays) and says why.
-func chooseEpilogueCall(mode EpilogueCall) (direct bool, why string) {
+// directly (the epilogue arrays) and says why; decided is false when the
+// probe failed and indirect calls are a fallback, not a finding.
+func chooseEpilogueCall(mode EpilogueCall) (direct bool, why string, decided bool) {
 	switch mode {
 	case EpilogueDirect:
-		return true, "configured"
+		return true, "configured", true
 	case EpilogueIndirect:
-		return false, "configured"
+		return false, "configured", true
 	}
 	in, dir, err := probeTailCalls()
 	if err != nil {
-		return false, err.Error()
+		return false, err.Error(), false
 	}
 	gain := in - dir
 	// BPF_PROG_TEST_RUN reports whole nanoseconds per run.
-	return gain >= epilogueMinGain, fmt.Sprintf("indirect tail call %v, direct %v per run", in, dir)
+	return gain >= epilogueMinGain, fmt.Sprintf("indirect tail call %v, direct %v per run", in, dir), true
 }
 
 // ProbeEpilogueCall is what Open with EpilogueAuto chooses on this machine
-// (benchmarks measure the policy programs the way production runs them).
-func ProbeEpilogueCall() (direct bool, why string) { return chooseEpilogueCall(EpilogueAuto) }
+// when no earlier dpd pinned a choice (benchmarks measure the policy
+// programs the way a fresh node runs them).
+func ProbeEpilogueCall() (direct bool, why string) {
+	direct, why, _ = chooseEpilogueCall(EpilogueAuto)
+	return direct, why
+}

@@ -111,7 +111,7 @@ func TestEpilogueCallChoice(t *testing.T) {
 		t.Fatalf("probe measured indirect %v, direct %v", in, dir)
 	}
 	for mode, want := range map[EpilogueCall]bool{EpilogueDirect: true, EpilogueIndirect: false} {
-		if got, why := chooseEpilogueCall(mode); got != want || why != "configured" {
+		if got, why, decided := chooseEpilogueCall(mode); got != want || why != "configured" || !decided {
 			t.Errorf("mode %d: direct %v (%s), want %v (configured)", mode, got, why, want)
 		}
 	}
