@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/time/rate"
-
 	"github.com/dpd-dev/dpd/dataplane/model"
 )
 
@@ -74,8 +72,9 @@ type Engine struct {
 	// between passes).
 	resolved map[string]*resolution
 
-	limiter      *rate.Limiter
-	applyAt      time.Time // a throttled apply is due then (zero: none)
+	applyAt      time.Time // a paused apply is due then (zero: none)
+	passEnd      time.Time // when the last pass that did work ended
+	passTook     time.Duration
 	resyncAt     time.Time
 	endApply     endApply
 	lastApply    time.Time
@@ -104,7 +103,6 @@ func New(opts Options) *Engine {
 		wake:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		queries: make(chan func()),
-		limiter: rate.NewLimiter(rate.Every(opts.ApplyInterval), opts.ApplyBurst),
 	}
 	e.cfg.init()
 	ex, err := parseIfaceMatcher(opts.InterfaceExclude)
@@ -143,9 +141,6 @@ func withDefaults(o Options) Options {
 	}
 	if o.ApplyInterval <= 0 {
 		o.ApplyInterval = 10 * time.Millisecond
-	}
-	if o.ApplyBurst <= 0 {
-		o.ApplyBurst = 10
 	}
 	if o.RetryMin <= 0 {
 		o.RetryMin = 50 * time.Millisecond
