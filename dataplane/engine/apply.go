@@ -107,15 +107,15 @@ func (e *Engine) markAllForResync() {
 }
 
 // maybeApply runs a pass when applying is allowed, there is work and the
-// pause after the last pass is over (Options.ApplyInterval); otherwise it
-// schedules the pass.
+// token bucket has a token; otherwise it schedules the pass.
 func (e *Engine) maybeApply(now time.Time) {
 	if !e.applyAllowed() || (!e.readyWork(now) && !e.needReport()) {
 		return
 	}
 	if e.applyAt.IsZero() {
-		if next := e.passEnd.Add(min(e.passTook, e.opts.ApplyInterval)); now.Before(next) {
-			e.applyAt = next
+		r := e.limiter.ReserveN(now, 1)
+		if d := r.DelayFrom(now); d > 0 {
+			e.applyAt = now.Add(d)
 			return
 		}
 	} else if now.Before(e.applyAt) {
@@ -174,7 +174,6 @@ func (e *Engine) apply(now time.Time) {
 			e.log.Log(ctx, level, "apply pass", append([]any{"took", took.Round(time.Microsecond), "failed", p.failed}, p.phases...)...)
 		}
 		e.met.applyDuration.Observe(took.Seconds())
-		e.passEnd, e.passTook = e.now(), took
 		e.lastApply = now
 		e.lastApplyErr = p.firstErr
 	}

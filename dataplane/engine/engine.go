@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/time/rate"
+
 	"github.com/dpd-dev/dpd/dataplane/model"
 )
 
@@ -72,9 +74,8 @@ type Engine struct {
 	// between passes).
 	resolved map[string]*resolution
 
-	applyAt      time.Time // a paused apply is due then (zero: none)
-	passEnd      time.Time // when the last pass that did work ended
-	passTook     time.Duration
+	limiter      *rate.Limiter
+	applyAt      time.Time // a throttled apply is due then (zero: none)
 	resyncAt     time.Time
 	endApply     endApply
 	lastApply    time.Time
@@ -103,6 +104,7 @@ func New(opts Options) *Engine {
 		wake:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		queries: make(chan func()),
+		limiter: rate.NewLimiter(rate.Every(opts.ApplyInterval), opts.ApplyBurst),
 	}
 	e.cfg.init()
 	ex, err := parseIfaceMatcher(opts.InterfaceExclude)
@@ -141,6 +143,9 @@ func withDefaults(o Options) Options {
 	}
 	if o.ApplyInterval <= 0 {
 		o.ApplyInterval = 10 * time.Millisecond
+	}
+	if o.ApplyBurst <= 0 {
+		o.ApplyBurst = 10
 	}
 	if o.RetryMin <= 0 {
 		o.RetryMin = 50 * time.Millisecond

@@ -26,12 +26,10 @@ type Options struct {
 	InboxSize int
 	// MaxBatch is how many messages one loop iteration drains (default 100).
 	MaxBatch int
-	// ApplyInterval caps the pause after an apply pass (default 10 ms).
-	// The next pass waits as long as the last one took, up to this: under
-	// a stream of updates the loop spends at least half its time taking
-	// them in and each pass takes what arrived meanwhile, while an update
-	// to an idle engine is applied at once.
+	// ApplyInterval and ApplyBurst form the token bucket that throttles
+	// applies (default: 100 applies/s, burst 10).
 	ApplyInterval time.Duration
+	ApplyBurst    int
 	// RetryMin/RetryMax bound the backoff after a failed apply (default
 	// 50 ms .. 30 s).
 	RetryMin, RetryMax time.Duration

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"errors"
-	"fmt"
 	"net/netip"
 	"reflect"
 	"strings"
@@ -376,22 +375,4 @@ func TestResyncRepairsDrift(t *testing.T) {
 	testutil.WaitFor(t, waitTimeout, "resync re-applies the endpoint", func() bool {
 		return len(h.k.Endpoints()) == 1
 	})
-}
-
-// TestIdleEngineAppliesAtOnce: the pause after a pass lasts as long as
-// the pass took, so on an idle engine every update is applied at once,
-// however long ApplyInterval allows the pause to be: here an hour, and
-// each update's flush would time out behind a fixed rate.
-func TestIdleEngineAppliesAtOnce(t *testing.T) {
-	h := newHarness(t, func(o *Options) { o.ApplyInterval = time.Hour })
-	h.session()
-	h.send(snapshot()...)
-	h.send(inSync())
-	for i := range 30 {
-		wl := fmt.Sprintf("idle%d", i)
-		h.send(wep(wl, fmt.Sprintf("10.65.9.%d", i+1), nil))
-		if st, _ := h.endpointStatus(wl); st != "up" {
-			t.Fatalf("update %d: status %q after its flush, want up", i, st)
-		}
-	}
 }

@@ -43,6 +43,7 @@ func fastOptions(k *memkernel.Kernel) Options {
 		Kernel:         k,
 		Log:            slog.New(slog.NewTextHandler(io.Discard, nil)),
 		ApplyInterval:  time.Microsecond,
+		ApplyBurst:     1000,
 		RetryMin:       5 * time.Millisecond,
 		RetryMax:       40 * time.Millisecond,
 		HeartbeatFirst: 10 * time.Second,

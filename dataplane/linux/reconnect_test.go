@@ -48,7 +48,7 @@ func snapshot(open []*testutil.Workload, closed []*testutil.Workload) []*felix.T
 func engineOn(t *testing.T, k *Kernel) (*engine.Engine, func()) {
 	t.Helper()
 	e := engine.New(engine.Options{Kernel: k, Name: "linux", Log: quietLog(),
-		ApplyInterval: time.Millisecond, RetryMin: 5 * time.Millisecond, RetryMax: 100 * time.Millisecond})
+		ApplyInterval: time.Millisecond, ApplyBurst: 100, RetryMin: 5 * time.Millisecond, RetryMax: 100 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
