@@ -63,8 +63,7 @@ func loadChoicePin(path string) (*ebpf.Map, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open pinned choice %s: %w", path, err)
 	}
-	if m.Type() == choiceSpec.Type && m.KeySize() == choiceSpec.KeySize && m.ValueSize() == choiceSpec.ValueSize &&
-		m.MaxEntries() == choiceSpec.MaxEntries {
+	if choiceSpec.Compatible(m) == nil {
 		return m, nil
 	}
 	_ = m.Close()
