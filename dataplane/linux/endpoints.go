@@ -21,7 +21,8 @@ import (
 // programmed (failclosed.go). Called under Kernel.mu; attaches run without
 // it (attachq.go).
 type endpointProgrammer struct {
-	entry entryFacility
+	entry entryFacility // jumps, as the programmers write through it
+	jumps *jumpSlots
 	net   endpointNet
 	links linkFacility
 	pols  *policyProgrammer
@@ -48,7 +49,8 @@ type endpointProgrammer struct {
 
 func newEndpointProgrammer(entry entryFacility, net endpointNet, links linkFacility, pols *policyProgrammer,
 	slots uint32, queue *attachQueue, log *slog.Logger, ops *Ops) *endpointProgrammer {
-	return &endpointProgrammer{entry: entry, net: net, links: links, pols: pols, queue: queue, log: log, ops: ops,
+	j := newJumpSlots(entry)
+	return &endpointProgrammer{entry: j, jumps: j, net: net, links: links, pols: pols, queue: queue, log: log, ops: ops,
 		eps: map[string]*endpointState{}, slots: newSlotAllocator(slots), groups: map[string]*slotGroup{}}
 }
 

@@ -74,6 +74,8 @@ type loadedProgram interface {
 	Unpin() error
 	Close() error
 	Abandon()
+	// DirectEpilogue: the program tail-calls the epilogue directly.
+	DirectEpilogue() bool
 }
 
 // pinnedProgram is a policy program an earlier dpd pinned.
@@ -89,7 +91,16 @@ type pinnedProgram interface {
 // maps only they use (dpd_chain, dpd_rule_ctrs). Load and Adopt are safe
 // for concurrent use (preloading runs them on every CPU).
 type programFacility interface {
+	// Load loads with the indirect epilogue call: with the direct one the
+	// kernel patches the program's text at load (text_poke, whose IPIs
+	// cost 0.3-1 ms a program on some VMs), which stays off the
+	// endpoint's path.
 	Load(pol *model.DirectionPolicy, dir model.Direction) (loadedProgram, error)
+	// DirectEpilogue says the datapath chose the direct epilogue call
+	// (cheaper per new flow); LoadDirect then loads with it, for the
+	// reloader (directreload.go).
+	DirectEpilogue() bool
+	LoadDirect(pol *model.DirectionPolicy, dir model.Direction) (loadedProgram, error)
 	Adopt(pol *model.DirectionPolicy, dir model.Direction, p pinnedProgram) (loadedProgram, error)
 	// ProgsDir holds one pin directory per program; PinnedNames lists
 	// them (none when the directory does not exist).

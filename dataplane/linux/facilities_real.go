@@ -77,16 +77,30 @@ func (f polprogFacility) maps() polprog.Maps {
 }
 
 func (f polprogFacility) Load(pol *model.DirectionPolicy, dir model.Direction) (loadedProgram, error) {
-	return f.compileLoad(pol, dir, polprog.Options{})
+	return f.compileLoad(pol, dir, polprog.Options{}, false)
 }
 
-// compileLoad compiles pol with opts and loads it over the datapath's maps.
-func (f polprogFacility) compileLoad(pol *model.DirectionPolicy, dir model.Direction, opts polprog.Options) (loadedProgram, error) {
+func (f polprogFacility) DirectEpilogue() bool { return f.d.EpilogueArrays() != nil }
+
+func (f polprogFacility) LoadDirect(pol *model.DirectionPolicy, dir model.Direction) (loadedProgram, error) {
+	if !f.DirectEpilogue() {
+		return nil, errors.New("load policy: the datapath calls the epilogue indirectly")
+	}
+	return f.compileLoad(pol, dir, polprog.Options{}, true)
+}
+
+// compileLoad compiles pol with opts and loads it over the datapath's
+// maps, calling the epilogue directly when direct.
+func (f polprogFacility) compileLoad(pol *model.DirectionPolicy, dir model.Direction, opts polprog.Options, direct bool) (loadedProgram, error) {
 	spec, err := polprog.Compile(pol, dir, f.d, opts)
 	if err != nil {
 		return nil, err
 	}
-	p, err := spec.Load(f.maps())
+	m := f.maps()
+	if !direct {
+		m.Epilogue = nil
+	}
+	p, err := spec.Load(m)
 	if err != nil {
 		return nil, err
 	}
@@ -104,7 +118,7 @@ var previewOptions = polprog.Options{MaxChunks: previewMaxChunks, Name: "dpd_pre
 
 // LoadPreview compiles and loads a staged preview program.
 func (f polprogFacility) LoadPreview(pol *model.DirectionPolicy, dir model.Direction) (loadedProgram, error) {
-	return f.compileLoad(pol, dir, previewOptions)
+	return f.compileLoad(pol, dir, previewOptions, false)
 }
 
 // AdoptPreview takes over a pinned preview program if it is exactly what

@@ -24,6 +24,8 @@ type fakeProg struct {
 	name string
 	pin  string // pin directory; "" when unpinned
 	held bool   // this process holds it (loaded or adopted)
+	// direct: loaded by LoadDirect.
+	direct bool
 }
 
 func (f *fakeKernel) newProg(name string) *fakeProg {
@@ -45,13 +47,34 @@ func (f *fakeKernel) pinProg(dir model.Direction, policy string) *fakeProg {
 }
 
 func (f *fakeKernel) Load(pol *model.DirectionPolicy, dir model.Direction) (loadedProgram, error) {
+	return f.load("Load", pol, dir)
+}
+
+func (f *fakeKernel) DirectEpilogue() bool { return f.direct }
+
+func (f *fakeKernel) LoadDirect(pol *model.DirectionPolicy, dir model.Direction) (loadedProgram, error) {
+	if !f.direct {
+		return nil, fmt.Errorf("LoadDirect without a direct epilogue")
+	}
+	if f.loadDirectHook != nil {
+		f.loadDirectHook()
+	}
+	p, err := f.load("LoadDirect", pol, dir)
+	if err != nil {
+		return nil, err
+	}
+	p.direct = true
+	return p, nil
+}
+
+func (f *fakeKernel) load(op string, pol *model.DirectionPolicy, dir model.Direction) (*fakeProg, error) {
 	f.loadMu.Lock()
 	defer f.loadMu.Unlock()
 	name, ok := f.names[pol.Hash()]
 	if !ok {
 		name = "unnamed"
 	}
-	if err := f.op("Load", "%s:%s", dir, name); err != nil {
+	if err := f.op(op, "%s:%s", dir, name); err != nil {
 		return nil, err
 	}
 	p := f.newProg(dir.String() + ":" + name)
@@ -153,6 +176,7 @@ func (p *fakeProg) PinDir() string            { return p.pin }
 func (p *fakeProg) Dir() string               { return p.pin }
 func (p *fakeProg) HeadID() ebpf.ProgramID    { return p.id }
 func (p *fakeProg) Abandon()                  { p.held = false }
+func (p *fakeProg) DirectEpilogue() bool      { return p.direct }
 
 func (p *fakeProg) Pin(dir string) error {
 	p.f.loadMu.Lock()

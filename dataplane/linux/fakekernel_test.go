@@ -58,6 +58,10 @@ type fakeKernel struct {
 	// loadMu serialises what preloading workers reach concurrently (Load,
 	// and the recording of a program under the kernel's lock).
 	loadMu sync.Mutex
+	// direct: the datapath calls the epilogue directly (LoadDirect works);
+	// loadDirectHook, when set, runs at the start of every LoadDirect.
+	direct         bool
+	loadDirectHook func()
 	// mu guards what attaches reach without the kernel's lock (links,
 	// attached, foreign, linkPins, ops, fail, attachHook).
 	mu sync.Mutex
@@ -259,6 +263,9 @@ func (f *fakeKernel) dump() string {
 		l := "prog " + p.name
 		if p.pin != "" {
 			l += " pinned"
+		}
+		if p.direct {
+			l += " direct"
 		}
 		lines = append(lines, l)
 	}

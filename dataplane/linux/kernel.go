@@ -36,6 +36,9 @@ type Options struct {
 	AfterAttach func(iface string)
 	// Flows configures flow events (flows.go); on by default.
 	Flows FlowOptions
+	// Epilogue is how policy programs call the epilogue (tcbpf decides
+	// by default); tests force one.
+	Epilogue tcbpf.EpilogueCall
 }
 
 // Kernel implements engine.Kernel on Linux by composing one programmer
@@ -54,9 +57,12 @@ type Kernel struct {
 	links  linkFacility  // the monitor as the programmers see it; immutable
 	netFac netFacilities // immutable
 
-	mu    sync.Mutex
-	bpf   *tcbpf.Datapath // guarded by mu; reopened only before the first endpoint
-	sizes tcbpf.MapSizes  // guarded by mu
+	mu  sync.Mutex
+	bpf *tcbpf.Datapath // guarded by mu; reopened only before the first endpoint
+	// reloader is the direct reloader (directreload.go); nil when the
+	// datapath calls the epilogue indirectly. Guarded by mu.
+	reloader *directReloader
+	sizes    tcbpf.MapSizes // guarded by mu
 	// rpfPrefixes: the prefixes the IPv6 source check was last written
 	// for (rpfDone: at all). Guarded by mu.
 	rpfPrefixes []string
@@ -211,6 +217,7 @@ func (k *Kernel) openBPFLocked() error {
 		ForceLegacyTC: k.opts.ForceLegacyTC,
 		Sizes:         k.sizes,
 		Log:           k.log,
+		Epilogue:      k.opts.Epilogue,
 	})
 	if err != nil {
 		return fmt.Errorf("open bpf dataplane: %w", err)
@@ -221,6 +228,7 @@ func (k *Kernel) openBPFLocked() error {
 		return err
 	}
 	k.openPreviewsLocked(d)
+	k.startReloaderLocked()
 	k.startFlowsLocked(d)
 	k.startScanLocked(d, !k.opts.Flows.Off)
 	return nil
@@ -264,6 +272,7 @@ func (k *Kernel) Close() error {
 	}
 	k.closed = true
 	k.waitAllAttachesLocked() // they use the datapath's programs
+	k.stopReloaderLocked()
 	k.stopFlowsLocked()
 	k.stopScanLocked()
 	if k.preview != nil {
@@ -333,6 +342,7 @@ func (k *Kernel) Configure(cfg map[string]string) error {
 	}
 	k.sizes = sizes
 	k.waitAllAttachesLocked() // they use the datapath about to close
+	k.stopReloaderLocked()
 	k.pols.abandon()
 	k.stopFlowsLocked()
 	k.stopScanLocked()
@@ -383,6 +393,7 @@ func (k *Kernel) EndApply() error {
 		errs = append(errs, err)
 	}
 	k.pols.releaseUnusedPreloads()
+	k.wakeReloaderLocked()
 	if !k.applied {
 		k.applied = true
 		k.eps.applied = true

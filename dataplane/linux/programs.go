@@ -34,6 +34,9 @@ type policyProgrammer struct {
 	progs  map[progKey]*sharedProg // loaded (or verified) by this process
 	pinned map[progKey]*sharedProg // pinned by an earlier dpd, not yet claimed
 	stale  []*sharedProg           // pinned programs found out of date, still in some slot
+	// reloadQ holds the programs in use that wait for the direct reloader
+	// (directreload.go), oldest first.
+	reloadQ []*sharedProg
 	// keepCounters lists the counter ids other programs (staged
 	// previews) created, which garbage collection keeps; nil: none.
 	keepCounters func() []uint64
@@ -58,6 +61,13 @@ type sharedProg struct {
 	refs      int
 	preloaded bool
 	loadedAt  time.Time
+	// pol is the policy acquire compiled prog from (nil for adopted
+	// programs until an endpoint acquires them); the kernel keeps what an
+	// endpoint was applied with unchanged.
+	pol *model.DirectionPolicy
+	// reload: this process loaded prog with the indirect epilogue call
+	// while the datapath chose the direct one; queued: it is in reloadQ.
+	reload, queued bool
 }
 
 // acquire returns the program for pol, taking a reference: the one
@@ -69,10 +79,12 @@ func (p *policyProgrammer) acquire(pol *model.DirectionPolicy, dir model.Directi
 	if sp, ok := p.progs[key]; ok {
 		sp.refs++
 		sp.preloaded = false
+		p.taken(sp, pol)
 		return sp, nil
 	}
 	if sp := p.claimPinned(key, pol, dir); sp != nil {
 		sp.refs++
+		p.taken(sp, pol)
 		return sp, nil
 	}
 	prog, err := p.fac.Load(pol, dir)
@@ -81,7 +93,20 @@ func (p *policyProgrammer) acquire(pol *model.DirectionPolicy, dir model.Directi
 	}
 	sp := p.addLoaded(key, prog)
 	sp.refs = 1
+	p.taken(sp, pol)
 	return sp, nil
+}
+
+// taken records that an endpoint acquired sp with pol, and queues it for
+// the direct reloader if it waits for one.
+func (p *policyProgrammer) taken(sp *sharedProg, pol *model.DirectionPolicy) {
+	if sp.pol == nil {
+		sp.pol = pol
+	}
+	if sp.reload && !sp.queued {
+		sp.queued = true
+		p.reloadQ = append(p.reloadQ, sp)
+	}
 }
 
 // claimPinned takes over the program an earlier dpd pinned for key if it
@@ -118,16 +143,25 @@ func (p *policyProgrammer) claimPinned(key progKey, pol *model.DirectionPolicy, 
 }
 
 // addLoaded counts, pins (for the next restart) and records a program
-// just loaded for key, without references.
+// just loaded for key, without references. One the direct reloader will
+// replace is pinned in its replacement's form (a restart before that
+// loads it again).
 func (p *policyProgrammer) addLoaded(key progKey, prog loadedProgram) *sharedProg {
 	p.ops.ProgramLoads++
-	if err := prog.Pin(filepath.Join(p.fac.ProgsDir(), key.pinName())); err != nil {
-		// Still enforceable; only a restart would have to reload it.
-		p.log.Warn("pin policy program", "program", key, "err", err)
+	sp := &sharedProg{key: key, prog: prog, loadedAt: time.Now(), reload: p.fac.DirectEpilogue() && !prog.DirectEpilogue()}
+	if !sp.reload {
+		p.pin(sp)
 	}
-	sp := &sharedProg{key: key, prog: prog, loadedAt: time.Now()}
 	p.progs[key] = sp
 	return sp
+}
+
+// pin pins sp's program for the next restart.
+func (p *policyProgrammer) pin(sp *sharedProg) {
+	if err := sp.prog.Pin(filepath.Join(p.fac.ProgsDir(), sp.key.pinName())); err != nil {
+		// Still enforceable; only a restart would have to reload it.
+		p.log.Warn("pin policy program", "program", sp.key, "err", err)
+	}
 }
 
 // release drops a reference; the last one closes and unpins the program.

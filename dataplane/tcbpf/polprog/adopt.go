@@ -49,11 +49,18 @@ func (s *Spec) Adopt(m Maps, p *Pinned) (*Program, error) {
 	if own != nil {
 		ownIDs(own, allowed)
 	}
+	// Either epilogue call is right (the epilogue arrays and dpd_jump hold
+	// the same epilogue): a program loaded indirectly and not yet reloaded
+	// with the direct call is adopted as it is.
+	canDirect := m.Epilogue != nil || len(m.Epilogues) > 0
+	direct := canDirect
 	for c := range s.chunks {
-		if err := s.matchChunk(c, p.progs[c], p.idx, allowed, m.Epilogue != nil); err != nil {
+		d, err := s.matchEither(c, p.progs[c], p.idx, allowed, canDirect)
+		if err != nil {
 			own.close()
 			return nil, fmt.Errorf("adopt policy chunk %d: %w", c, err)
 		}
+		direct = direct && d
 	}
 	for i, idx := range p.idx {
 		var id uint32
@@ -82,7 +89,7 @@ func (s *Spec) Adopt(m Maps, p *Pinned) (*Program, error) {
 	}
 	prog := &Program{
 		rules: rules, chain: m.Chain, alloc: p.alloc, own: own,
-		progs: p.progs, idx: p.idx, headID: p.ids[0], pinDir: p.Dir,
+		progs: p.progs, idx: p.idx, headID: p.ids[0], pinDir: p.Dir, direct: direct,
 	}
 	*p = Pinned{}
 	return prog, nil
@@ -225,14 +232,23 @@ func ownIDs(pm *progMaps, ids map[ebpf.MapID]bool) {
 	}
 }
 
+// matchEither matches chunk c with the direct epilogue call (when
+// canDirect), else with the indirect one, and reports which matched.
+func (s *Spec) matchEither(c int, prog *ebpf.Program, idx []uint32, allowed map[ebpf.MapID]bool, canDirect bool) (direct bool, err error) {
+	info, err := prog.Info()
+	if err != nil {
+		return false, fmt.Errorf("program info: %w", err)
+	}
+	if canDirect && s.matchChunk(c, info, idx, allowed, true) == nil {
+		return true, nil
+	}
+	return false, s.matchChunk(c, info, idx, allowed, false)
+}
+
 // matchChunk checks that prog is chunk c of s as Load would build it with
 // the chain indices idx (and a direct epilogue call when direct), using
 // only allowed maps.
-func (s *Spec) matchChunk(c int, prog *ebpf.Program, idx []uint32, allowed map[ebpf.MapID]bool, direct bool) error {
-	info, err := prog.Info()
-	if err != nil {
-		return fmt.Errorf("program info: %w", err)
-	}
+func (s *Spec) matchChunk(c int, info *ebpf.ProgramInfo, idx []uint32, allowed map[ebpf.MapID]bool, direct bool) error {
 	ids, ok := info.MapIDs()
 	if !ok {
 		return errors.New("kernel does not report program maps")

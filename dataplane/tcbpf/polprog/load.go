@@ -17,6 +17,8 @@ type Program struct {
 	chain *ebpf.Map
 	alloc *chainAlloc
 	own   *progMaps // the indexed strategy's maps; nil for a linear program
+	// direct: the chunks tail-call the epilogue directly (Maps.Epilogue).
+	direct bool
 
 	mu     sync.Mutex
 	progs  []*ebpf.Program // chunk i; [0] is the head; guarded by mu
@@ -55,7 +57,7 @@ func (s *Spec) Load(m Maps) (_ *Program, err error) {
 	if s.usesCtrs && m.RuleCtrs == nil {
 		return nil, errors.New("load policy: rule counter map required")
 	}
-	p := &Program{rules: s.Rules(), chain: m.Chain, progs: make([]*ebpf.Program, len(s.chunks))}
+	p := &Program{rules: s.Rules(), chain: m.Chain, progs: make([]*ebpf.Program, len(s.chunks)), direct: m.Epilogue != nil}
 	defer func() {
 		if err != nil {
 			_ = p.Close()
@@ -157,6 +159,10 @@ func (p *Program) Head() *ebpf.Program {
 	}
 	return p.progs[0]
 }
+
+// DirectEpilogue reports whether the program tail-calls the epilogue
+// directly (loaded with Maps.Epilogue, or adopted in that form).
+func (p *Program) DirectEpilogue() bool { return p.direct }
 
 // Rules returns the counter table in evaluation order.
 func (p *Program) Rules() []RuleInfo { return append([]RuleInfo(nil), p.rules...) }

@@ -196,3 +196,70 @@ func TestPinnedRelease(t *testing.T) {
 		t.Fatal("opened a pin directory without its head")
 	}
 }
+
+// TestAdoptEitherEpilogueCall: where the epilogue may be called directly,
+// a pinned program is adopted in the form it was loaded in, indirect (not
+// yet reloaded) or direct, and says which; without the epilogue arrays
+// only the indirect form is.
+func TestAdoptEitherEpilogueCall(t *testing.T) {
+	h := newHarness(t)
+	if h.maps.Epilogue == nil {
+		t.Fatal("harness without an epilogue array")
+	}
+	pol := model.DirectionPolicy{Tiers: []model.Tier{tier("t", deny, pol("p", portRules(3, 10000)...))}}
+	allowed := tcp("1.1.1.1", "2.2.2.2", 1, 10002)
+	indirectMaps := h.maps
+	indirectMaps.Epilogue, indirectMaps.Epilogues = nil, nil
+	for _, tc := range []struct {
+		name        string
+		load, adopt Maps
+		wantDirect  bool
+		wantRefusal bool
+	}{
+		{"indirect, adopted where direct is possible", indirectMaps, h.maps, false, false},
+		{"direct, adopted where direct is possible", h.maps, h.maps, true, false},
+		{"direct, refused without epilogue arrays", h.maps, indirectMaps, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec, err := Compile(&pol, model.Ingress, testSets, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			prog, err := spec.Load(tc.load)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if prog.DirectEpilogue() != (tc.load.Epilogue != nil) {
+				t.Fatalf("loaded: direct %v", prog.DirectEpilogue())
+			}
+			dir := pinDirFor(t)
+			if err := prog.Pin(dir); err != nil {
+				t.Fatal(err)
+			}
+			prog.Abandon()
+			pinned, err := OpenPinned(dir, h.maps.Chain)
+			if err != nil {
+				t.Fatal(err)
+			}
+			adopted, err := spec.Adopt(tc.adopt, pinned)
+			if tc.wantRefusal {
+				if err == nil {
+					_ = adopted.Close()
+					t.Fatal("adopted a direct program without epilogue arrays")
+				}
+				_ = pinned.Release(true)
+				return
+			}
+			if err != nil {
+				t.Fatalf("adopt: %v", err)
+			}
+			t.Cleanup(func() { _ = adopted.Close() })
+			if adopted.DirectEpilogue() != tc.wantDirect {
+				t.Errorf("adopted: direct %v, want %v", adopted.DirectEpilogue(), tc.wantDirect)
+			}
+			if ret, _ := h.run(adopted, allowed); ret != retAllow {
+				t.Errorf("adopted program: %d for an allowed packet", ret)
+			}
+		})
+	}
+}

@@ -1,0 +1,208 @@
+package linux
+
+import (
+	"log/slog"
+	"time"
+)
+
+// Direct reloads. Policy programs load on the endpoint's path with the
+// indirect epilogue call: a direct tail call makes the kernel patch the
+// new program's text at load (text_poke), whose IPIs cost 0.3-1 ms a
+// program on some VMs, more than the load itself. Where the datapath
+// chose the direct call (it saves 5-10 ns a new flow under retpolines), a
+// worker loads each program in use again with it in the background,
+// writes the new one into every slot that runs the old one, moves the pin
+// and closes the old one a grace period later, so that packets inside its
+// chunks finish. The endpoint is up from the first load, and the swap
+// changes no verdict: both programs hold the same rules and counters.
+
+// reloadGrace is how long a replaced program stays loaded after the last
+// slot stopped naming it: a packet takes microseconds through a policy.
+const reloadGrace = 10 * time.Millisecond
+
+// directReloader is the worker's state; busy and retired are guarded by
+// Kernel.mu.
+type directReloader struct {
+	wake chan struct{} // capacity 1: work may be queued
+	stop chan struct{}
+	busy bool // a load runs without Kernel.mu, on the datapath's maps
+	// retired are replaced programs no slot names, closed after the grace.
+	retired []retiredProg
+}
+
+type retiredProg struct {
+	prog loadedProgram
+	at   time.Time
+}
+
+// startReloaderLocked starts the worker when the datapath calls the
+// epilogue directly.
+func (k *Kernel) startReloaderLocked() {
+	if !k.pols.fac.DirectEpilogue() {
+		return
+	}
+	r := &directReloader{wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	k.reloader = r
+	go k.runReloader(r)
+}
+
+// stopReloaderLocked stops the worker and waits for its load, which uses
+// the datapath the caller is about to close.
+func (k *Kernel) stopReloaderLocked() {
+	r := k.reloader
+	if r == nil {
+		return
+	}
+	k.reloader = nil
+	close(r.stop)
+	for r.busy {
+		k.attachCond.Wait()
+	}
+	r.closeRetired(k.log, time.Time{})
+	k.pols.pinWaiting() // the next dpd adopts them as they are
+}
+
+// wakeReloaderLocked tells the worker that programs may wait for it.
+func (k *Kernel) wakeReloaderLocked() {
+	if k.reloader == nil || len(k.pols.reloadQ) == 0 {
+		return
+	}
+	select {
+	case k.reloader.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (k *Kernel) runReloader(r *directReloader) {
+	for {
+		select {
+		case <-r.stop:
+			return
+		case <-r.wake:
+		}
+		for k.reloadOne(r) {
+		}
+		select {
+		case <-r.stop:
+			return
+		case <-time.After(reloadGrace):
+		}
+		k.mu.Lock()
+		if k.reloader == r {
+			r.closeRetired(k.log, time.Time{})
+		}
+		k.mu.Unlock()
+	}
+}
+
+// reloadOne reloads the next queued program and reports whether the
+// worker should go on.
+func (k *Kernel) reloadOne(r *directReloader) bool {
+	k.mu.Lock()
+	if k.reloader != r {
+		k.mu.Unlock()
+		return false
+	}
+	r.closeRetired(k.log, time.Now().Add(-reloadGrace))
+	sp := k.pols.nextReload()
+	if sp == nil {
+		k.mu.Unlock()
+		return false
+	}
+	old, pol, fac := sp.prog, sp.pol, k.pols.fac
+	r.busy = true
+	k.mu.Unlock()
+
+	nw, err := fac.LoadDirect(pol, sp.key.dir)
+
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	r.busy = false
+	k.attachCond.Broadcast()
+	if err != nil {
+		k.log.Warn("reload a policy program with the direct epilogue call; it keeps the indirect one", "program", sp.key, "err", err)
+		k.pols.keep(sp)
+		return k.reloader == r
+	}
+	if k.reloader != r || k.pols.progs[sp.key] != sp || sp.prog != old {
+		closeUnused(k.log, sp.key, nw) // stopped, or the program went meanwhile
+		return k.reloader == r
+	}
+	if rolledBack, err := k.eps.jumps.replace(old, nw); err != nil {
+		k.log.Warn("install a reloaded policy program; the old one stays", "program", sp.key, "err", err)
+		if rolledBack {
+			closeUnused(k.log, sp.key, nw)
+		} // else a slot still runs nw: it stays loaded
+		k.pols.keep(sp)
+		return true
+	}
+	k.pols.replace(sp, nw)
+	r.retired = append(r.retired, retiredProg{old, time.Now()})
+	k.ops.ProgramReloads++
+	return true
+}
+
+func closeUnused(log *slog.Logger, key progKey, p loadedProgram) {
+	if err := p.Close(); err != nil {
+		log.Debug("close unused policy program", "program", key, "err", err)
+	}
+}
+
+// closeRetired closes the replaced programs retired before before (all
+// of them when before is zero).
+func (r *directReloader) closeRetired(log *slog.Logger, before time.Time) {
+	keep := r.retired[:0]
+	for _, p := range r.retired {
+		if !before.IsZero() && p.at.After(before) {
+			keep = append(keep, p)
+			continue
+		}
+		if err := p.prog.Close(); err != nil {
+			log.Warn("close a replaced policy program", "err", err)
+		}
+	}
+	clear(r.retired[len(keep):])
+	r.retired = keep
+}
+
+// nextReload pops the oldest queued program still in use and waiting.
+func (p *policyProgrammer) nextReload() *sharedProg {
+	for len(p.reloadQ) > 0 {
+		sp := p.reloadQ[0]
+		p.reloadQ[0] = nil
+		p.reloadQ = p.reloadQ[1:]
+		sp.queued = false
+		if p.progs[sp.key] == sp && sp.reload && sp.refs > 0 && sp.pol != nil {
+			return sp
+		}
+	}
+	p.reloadQ = nil
+	return nil
+}
+
+// replace makes nw sp's program once every slot runs it, and pins it. A
+// pin left on the old program is adopted by a restart instead.
+func (p *policyProgrammer) replace(sp *sharedProg, nw loadedProgram) {
+	old := sp.prog
+	sp.prog, sp.reload = nw, false
+	if err := old.Unpin(); err != nil {
+		p.log.Warn("unpin a replaced policy program", "program", sp.key, "err", err)
+		return
+	}
+	p.pin(sp)
+}
+
+// keep gives up reloading sp: it keeps the indirect call, pinned now.
+func (p *policyProgrammer) keep(sp *sharedProg) {
+	sp.reload = false
+	p.pin(sp)
+}
+
+// pinWaiting pins the programs still waiting for the reloader.
+func (p *policyProgrammer) pinWaiting() {
+	for _, sp := range p.progs {
+		if sp.reload && sp.prog != nil && sp.prog.PinDir() == "" {
+			p.pin(sp)
+		}
+	}
+}
