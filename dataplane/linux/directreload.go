@@ -20,6 +20,12 @@ import (
 // slot stopped naming it: a packet takes microseconds through a policy.
 const reloadGrace = 10 * time.Millisecond
 
+// reloadQuiet is how long the engine must have left the kernel alone
+// before the reloader starts a load: a pass's own loads would otherwise
+// wait for the reload's text patching (a kernel-wide mutex, IPIs to every
+// CPU). A pass that starts during a reload waits for that one only.
+const reloadQuiet = 2 * time.Millisecond
+
 // directReloader is the worker's state; busy and retired are guarded by
 // Kernel.mu.
 type directReloader struct {
@@ -58,8 +64,7 @@ func (k *Kernel) stopReloaderLocked() {
 	for r.busy {
 		k.attachCond.Wait()
 	}
-	r.closeRetired(k.log, time.Time{})
-	k.pols.pinWaiting() // the next dpd adopts them as they are
+	r.abandonRetired()
 }
 
 // wakeReloaderLocked tells the worker that programs may wait for it.
@@ -80,7 +85,19 @@ func (k *Kernel) runReloader(r *directReloader) {
 			return
 		case <-r.wake:
 		}
-		for k.reloadOne(r) {
+		for {
+			more, wait := k.reloadOne(r)
+			if wait > 0 {
+				select {
+				case <-r.stop:
+					return
+				case <-time.After(wait):
+				}
+				continue
+			}
+			if !more {
+				break
+			}
 		}
 		select {
 		case <-r.stop:
@@ -96,18 +113,23 @@ func (k *Kernel) runReloader(r *directReloader) {
 }
 
 // reloadOne reloads the next queued program and reports whether the
-// worker should go on.
-func (k *Kernel) reloadOne(r *directReloader) bool {
+// worker should go on, or how long to wait for the engine to be quiet.
+func (k *Kernel) reloadOne(r *directReloader) (more bool, wait time.Duration) {
 	k.mu.Lock()
 	if k.reloader != r {
 		k.mu.Unlock()
-		return false
+		return false, 0
 	}
-	r.closeRetired(k.log, time.Now().Add(-reloadGrace))
+	now := time.Now()
+	r.closeRetired(k.log, now.Add(-reloadGrace))
+	if d := reloadQuiet - now.Sub(k.lastApply); d > 0 && len(k.pols.reloadQ) > 0 {
+		k.mu.Unlock()
+		return true, d
+	}
 	sp := k.pols.nextReload()
 	if sp == nil {
 		k.mu.Unlock()
-		return false
+		return false, 0
 	}
 	old, pol, fac := sp.prog, sp.pol, k.pols.fac
 	r.busy = true
@@ -121,31 +143,42 @@ func (k *Kernel) reloadOne(r *directReloader) bool {
 	k.attachCond.Broadcast()
 	if err != nil {
 		k.log.Warn("reload a policy program with the direct epilogue call; it keeps the indirect one", "program", sp.key, "err", err)
-		k.pols.keep(sp)
-		return k.reloader == r
+		sp.reload = false
+		return k.reloader == r, 0
 	}
 	if k.reloader != r || k.pols.progs[sp.key] != sp || sp.prog != old {
 		closeUnused(k.log, sp.key, nw) // stopped, or the program went meanwhile
-		return k.reloader == r
+		return k.reloader == r, 0
 	}
 	if rolledBack, err := k.eps.jumps.replace(old, nw); err != nil {
 		k.log.Warn("install a reloaded policy program; the old one stays", "program", sp.key, "err", err)
 		if rolledBack {
 			closeUnused(k.log, sp.key, nw)
-		} // else a slot still runs nw: it stays loaded
-		k.pols.keep(sp)
-		return true
+		} // else a slot still runs nw: it stays loaded (and leaks)
+		sp.reload = false
+		return true, 0
 	}
 	k.pols.replace(sp, nw)
 	r.retired = append(r.retired, retiredProg{old, time.Now()})
 	k.ops.ProgramReloads++
-	return true
+	return true, 0
 }
 
 func closeUnused(log *slog.Logger, key progKey, p loadedProgram) {
 	if err := p.Close(); err != nil {
 		log.Debug("close unused policy program", "program", key, "err", err)
 	}
+}
+
+// abandonRetired lets go of the replaced programs without the grace:
+// their dpd_chain entries stay for the packets still inside them, and
+// garbage collection removes them later (no one owns them).
+func (r *directReloader) abandonRetired() {
+	for _, p := range r.retired {
+		p.prog.Abandon()
+	}
+	clear(r.retired)
+	r.retired = nil
 }
 
 // closeRetired closes the replaced programs retired before before (all
@@ -180,8 +213,10 @@ func (p *policyProgrammer) nextReload() *sharedProg {
 	return nil
 }
 
-// replace makes nw sp's program once every slot runs it, and pins it. A
-// pin left on the old program is adopted by a restart instead.
+// replace makes nw sp's program once every slot runs it; the pin moves
+// to nw. A pin left on the old program is adopted by a restart instead;
+// a crash between the unpin and the pin leaves nw unpinned, and the next
+// dpd loads that endpoint's program anew.
 func (p *policyProgrammer) replace(sp *sharedProg, nw loadedProgram) {
 	old := sp.prog
 	sp.prog, sp.reload = nw, false
@@ -190,19 +225,4 @@ func (p *policyProgrammer) replace(sp *sharedProg, nw loadedProgram) {
 		return
 	}
 	p.pin(sp)
-}
-
-// keep gives up reloading sp: it keeps the indirect call, pinned now.
-func (p *policyProgrammer) keep(sp *sharedProg) {
-	sp.reload = false
-	p.pin(sp)
-}
-
-// pinWaiting pins the programs still waiting for the reloader.
-func (p *policyProgrammer) pinWaiting() {
-	for _, sp := range p.progs {
-		if sp.reload && sp.prog != nil && sp.prog.PinDir() == "" {
-			p.pin(sp)
-		}
-	}
 }

@@ -20,7 +20,17 @@ func testReloader(k *Kernel) *directReloader {
 
 // reloadAll runs the worker's steps until the queue is empty.
 func reloadAll(k *Kernel, r *directReloader) {
-	for k.reloadOne(r) {
+	for {
+		k.mu.Lock()
+		k.lastApply = time.Time{} // no quiet period to wait for
+		k.mu.Unlock()
+		more, wait := k.reloadOne(r)
+		if wait > 0 {
+			panic("reloadAll: the engine is not quiet")
+		}
+		if !more {
+			return
+		}
 	}
 }
 
@@ -104,10 +114,14 @@ func TestDirectReloadGolden(t *testing.T) {
 		reloadSettled(k, r)
 		return nil
 	})
-	tr.step(t, "stopped with a program waiting: it is pinned for the next dpd", func() error {
+	tr.step(t, "stopped within the grace: the replaced program is let go, not closed (its chain stays for packets inside it)", func() error {
 		if err := k.ApplyEndpoint(withIngress(f, ep3, "allow-smtp")); err != nil {
 			return err
 		}
+		if err := k.EndApply(); err != nil {
+			return err
+		}
+		reloadAll(k, r)
 		k.mu.Lock()
 		defer k.mu.Unlock()
 		k.stopReloaderLocked()
@@ -120,8 +134,10 @@ const goldenDirectReload = `== three endpoints, two in a group: indirect loads o
   Attach cali1
   SetIfState cali1 slot=0 flags=0x2
   Load ingress:allow-web
+  Pin ingress:allow-web
   InstallPolicy slot=0 dir=1 ingress:allow-web
   Load egress:allow-all
+  Pin egress:allow-all
   InstallPolicy slot=0 dir=0 egress:allow-all
   SetIfState cali1 slot=0 flags=0x3
   ConfigureEndpoint cali1 [10.0.0.1/32]
@@ -132,6 +148,7 @@ const goldenDirectReload = `== three endpoints, two in a group: indirect loads o
   Attach cali3
   SetIfState cali3 slot=1 flags=0x2
   Load ingress:allow-db
+  Pin ingress:allow-db
   InstallPolicy slot=1 dir=1 ingress:allow-db
   InstallPolicy slot=1 dir=0 egress:allow-all
   SetIfState cali3 slot=1 flags=0x3
@@ -143,19 +160,22 @@ const goldenDirectReload = `== three endpoints, two in a group: indirect loads o
   | linkpin cali1
   | linkpin cali2
   | linkpin cali3
-  | prog egress:allow-all
-  | prog ingress:allow-db
-  | prog ingress:allow-web
+  | prog egress:allow-all pinned
+  | prog ingress:allow-db pinned
+  | prog ingress:allow-web pinned
 == reload: each program loaded directly and written where it runs
   LoadDirect ingress:allow-web
   InstallPolicy slot=0 dir=1 ingress:allow-web
+  Unpin ingress:allow-web
   Pin ingress:allow-web
   LoadDirect egress:allow-all
   InstallPolicy slot=0 dir=0 egress:allow-all
   InstallPolicy slot=1 dir=0 egress:allow-all
+  Unpin egress:allow-all
   Pin egress:allow-all
   LoadDirect ingress:allow-db
   InstallPolicy slot=1 dir=1 ingress:allow-db
+  Unpin ingress:allow-db
   Pin ingress:allow-db
   | link cali1 attached=tcx ready egress:allow-all ingress:allow-web nets=[10.0.0.1/32]
   | link cali2 attached=tcx ready egress:allow-all ingress:allow-web nets=[10.0.0.2/32]
@@ -200,16 +220,20 @@ const goldenDirectReload = `== three endpoints, two in a group: indirect loads o
   | prog ingress:allow-web pinned direct
 == the program goes while it reloads: the new one is closed, not installed
   Load ingress:allow-dns
+  Pin ingress:allow-dns
   InstallPolicy slot=1 dir=1 ingress:allow-dns
   Close ingress:allow-db
   Unpin ingress:allow-db
   Load ingress:allow-ssh
+  Pin ingress:allow-ssh
   InstallPolicy slot=1 dir=1 ingress:allow-ssh
   Close ingress:allow-dns
+  Unpin ingress:allow-dns
   LoadDirect ingress:allow-dns
   Close ingress:allow-dns
   LoadDirect ingress:allow-ssh
   InstallPolicy slot=1 dir=1 ingress:allow-ssh
+  Unpin ingress:allow-ssh
   Pin ingress:allow-ssh
   Close ingress:allow-ssh
   | link cali1 attached=tcx ready egress:allow-all ingress:allow-web nets=[10.0.0.1/32]
@@ -225,12 +249,12 @@ const goldenDirectReload = `== three endpoints, two in a group: indirect loads o
   | prog ingress:allow-web pinned direct
 == a failed write keeps the old program
   Load ingress:allow-ntp
+  Pin ingress:allow-ntp
   InstallPolicy slot=1 dir=1 ingress:allow-ntp
   Close ingress:allow-ssh
   Unpin ingress:allow-ssh
   LoadDirect ingress:allow-ntp
   Close ingress:allow-ntp
-  Pin ingress:allow-ntp
   | link cali1 attached=tcx ready egress:allow-all ingress:allow-web nets=[10.0.0.1/32]
   | link cali2 attached=tcx ready egress:allow-all ingress:allow-web nets=[10.0.0.2/32]
   | link cali3 attached=tcx ready egress:allow-all ingress:allow-ntp nets=[10.0.0.3/32]
@@ -242,11 +266,15 @@ const goldenDirectReload = `== three endpoints, two in a group: indirect loads o
   | prog egress:allow-all pinned direct
   | prog ingress:allow-ntp pinned
   | prog ingress:allow-web pinned direct
-== stopped with a program waiting: it is pinned for the next dpd
+== stopped within the grace: the replaced program is let go, not closed (its chain stays for packets inside it)
   Load ingress:allow-smtp
+  Pin ingress:allow-smtp
   InstallPolicy slot=1 dir=1 ingress:allow-smtp
   Close ingress:allow-ntp
   Unpin ingress:allow-ntp
+  LoadDirect ingress:allow-smtp
+  InstallPolicy slot=1 dir=1 ingress:allow-smtp
+  Unpin ingress:allow-smtp
   Pin ingress:allow-smtp
   | link cali1 attached=tcx ready egress:allow-all ingress:allow-web nets=[10.0.0.1/32]
   | link cali2 attached=tcx ready egress:allow-all ingress:allow-web nets=[10.0.0.2/32]
@@ -257,6 +285,29 @@ const goldenDirectReload = `== three endpoints, two in a group: indirect loads o
   | linkpin cali3
   | linkpin cali4
   | prog egress:allow-all pinned direct
-  | prog ingress:allow-smtp pinned
+  | prog ingress:allow-smtp pinned direct
   | prog ingress:allow-web pinned direct
 `
+
+// The reloader starts no load within reloadQuiet of the engine's last
+// apply: a pass's own loads must not wait for its text patching.
+func TestDirectReloadWaitsForQuiet(t *testing.T) {
+	f := newFakeKernel(t)
+	f.direct = true
+	k := f.kernel()
+	r := testReloader(k)
+	f.addLink("cali1")
+	if err := k.ApplyEndpoint(f.endpoint("cali1", 1, "allow-web", "allow-all")); err != nil {
+		t.Fatal(err)
+	}
+	more, wait := k.reloadOne(r)
+	if !more || wait <= 0 || wait > reloadQuiet || f.count("LoadDirect") != 0 {
+		t.Fatalf("right after an apply: more %v, wait %v, %d loads; want to wait up to %v and load nothing", more, wait, f.count("LoadDirect"), reloadQuiet)
+	}
+	k.mu.Lock()
+	k.lastApply = time.Now().Add(-reloadQuiet)
+	k.mu.Unlock()
+	if more, wait := k.reloadOne(r); !more || wait != 0 || f.count("LoadDirect") != 1 {
+		t.Fatalf("after the quiet period: more %v, wait %v, %d loads; want one load", more, wait, f.count("LoadDirect"))
+	}
+}

@@ -175,8 +175,13 @@ func (p *fakeProg) Rules() []polprog.RuleInfo { return nil }
 func (p *fakeProg) PinDir() string            { return p.pin }
 func (p *fakeProg) Dir() string               { return p.pin }
 func (p *fakeProg) HeadID() ebpf.ProgramID    { return p.id }
-func (p *fakeProg) Abandon()                  { p.held = false }
-func (p *fakeProg) DirectEpilogue() bool      { return p.direct }
+func (p *fakeProg) Abandon() {
+	p.f.loadMu.Lock()
+	defer p.f.loadMu.Unlock()
+	p.held = false
+	p.f.gcProg(p)
+}
+func (p *fakeProg) DirectEpilogue() bool { return p.direct }
 
 func (p *fakeProg) Pin(dir string) error {
 	p.f.loadMu.Lock()

@@ -35,9 +35,11 @@ func (j *jumpSlots) InstallPolicy(slot uint32, dir int, p loadedProgram) error {
 }
 
 func (j *jumpSlots) ClearPolicy(slot uint32, dir int) error {
-	err := j.entryFacility.ClearPolicy(slot, dir)
+	if err := j.entryFacility.ClearPolicy(slot, dir); err != nil {
+		return err // the slot may still name the program
+	}
 	delete(j.held, slotDir{slot, dir})
-	return err
+	return nil
 }
 
 // replace installs nw in every slot this process installed old in. On a

@@ -62,7 +62,11 @@ type Kernel struct {
 	// reloader is the direct reloader (directreload.go); nil when the
 	// datapath calls the epilogue indirectly. Guarded by mu.
 	reloader *directReloader
-	sizes    tcbpf.MapSizes // guarded by mu
+	// lastApply is when the engine last applied or removed an endpoint,
+	// preloaded, or ended a pass: the reloader starts a load only after
+	// reloadQuiet without one. Guarded by mu.
+	lastApply time.Time
+	sizes     tcbpf.MapSizes // guarded by mu
 	// rpfPrefixes: the prefixes the IPv6 source check was last written
 	// for (rpfDone: at all). Guarded by mu.
 	rpfPrefixes []string
@@ -81,7 +85,8 @@ type Kernel struct {
 
 	// attachQ holds the interfaces waiting for the attach worker and the
 	// attaches running without mu; it outlives a reopen of the datapath.
-	// attachCond (over mu) is broadcast when an attach ends.
+	// attachCond (over mu) is broadcast when an attach or a direct
+	// reload's load ends.
 	attachQ    *attachQueue
 	attachCond *sync.Cond
 
@@ -341,8 +346,8 @@ func (k *Kernel) Configure(cfg map[string]string) error {
 		return nil
 	}
 	k.sizes = sizes
+	k.stopReloaderLocked()    // before the attaches: its wait releases mu
 	k.waitAllAttachesLocked() // they use the datapath about to close
-	k.stopReloaderLocked()
 	k.pols.abandon()
 	k.stopFlowsLocked()
 	k.stopScanLocked()
@@ -373,6 +378,7 @@ func (k *Kernel) Link(name string) model.LinkState { return k.mon.LinkState(name
 func (k *Kernel) EndApply() error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.lastApply = time.Now()
 	var errs []error
 	if k.routes.poolsDirty {
 		if err := k.masq.sync(k.routes.pools()); err != nil {

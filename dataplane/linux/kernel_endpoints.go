@@ -3,6 +3,7 @@ package linux
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/dpd-dev/dpd/dataplane/engine"
 	"github.com/dpd-dev/dpd/dataplane/model"
@@ -19,6 +20,7 @@ import (
 func (k *Kernel) ApplyEndpoint(ep *model.Endpoint) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.lastApply = time.Now()
 	for range maxAttachRounds {
 		k.waitAttachLocked(ep.Iface)
 		if k.closed {
@@ -53,6 +55,7 @@ var errKernelClosed = errors.New("linux dataplane closed")
 func (k *Kernel) RemoveEndpoint(ep *model.Endpoint) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.lastApply = time.Now()
 	return k.eps.remove(ep)
 }
 

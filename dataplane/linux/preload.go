@@ -114,6 +114,7 @@ func (k *Kernel) planPreload(jobs []preloadJob) (*preloadEnv, []preloadJob, bool
 	if k.closed || k.pols == nil {
 		return nil, nil, false
 	}
+	k.lastApply = time.Now()
 	return &preloadEnv{pols: k.pols, fac: k.pols.fac, gcMark: k.ops.GCRemovals}, k.pols.planPreload(jobs), true
 }
 

@@ -101,7 +101,8 @@ func (p *policyProgrammer) acquire(pol *model.DirectionPolicy, dir model.Directi
 // the direct reloader if it waits for one.
 func (p *policyProgrammer) taken(sp *sharedProg, pol *model.DirectionPolicy) {
 	if sp.pol == nil {
-		sp.pol = pol
+		c := *pol // not the endpoint it belongs to
+		sp.pol = &c
 	}
 	if sp.reload && !sp.queued {
 		sp.queued = true
@@ -143,15 +144,14 @@ func (p *policyProgrammer) claimPinned(key progKey, pol *model.DirectionPolicy, 
 }
 
 // addLoaded counts, pins (for the next restart) and records a program
-// just loaded for key, without references. One the direct reloader will
-// replace is pinned in its replacement's form (a restart before that
-// loads it again).
+// just loaded for key, without references. Every program a slot may name
+// is pinned: the pins reserve its dpd_chain indices in the next process,
+// which would otherwise give them to its own loads while a slot still
+// tail-calls them.
 func (p *policyProgrammer) addLoaded(key progKey, prog loadedProgram) *sharedProg {
 	p.ops.ProgramLoads++
 	sp := &sharedProg{key: key, prog: prog, loadedAt: time.Now(), reload: p.fac.DirectEpilogue() && !prog.DirectEpilogue()}
-	if !sp.reload {
-		p.pin(sp)
-	}
+	p.pin(sp)
 	p.progs[key] = sp
 	return sp
 }

@@ -16,8 +16,9 @@ import (
 
 // Adopt takes over a pinned program as the loaded form of s, provided it
 // is exactly what Load would produce now: every chunk has the tag of s's
-// instructions (with the pinned chain indices, and the epilogue call Load
-// would make) and uses only maps of m (any of m.Epilogues included). A
+// instructions (with the pinned chain indices, and either epilogue call
+// where m has epilogue arrays, else the indirect one) and uses only maps
+// of m (any of m.Epilogues included). A
 // continuation missing from dpd_chain is reinstalled. On success p is
 // consumed (its descriptors, pins and reservation now belong to the
 // Program); on error p is left as it was.
