@@ -2,6 +2,7 @@ package linux
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -309,5 +310,27 @@ func TestDirectReloadWaitsForQuiet(t *testing.T) {
 	k.mu.Unlock()
 	if more, wait := k.reloadOne(r); !more || wait != 0 || f.count("LoadDirect") != 1 {
 		t.Fatalf("after the quiet period: more %v, wait %v, %d loads; want one load", more, wait, f.count("LoadDirect"))
+	}
+}
+
+// Churn that keeps the reloader waiting does not grow its queue beyond
+// the programs loaded: programs that went are dropped from it.
+func TestDirectReloadQueueBounded(t *testing.T) {
+	f := newFakeKernel(t)
+	f.direct = true
+	k := f.kernel()
+	f.addLink("cali1")
+	for i := range 500 {
+		if err := k.ApplyEndpoint(f.endpoint("cali1", 1, fmt.Sprintf("pol-%d", i), "allow-all")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if n, max := len(k.pols.reloadQ), 2*len(k.pols.progs)+64; n > max {
+		t.Fatalf("%d programs queued for %d loaded, want at most %d", n, len(k.pols.progs), max)
+	}
+	if sp := k.pols.nextReload(); sp == nil || f.names[sp.pol.Hash()] != "allow-all" {
+		t.Fatalf("first to reload: %+v, want the oldest program in use (egress allow-all)", sp)
 	}
 }

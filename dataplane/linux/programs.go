@@ -107,6 +107,9 @@ func (p *policyProgrammer) taken(sp *sharedProg, pol *model.DirectionPolicy) {
 	if sp.reload && !sp.queued {
 		sp.queued = true
 		p.reloadQ = append(p.reloadQ, sp)
+		if len(p.reloadQ) > 2*len(p.progs)+64 {
+			p.compactReloadQ() // churn kept the reloader waiting
+		}
 	}
 }
 
