@@ -27,20 +27,7 @@ func TestDirectReloadKernel(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = k.Close() })
-	a := testutil.NewWorkload(t, "cali", "10.66.1.1")
-	b := testutil.NewWorkload(t, "cali", "10.66.1.2")
-	testutil.WaitFor(t, 5*time.Second, "monitor sees both interfaces", func() bool {
-		_, okA := k.mon.Ifindex(a.HostIface)
-		_, okB := k.mon.Ifindex(b.HostIface)
-		return okA && okB
-	})
-	epA := endpointFor(a, 1, allowAll(), allowAll())
-	epB := endpointFor(b, 2, allowAll(), allowAll())
-	for _, ep := range []*model.Endpoint{epA, epB} {
-		if err := k.ApplyEndpoint(ep); err != nil {
-			t.Fatalf("apply %s: %v", ep.Iface, err)
-		}
-	}
+	a, b, epA, _ := allowedPair(t, k, "10.66.1.1", "10.66.1.2")
 	if n := directPrograms(k); n != 0 {
 		t.Fatalf("%d programs loaded with the direct call on the endpoint's path, want 0", n)
 	}

@@ -43,6 +43,25 @@ func endpointFor(w *testutil.Workload, n int, in, out model.DirectionPolicy) *mo
 	}
 }
 
+// allowedPair is two workloads on ipA and ipB, both applied with
+// allow-all policies once the monitor sees their interfaces.
+func allowedPair(t *testing.T, k *Kernel, ipA, ipB string) (a, b *testutil.Workload, epA, epB *model.Endpoint) {
+	t.Helper()
+	a, b = testutil.NewWorkload(t, "cali", ipA), testutil.NewWorkload(t, "cali", ipB)
+	testutil.WaitFor(t, 5*time.Second, "monitor sees both interfaces", func() bool {
+		_, okA := k.mon.Ifindex(a.HostIface)
+		_, okB := k.mon.Ifindex(b.HostIface)
+		return okA && okB
+	})
+	epA, epB = endpointFor(a, 1, allowAll(), allowAll()), endpointFor(b, 2, allowAll(), allowAll())
+	for _, ep := range []*model.Endpoint{epA, epB} {
+		if err := k.ApplyEndpoint(ep); err != nil {
+			t.Fatalf("apply %s: %v", ep.Iface, err)
+		}
+	}
+	return a, b, epA, epB
+}
+
 func pings(w *testutil.Workload, ip string) bool {
 	_, err := w.Exec("ping", "-c1", "-W1", ip)
 	return err == nil
@@ -53,20 +72,7 @@ func pings(w *testutil.Workload, ip string) bool {
 // policy change swaps programs without detaching, and removal cleans up.
 func TestKernelEnforcesAndShares(t *testing.T) {
 	k := newTestKernel(t)
-	a := testutil.NewWorkload(t, "cali", "10.66.0.1")
-	b := testutil.NewWorkload(t, "cali", "10.66.0.2")
-	testutil.WaitFor(t, 5*time.Second, "monitor sees both interfaces", func() bool {
-		_, okA := k.mon.Ifindex(a.HostIface)
-		_, okB := k.mon.Ifindex(b.HostIface)
-		return okA && okB
-	})
-	epA := endpointFor(a, 1, allowAll(), allowAll())
-	epB := endpointFor(b, 2, allowAll(), allowAll())
-	for _, ep := range []*model.Endpoint{epA, epB} {
-		if err := k.ApplyEndpoint(ep); err != nil {
-			t.Fatalf("apply %s: %v", ep.Iface, err)
-		}
-	}
+	a, b, _, _ := allowedPair(t, k, "10.66.0.1", "10.66.0.2")
 	if n := k.ProgramCount(); n != 2 {
 		t.Fatalf("two endpoints with equal policy loaded %d programs, want 2 (one per direction)", n)
 	}
