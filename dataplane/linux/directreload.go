@@ -37,6 +37,8 @@ type directReloader struct {
 	busy bool // a load runs without Kernel.mu, on the datapath's maps
 	// retired are replaced programs no slot names, closed after the grace.
 	retired []retiredProg
+	// now is the clock of the grace and the quiet period (tests stop it).
+	now func() time.Time
 }
 
 type retiredProg struct {
@@ -44,13 +46,17 @@ type retiredProg struct {
 	at   time.Time
 }
 
+// noteApplyLocked records that the engine is programming the kernel: the
+// reloader waits reloadQuiet after the last such call.
+func (k *Kernel) noteApplyLocked() { k.lastApply = time.Now() }
+
 // startReloaderLocked starts the worker when the datapath calls the
 // epilogue directly.
 func (k *Kernel) startReloaderLocked() {
 	if !k.pols.fac.DirectEpilogue() {
 		return
 	}
-	r := &directReloader{wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	r := &directReloader{wake: make(chan struct{}, 1), stop: make(chan struct{}), now: time.Now}
 	k.reloader = r
 	go k.runReloader(r)
 }
@@ -123,7 +129,7 @@ func (k *Kernel) reloadOne(r *directReloader) (more bool, wait time.Duration) {
 		k.mu.Unlock()
 		return false, 0
 	}
-	now := time.Now()
+	now := r.now()
 	r.closeRetired(k.log, now.Add(-reloadGrace))
 	if d := reloadQuiet - now.Sub(k.lastApply); d > 0 && len(k.pols.reloadQ) > 0 {
 		k.mu.Unlock()
@@ -157,12 +163,12 @@ func (k *Kernel) reloadOne(r *directReloader) (more bool, wait time.Duration) {
 		k.log.Warn("install a reloaded policy program; the old one stays", "program", sp.key, "err", err)
 		if rolledBack {
 			closeUnused(k.log, sp.key, nw)
-		} // else a slot still runs nw: it stays loaded (and leaks)
+		} // else a slot still runs nw: it stays loaded (and leaks, unpinned)
 		sp.reload = false
 		return true, 0
 	}
 	k.pols.replace(sp, nw)
-	r.retired = append(r.retired, retiredProg{old, time.Now()})
+	r.retired = append(r.retired, retiredProg{old, r.now()})
 	k.ops.ProgramReloads++
 	return true, 0
 }

@@ -9,10 +9,13 @@ import (
 	"github.com/dpd-dev/dpd/dataplane/model"
 )
 
-// testReloader installs a direct reloader without its goroutine: the test
-// runs its steps.
+// testNow is the stopped clock of testReloader: no grace ends by itself.
+var testNow = time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
+
+// testReloader installs a direct reloader without its goroutine, on a
+// stopped clock: the test runs its steps and ends its graces.
 func testReloader(k *Kernel) *directReloader {
-	r := &directReloader{wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	r := &directReloader{wake: make(chan struct{}, 1), stop: make(chan struct{}), now: func() time.Time { return testNow }}
 	k.mu.Lock()
 	k.reloader = r
 	k.mu.Unlock()
@@ -301,12 +304,15 @@ func TestDirectReloadWaitsForQuiet(t *testing.T) {
 	if err := k.ApplyEndpoint(f.endpoint("cali1", 1, "allow-web", "allow-all")); err != nil {
 		t.Fatal(err)
 	}
+	k.mu.Lock()
+	k.lastApply = testNow // the apply, on the reloader's clock
+	k.mu.Unlock()
 	more, wait := k.reloadOne(r)
-	if !more || wait <= 0 || wait > reloadQuiet || f.count("LoadDirect") != 0 {
-		t.Fatalf("right after an apply: more %v, wait %v, %d loads; want to wait up to %v and load nothing", more, wait, f.count("LoadDirect"), reloadQuiet)
+	if !more || wait != reloadQuiet || f.count("LoadDirect") != 0 {
+		t.Fatalf("right after an apply: more %v, wait %v, %d loads; want to wait %v and load nothing", more, wait, f.count("LoadDirect"), reloadQuiet)
 	}
 	k.mu.Lock()
-	k.lastApply = time.Now().Add(-reloadQuiet)
+	k.lastApply = testNow.Add(-reloadQuiet)
 	k.mu.Unlock()
 	if more, wait := k.reloadOne(r); !more || wait != 0 || f.count("LoadDirect") != 1 {
 		t.Fatalf("after the quiet period: more %v, wait %v, %d loads; want one load", more, wait, f.count("LoadDirect"))

@@ -464,6 +464,7 @@ func (k *Kernel) whileOpen(f func() error) error {
 	if k.closed {
 		return errKernelClosed
 	}
+	defer k.noteApplyLocked()
 	return f()
 }
 

@@ -378,7 +378,7 @@ func (k *Kernel) Link(name string) model.LinkState { return k.mon.LinkState(name
 func (k *Kernel) EndApply() error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.lastApply = time.Now()
+	k.noteApplyLocked()
 	var errs []error
 	if k.routes.poolsDirty {
 		if err := k.masq.sync(k.routes.pools()); err != nil {

@@ -3,7 +3,6 @@ package linux
 import (
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/dpd-dev/dpd/dataplane/engine"
 	"github.com/dpd-dev/dpd/dataplane/model"
@@ -20,7 +19,7 @@ import (
 func (k *Kernel) ApplyEndpoint(ep *model.Endpoint) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.lastApply = time.Now()
+	defer k.noteApplyLocked() // at the end: the call may let go of mu to attach
 	for range maxAttachRounds {
 		k.waitAttachLocked(ep.Iface)
 		if k.closed {
@@ -55,7 +54,7 @@ var errKernelClosed = errors.New("linux dataplane closed")
 func (k *Kernel) RemoveEndpoint(ep *model.Endpoint) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	k.lastApply = time.Now()
+	defer k.noteApplyLocked()
 	return k.eps.remove(ep)
 }
 

@@ -114,7 +114,7 @@ func (k *Kernel) planPreload(jobs []preloadJob) (*preloadEnv, []preloadJob, bool
 	if k.closed || k.pols == nil {
 		return nil, nil, false
 	}
-	k.lastApply = time.Now()
+	k.noteApplyLocked()
 	return &preloadEnv{pols: k.pols, fac: k.pols.fac, gcMark: k.ops.GCRemovals}, k.pols.planPreload(jobs), true
 }
 
@@ -150,6 +150,7 @@ func (k *Kernel) preloadOne(env *preloadEnv, j preloadJob) {
 // addPreloadLocked records a preloaded program, unless the kernel
 // changed under the worker (closed, or reopened on other maps).
 func (k *Kernel) addPreloadLocked(env *preloadEnv, key progKey, prog loadedProgram) {
+	k.noteApplyLocked() // the batch's loads run without mu
 	if k.closed || k.pols != env.pols {
 		// Nothing points at it.
 		if err := prog.Close(); err != nil {
