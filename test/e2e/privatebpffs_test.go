@@ -39,7 +39,7 @@ func TestPrivateBPFFSRefused(t *testing.T) {
 	n.start()
 	ctl := n.connectUp(t, messages(t, survivalScenario(a, b, c)), a, b, c)
 	enforced(t)
-	before := fingerprint(t, n.pin, a, b, c)
+	before := settledFingerprint(t, n.pin, a, b, c)
 	pinsBefore := pinTree(t, n.pin)
 
 	tr := startTraffic(t, a, b, 600, 9300)

@@ -24,7 +24,7 @@ func TestSurvivalIPv6(t *testing.T) {
 	n.start()
 	ctl := n.connectUp(t, snap, a, b, c)
 	enforced(t)
-	before := fingerprint(t, n.pin, a, b, c)
+	before := settledFingerprint(t, n.pin, a, b, c)
 	tr := startTraffic(t, a6, b6, 300, 9150)
 	n.stop()
 	tr.waitRounds(t, 50)

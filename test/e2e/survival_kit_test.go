@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync/atomic"
@@ -16,6 +17,8 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/dpd-dev/dpd/client"
+	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
+	"github.com/dpd-dev/dpd/internal/testutil"
 	"github.com/dpd-dev/dpd/proto/felix"
 )
 
@@ -253,4 +256,76 @@ func mapKeys(pin, name string) (map[string]string, error) {
 			}
 		}
 	}
+}
+
+// settledFingerprint is fingerprint once dpd has finished reloading its
+// policy programs with the direct epilogue call (when it chose that call:
+// epilogue/choice holds 1), a change in the background that is not the
+// restart's. Only right after a fresh start: programs an earlier dpd
+// pinned before their reload are adopted as they are and stay indirect.
+func settledFingerprint(t *testing.T, pin string, ws ...*Workload) map[string]string {
+	t.Helper()
+	var direct uint32
+	choice, err := ebpf.LoadPinnedMap(filepath.Join(pin, "epilogue", "choice"), &ebpf.LoadPinOptions{ReadOnly: true})
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		// No pinned choice (a failed probe): dpd calls it indirectly.
+	case err != nil:
+		t.Fatalf("open the epilogue choice: %v", err)
+	default:
+		err = choice.Lookup(uint32(0), &direct)
+		_ = choice.Close()
+		if err != nil {
+			t.Fatalf("read the epilogue choice: %v", err)
+		}
+	}
+	if direct == 1 {
+		var pending []string
+		testutil.WaitFor(t, cleanupTimeout, "dpd to reload its policy programs with the direct epilogue call", func() bool {
+			pending, err = indirectPolicies(pin)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(pending) == 0
+		})
+	}
+	return fingerprint(t, pin, ws...)
+}
+
+// indirectPolicies lists the dpd_jump policy entries whose program (a
+// policy program: dpd_pol…) still tail-calls the epilogue through
+// dpd_jump.
+func indirectPolicies(pin string) ([]string, error) {
+	jump, err := ebpf.LoadPinnedMap(filepath.Join(pin, "dpd_jump"), &ebpf.LoadPinOptions{ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("open dpd_jump: %w", err)
+	}
+	defer func() { _ = jump.Close() }()
+	info, err := jump.Info()
+	if err != nil {
+		return nil, err
+	}
+	jumpID, _ := info.ID()
+	var out []string
+	var key, id uint32
+	it := jump.Iterate()
+	for it.Next(&key, &id) {
+		if key < abi.JumpPolBase {
+			continue
+		}
+		p, err := ebpf.NewProgramFromID(ebpf.ProgramID(id))
+		if err != nil {
+			continue // replaced meanwhile
+		}
+		pi, err := p.Info()
+		_ = p.Close()
+		if err != nil || !strings.HasPrefix(pi.Name, "dpd_pol") {
+			continue
+		}
+		ids, _ := pi.MapIDs()
+		if slices.Contains(ids, jumpID) {
+			out = append(out, fmt.Sprintf("dpd_jump[%d]", key))
+		}
+	}
+	return out, it.Err()
 }

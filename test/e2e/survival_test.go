@@ -169,7 +169,7 @@ func TestSurvival(t *testing.T) {
 			n.start()
 			ctl := n.connectUp(t, snap, a, b, c, d)
 			enforced(t)
-			before := fingerprint(t, n.pin, a, b, c, d)
+			before := settledFingerprint(t, n.pin, a, b, c, d)
 
 			tr := startTraffic(t, a, b, 500, 9100+i)
 			tc.event(t, n, ctl, tr)
@@ -193,7 +193,7 @@ func TestSurvivalSnapshotMissingEndpoint(t *testing.T) {
 	n := newNode(t)
 	n.start()
 	ctl := n.connectUp(t, messages(t, survivalScenario(a, b, c)), a, b, c)
-	before := fingerprint(t, n.pin, a, b)
+	before := settledFingerprint(t, n.pin, a, b)
 	if left := leftovers(Observe(n.pin, c)); len(left) < 4 {
 		t.Fatalf("C is not fully programmed before the test: has only %v", left)
 	}
