@@ -62,8 +62,9 @@ type Kernel struct {
 	// reloader is the direct reloader (directreload.go); nil when the
 	// datapath calls the epilogue indirectly. Guarded by mu.
 	reloader *directReloader
-	// lastApply is when the engine last applied or removed an endpoint,
-	// preloaded, or ended a pass: the reloader starts a load only after
+	// lastApply is when a call of the engine's last touched the kernel: the
+	// end of an endpoint's or host endpoint's apply or removal, each
+	// preload, the end of a pass. The reloader starts a load only after
 	// reloadQuiet without one. Guarded by mu.
 	lastApply time.Time
 	sizes     tcbpf.MapSizes // guarded by mu

@@ -154,13 +154,14 @@ func TestLinksDoNotEscape(t *testing.T) {
 	must(t, os.Symlink(filepath.Join(sentinel, "secret"), filepath.Join(psDir, "creds", "leak.json")))
 	must(t, os.Symlink(filepath.Join(sentinel, "fifo"), filepath.Join(psDir, "creds", "fifo.json")))
 	must(t, unix.Mkfifo(filepath.Join(psDir, "creds", "pipe.json"), 0o600))
+	must(t, os.Link(filepath.Join(sentinel, "secret"), filepath.Join(psDir, "creds", "hard.json")))
 	long := strings.Repeat("l", 200)
 	writeCreds(t, psDir, long)
 	writeCreds(t, psDir, "good")
 
 	testutil.WaitFor(t, 30*time.Second, "links refused, the rest served", func() bool {
 		return d.metric("dpd_policysync_workloads_refused", `reason="link"`) == 3 &&
-			d.metric("dpd_policysync_workloads_refused", `reason="invalid"`) == 1 &&
+			d.metric("dpd_policysync_workloads_refused", `reason="invalid"`) == 2 && // the FIFO, the hard link
 			d.metric("dpd_policysync_workloads") == 2
 	})
 	sameSnapshot(t, before, snapshot(t, sentinel))
