@@ -93,17 +93,25 @@ func checkUp(t *testing.T, d *daemon, names ...string) {
 // procStatus is a field of /proc/<pid>/status in bytes (VmRSS, VmHWM).
 func (d *daemon) procStatus(t *testing.T, field string) int {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.cmd.Process.Pid))
+	v, err := d.statusField(field)
 	must(t, err)
+	return v
+}
+
+// statusField reads a field of /proc/<pid>/status in bytes; a process
+// that has exited has none (a zombie's status has no memory lines).
+func (d *daemon) statusField(field string) (int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", d.cmd.Process.Pid))
+	if err != nil {
+		return 0, err
+	}
 	for _, line := range strings.Split(string(b), "\n") {
 		if v, ok := strings.CutPrefix(line, field+":"); ok {
 			kb, err := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
-			must(t, err)
-			return kb << 10
+			return kb << 10, err
 		}
 	}
-	t.Fatalf("no %s in /proc/%d/status", field, d.cmd.Process.Pid)
-	return 0
+	return 0, fmt.Errorf("no %s in /proc/%d/status", field, d.cmd.Process.Pid)
 }
 
 // checkMemory logs VmRSS and VmHWM and fails t if either exceeds bound.
