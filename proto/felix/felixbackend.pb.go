@@ -242,54 +242,6 @@ func (IPPoolType) EnumDescriptor() ([]byte, []int) {
 	return file_felix_felixbackend_proto_rawDescGZIP(), []int{3}
 }
 
-// RoutePriority names the FIB priority band; the metrics themselves are
-// dataplane configuration.
-type RoutePriority int32
-
-const (
-	RoutePriority_NORMAL   RoutePriority = 0
-	RoutePriority_ELEVATED RoutePriority = 1
-)
-
-// Enum value maps for RoutePriority.
-var (
-	RoutePriority_name = map[int32]string{
-		0: "NORMAL",
-		1: "ELEVATED",
-	}
-	RoutePriority_value = map[string]int32{
-		"NORMAL":   0,
-		"ELEVATED": 1,
-	}
-)
-
-func (x RoutePriority) Enum() *RoutePriority {
-	p := new(RoutePriority)
-	*p = x
-	return p
-}
-
-func (x RoutePriority) String() string {
-	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
-}
-
-func (RoutePriority) Descriptor() protoreflect.EnumDescriptor {
-	return file_felix_felixbackend_proto_enumTypes[4].Descriptor()
-}
-
-func (RoutePriority) Type() protoreflect.EnumType {
-	return &file_felix_felixbackend_proto_enumTypes[4]
-}
-
-func (x RoutePriority) Number() protoreflect.EnumNumber {
-	return protoreflect.EnumNumber(x)
-}
-
-// Deprecated: Use RoutePriority.Descriptor instead.
-func (RoutePriority) EnumDescriptor() ([]byte, []int) {
-	return file_felix_felixbackend_proto_rawDescGZIP(), []int{4}
-}
-
 // Action is the verdict on a flow in DataplaneStats.
 type Action int32
 
@@ -321,11 +273,11 @@ func (x Action) String() string {
 }
 
 func (Action) Descriptor() protoreflect.EnumDescriptor {
-	return file_felix_felixbackend_proto_enumTypes[5].Descriptor()
+	return file_felix_felixbackend_proto_enumTypes[4].Descriptor()
 }
 
 func (Action) Type() protoreflect.EnumType {
-	return &file_felix_felixbackend_proto_enumTypes[5]
+	return &file_felix_felixbackend_proto_enumTypes[4]
 }
 
 func (x Action) Number() protoreflect.EnumNumber {
@@ -334,7 +286,7 @@ func (x Action) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Action.Descriptor instead.
 func (Action) EnumDescriptor() ([]byte, []int) {
-	return file_felix_felixbackend_proto_rawDescGZIP(), []int{5}
+	return file_felix_felixbackend_proto_rawDescGZIP(), []int{4}
 }
 
 type IPSetUpdate_IPSetType int32
@@ -370,11 +322,11 @@ func (x IPSetUpdate_IPSetType) String() string {
 }
 
 func (IPSetUpdate_IPSetType) Descriptor() protoreflect.EnumDescriptor {
-	return file_felix_felixbackend_proto_enumTypes[6].Descriptor()
+	return file_felix_felixbackend_proto_enumTypes[5].Descriptor()
 }
 
 func (IPSetUpdate_IPSetType) Type() protoreflect.EnumType {
-	return &file_felix_felixbackend_proto_enumTypes[6]
+	return &file_felix_felixbackend_proto_enumTypes[5]
 }
 
 func (x IPSetUpdate_IPSetType) Number() protoreflect.EnumNumber {
@@ -416,11 +368,11 @@ func (x Statistic_Direction) String() string {
 }
 
 func (Statistic_Direction) Descriptor() protoreflect.EnumDescriptor {
-	return file_felix_felixbackend_proto_enumTypes[7].Descriptor()
+	return file_felix_felixbackend_proto_enumTypes[6].Descriptor()
 }
 
 func (Statistic_Direction) Type() protoreflect.EnumType {
-	return &file_felix_felixbackend_proto_enumTypes[7]
+	return &file_felix_felixbackend_proto_enumTypes[6]
 }
 
 func (x Statistic_Direction) Number() protoreflect.EnumNumber {
@@ -462,11 +414,11 @@ func (x Statistic_Relativity) String() string {
 }
 
 func (Statistic_Relativity) Descriptor() protoreflect.EnumDescriptor {
-	return file_felix_felixbackend_proto_enumTypes[8].Descriptor()
+	return file_felix_felixbackend_proto_enumTypes[7].Descriptor()
 }
 
 func (Statistic_Relativity) Type() protoreflect.EnumType {
-	return &file_felix_felixbackend_proto_enumTypes[8]
+	return &file_felix_felixbackend_proto_enumTypes[7]
 }
 
 func (x Statistic_Relativity) Number() protoreflect.EnumNumber {
@@ -508,11 +460,11 @@ func (x Statistic_Kind) String() string {
 }
 
 func (Statistic_Kind) Descriptor() protoreflect.EnumDescriptor {
-	return file_felix_felixbackend_proto_enumTypes[9].Descriptor()
+	return file_felix_felixbackend_proto_enumTypes[8].Descriptor()
 }
 
 func (Statistic_Kind) Type() protoreflect.EnumType {
-	return &file_felix_felixbackend_proto_enumTypes[9]
+	return &file_felix_felixbackend_proto_enumTypes[8]
 }
 
 func (x Statistic_Kind) Number() protoreflect.EnumNumber {
@@ -554,11 +506,11 @@ func (x RuleTrace_Direction) String() string {
 }
 
 func (RuleTrace_Direction) Descriptor() protoreflect.EnumDescriptor {
-	return file_felix_felixbackend_proto_enumTypes[10].Descriptor()
+	return file_felix_felixbackend_proto_enumTypes[9].Descriptor()
 }
 
 func (RuleTrace_Direction) Type() protoreflect.EnumType {
-	return &file_felix_felixbackend_proto_enumTypes[10]
+	return &file_felix_felixbackend_proto_enumTypes[9]
 }
 
 func (x RuleTrace_Direction) Number() protoreflect.EnumNumber {
@@ -5085,8 +5037,7 @@ type RouteUpdate struct {
 	TunnelType    *TunnelType            `protobuf:"bytes,10,opt,name=tunnel_type,json=tunnelType,proto3" json:"tunnel_type,omitempty"`
 	Borrowed      bool                   `protobuf:"varint,11,opt,name=borrowed,proto3" json:"borrowed,omitempty"`
 	// Bitmap of RouteType values.
-	Types         RouteType     `protobuf:"varint,12,opt,name=types,proto3,enum=felix.RouteType" json:"types,omitempty"`
-	Priority      RoutePriority `protobuf:"varint,13,opt,name=priority,proto3,enum=felix.RoutePriority" json:"priority,omitempty"`
+	Types         RouteType `protobuf:"varint,12,opt,name=types,proto3,enum=felix.RouteType" json:"types,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -5189,13 +5140,6 @@ func (x *RouteUpdate) GetTypes() RouteType {
 		return x.Types
 	}
 	return RouteType_CIDR_INFO
-}
-
-func (x *RouteUpdate) GetPriority() RoutePriority {
-	if x != nil {
-		return x.Priority
-	}
-	return RoutePriority_NORMAL
 }
 
 type RouteRemove struct {
@@ -6934,7 +6878,7 @@ const file_felix_felixbackend_proto_rawDesc = "" +
 	"TunnelType\x12\x12\n" +
 	"\x04ipip\x18\x01 \x01(\bR\x04ipip\x12\x14\n" +
 	"\x05vxlan\x18\x02 \x01(\bR\x05vxlan\x12\x1c\n" +
-	"\twireguard\x18\x03 \x01(\bR\twireguard\"\xb9\x03\n" +
+	"\twireguard\x18\x03 \x01(\bR\twireguard\"\x87\x03\n" +
 	"\vRouteUpdate\x123\n" +
 	"\fip_pool_type\x18\x02 \x01(\x0e2\x11.felix.IPPoolTypeR\n" +
 	"ipPoolType\x12\x10\n" +
@@ -6949,8 +6893,7 @@ const file_felix_felixbackend_proto_rawDesc = "" +
 	" \x01(\v2\x11.felix.TunnelTypeR\n" +
 	"tunnelType\x12\x1a\n" +
 	"\bborrowed\x18\v \x01(\bR\bborrowed\x12&\n" +
-	"\x05types\x18\f \x01(\x0e2\x10.felix.RouteTypeR\x05types\x120\n" +
-	"\bpriority\x18\r \x01(\x0e2\x14.felix.RoutePriorityR\bpriorityJ\x04\b\x01\x10\x02R\x04type\"\x1f\n" +
+	"\x05types\x18\f \x01(\x0e2\x10.felix.RouteTypeR\x05typesJ\x04\b\x01\x10\x02R\x04type\"\x1f\n" +
 	"\vRouteRemove\x12\x10\n" +
 	"\x03dst\x18\x02 \x01(\tR\x03dst\"\xea\x01\n" +
 	"\x19VXLANTunnelEndpointUpdate\x12\x12\n" +
@@ -7084,11 +7027,7 @@ const file_felix_felixbackend_proto_rawDesc = "" +
 	"\x04NONE\x10\x00\x12\f\n" +
 	"\bNO_ENCAP\x10\x01\x12\t\n" +
 	"\x05VXLAN\x10\x02\x12\b\n" +
-	"\x04IPIP\x10\x03*)\n" +
-	"\rRoutePriority\x12\n" +
-	"\n" +
-	"\x06NORMAL\x10\x00\x12\f\n" +
-	"\bELEVATED\x10\x01*!\n" +
+	"\x04IPIP\x10\x03*!\n" +
 	"\x06Action\x12\v\n" +
 	"\aALLOWED\x10\x00\x12\n" +
 	"\n" +
@@ -7110,249 +7049,247 @@ func file_felix_felixbackend_proto_rawDescGZIP() []byte {
 	return file_felix_felixbackend_proto_rawDescData
 }
 
-var file_felix_felixbackend_proto_enumTypes = make([]protoimpl.EnumInfo, 11)
+var file_felix_felixbackend_proto_enumTypes = make([]protoimpl.EnumInfo, 10)
 var file_felix_felixbackend_proto_msgTypes = make([]protoimpl.MessageInfo, 88)
 var file_felix_felixbackend_proto_goTypes = []any{
 	(IPVersion)(0),                       // 0: felix.IPVersion
 	(LiveMigrationRole)(0),               // 1: felix.LiveMigrationRole
 	(RouteType)(0),                       // 2: felix.RouteType
 	(IPPoolType)(0),                      // 3: felix.IPPoolType
-	(RoutePriority)(0),                   // 4: felix.RoutePriority
-	(Action)(0),                          // 5: felix.Action
-	(IPSetUpdate_IPSetType)(0),           // 6: felix.IPSetUpdate.IPSetType
-	(Statistic_Direction)(0),             // 7: felix.Statistic.Direction
-	(Statistic_Relativity)(0),            // 8: felix.Statistic.Relativity
-	(Statistic_Kind)(0),                  // 9: felix.Statistic.Kind
-	(RuleTrace_Direction)(0),             // 10: felix.RuleTrace.Direction
-	(*SyncRequest)(nil),                  // 11: felix.SyncRequest
-	(*ToDataplane)(nil),                  // 12: felix.ToDataplane
-	(*FromDataplane)(nil),                // 13: felix.FromDataplane
-	(*ConfigUpdate)(nil),                 // 14: felix.ConfigUpdate
-	(*RawConfig)(nil),                    // 15: felix.RawConfig
-	(*InSync)(nil),                       // 16: felix.InSync
-	(*IPSetUpdate)(nil),                  // 17: felix.IPSetUpdate
-	(*IPSetDeltaUpdate)(nil),             // 18: felix.IPSetDeltaUpdate
-	(*IPSetRemove)(nil),                  // 19: felix.IPSetRemove
-	(*ActiveProfileUpdate)(nil),          // 20: felix.ActiveProfileUpdate
-	(*ActiveProfileRemove)(nil),          // 21: felix.ActiveProfileRemove
-	(*ProfileID)(nil),                    // 22: felix.ProfileID
-	(*Profile)(nil),                      // 23: felix.Profile
-	(*ActivePolicyUpdate)(nil),           // 24: felix.ActivePolicyUpdate
-	(*ActivePolicyRemove)(nil),           // 25: felix.ActivePolicyRemove
-	(*PolicyID)(nil),                     // 26: felix.PolicyID
-	(*Policy)(nil),                       // 27: felix.Policy
-	(*Rule)(nil),                         // 28: felix.Rule
-	(*ServiceAccountMatch)(nil),          // 29: felix.ServiceAccountMatch
-	(*HTTPMatch)(nil),                    // 30: felix.HTTPMatch
-	(*RuleMetadata)(nil),                 // 31: felix.RuleMetadata
-	(*IcmpTypeAndCode)(nil),              // 32: felix.IcmpTypeAndCode
-	(*Protocol)(nil),                     // 33: felix.Protocol
-	(*PortRange)(nil),                    // 34: felix.PortRange
-	(*WorkloadEndpointID)(nil),           // 35: felix.WorkloadEndpointID
-	(*WorkloadEndpointUpdate)(nil),       // 36: felix.WorkloadEndpointUpdate
-	(*WorkloadEndpoint)(nil),             // 37: felix.WorkloadEndpoint
-	(*WorkloadBpfSkipRedir)(nil),         // 38: felix.WorkloadBpfSkipRedir
-	(*QoSControls)(nil),                  // 39: felix.QoSControls
-	(*QoSPolicy)(nil),                    // 40: felix.QoSPolicy
-	(*LocalBGPPeer)(nil),                 // 41: felix.LocalBGPPeer
-	(*WorkloadEndpointRemove)(nil),       // 42: felix.WorkloadEndpointRemove
-	(*HostEndpointID)(nil),               // 43: felix.HostEndpointID
-	(*HostEndpointUpdate)(nil),           // 44: felix.HostEndpointUpdate
-	(*HostEndpoint)(nil),                 // 45: felix.HostEndpoint
-	(*HostEndpointRemove)(nil),           // 46: felix.HostEndpointRemove
-	(*TierInfo)(nil),                     // 47: felix.TierInfo
-	(*NatInfo)(nil),                      // 48: felix.NatInfo
-	(*ProcessStatusUpdate)(nil),          // 49: felix.ProcessStatusUpdate
-	(*HostEndpointStatusUpdate)(nil),     // 50: felix.HostEndpointStatusUpdate
-	(*EndpointStatus)(nil),               // 51: felix.EndpointStatus
-	(*HostEndpointStatusRemove)(nil),     // 52: felix.HostEndpointStatusRemove
-	(*WorkloadEndpointStatusUpdate)(nil), // 53: felix.WorkloadEndpointStatusUpdate
-	(*WorkloadEndpointStatusRemove)(nil), // 54: felix.WorkloadEndpointStatusRemove
-	(*WireguardStatusUpdate)(nil),        // 55: felix.WireguardStatusUpdate
-	(*DataplaneInSync)(nil),              // 56: felix.DataplaneInSync
-	(*HostMetadataUpdate)(nil),           // 57: felix.HostMetadataUpdate
-	(*HostMetadataRemove)(nil),           // 58: felix.HostMetadataRemove
-	(*IPAMPoolUpdate)(nil),               // 59: felix.IPAMPoolUpdate
-	(*IPAMPoolRemove)(nil),               // 60: felix.IPAMPoolRemove
-	(*IPAMPool)(nil),                     // 61: felix.IPAMPool
-	(*Encapsulation)(nil),                // 62: felix.Encapsulation
-	(*ServiceAccountUpdate)(nil),         // 63: felix.ServiceAccountUpdate
-	(*ServiceAccountRemove)(nil),         // 64: felix.ServiceAccountRemove
-	(*ServiceAccountID)(nil),             // 65: felix.ServiceAccountID
-	(*NamespaceUpdate)(nil),              // 66: felix.NamespaceUpdate
-	(*NamespaceRemove)(nil),              // 67: felix.NamespaceRemove
-	(*NamespaceID)(nil),                  // 68: felix.NamespaceID
-	(*TunnelType)(nil),                   // 69: felix.TunnelType
-	(*RouteUpdate)(nil),                  // 70: felix.RouteUpdate
-	(*RouteRemove)(nil),                  // 71: felix.RouteRemove
-	(*VXLANTunnelEndpointUpdate)(nil),    // 72: felix.VXLANTunnelEndpointUpdate
-	(*VXLANTunnelEndpointRemove)(nil),    // 73: felix.VXLANTunnelEndpointRemove
-	(*WireguardEndpointUpdate)(nil),      // 74: felix.WireguardEndpointUpdate
-	(*WireguardEndpointRemove)(nil),      // 75: felix.WireguardEndpointRemove
-	(*WireguardEndpointV6Update)(nil),    // 76: felix.WireguardEndpointV6Update
-	(*WireguardEndpointV6Remove)(nil),    // 77: felix.WireguardEndpointV6Remove
-	(*GlobalBGPConfigUpdate)(nil),        // 78: felix.GlobalBGPConfigUpdate
-	(*ServiceUpdate)(nil),                // 79: felix.ServiceUpdate
-	(*ServicePort)(nil),                  // 80: felix.ServicePort
-	(*ServiceRemove)(nil),                // 81: felix.ServiceRemove
-	(*ServiceBackendsUpdate)(nil),        // 82: felix.ServiceBackendsUpdate
-	(*ServiceBackend)(nil),               // 83: felix.ServiceBackend
-	(*ServiceBackendsRemove)(nil),        // 84: felix.ServiceBackendsRemove
-	(*HappyEndpointsReport)(nil),         // 85: felix.HappyEndpointsReport
-	(*DataplaneStats)(nil),               // 86: felix.DataplaneStats
-	(*Statistic)(nil),                    // 87: felix.Statistic
-	(*RuleTrace)(nil),                    // 88: felix.RuleTrace
-	(*ReportResult)(nil),                 // 89: felix.ReportResult
-	nil,                                  // 90: felix.ConfigUpdate.ConfigEntry
-	nil,                                  // 91: felix.ConfigUpdate.SourceToRawConfigEntry
-	nil,                                  // 92: felix.RawConfig.ConfigEntry
-	(*HTTPMatch_PathMatch)(nil),          // 93: felix.HTTPMatch.PathMatch
-	nil,                                  // 94: felix.RuleMetadata.AnnotationsEntry
-	nil,                                  // 95: felix.WorkloadEndpoint.AnnotationsEntry
-	nil,                                  // 96: felix.HostMetadataUpdate.LabelsEntry
-	nil,                                  // 97: felix.ServiceAccountUpdate.LabelsEntry
-	nil,                                  // 98: felix.NamespaceUpdate.LabelsEntry
+	(Action)(0),                          // 4: felix.Action
+	(IPSetUpdate_IPSetType)(0),           // 5: felix.IPSetUpdate.IPSetType
+	(Statistic_Direction)(0),             // 6: felix.Statistic.Direction
+	(Statistic_Relativity)(0),            // 7: felix.Statistic.Relativity
+	(Statistic_Kind)(0),                  // 8: felix.Statistic.Kind
+	(RuleTrace_Direction)(0),             // 9: felix.RuleTrace.Direction
+	(*SyncRequest)(nil),                  // 10: felix.SyncRequest
+	(*ToDataplane)(nil),                  // 11: felix.ToDataplane
+	(*FromDataplane)(nil),                // 12: felix.FromDataplane
+	(*ConfigUpdate)(nil),                 // 13: felix.ConfigUpdate
+	(*RawConfig)(nil),                    // 14: felix.RawConfig
+	(*InSync)(nil),                       // 15: felix.InSync
+	(*IPSetUpdate)(nil),                  // 16: felix.IPSetUpdate
+	(*IPSetDeltaUpdate)(nil),             // 17: felix.IPSetDeltaUpdate
+	(*IPSetRemove)(nil),                  // 18: felix.IPSetRemove
+	(*ActiveProfileUpdate)(nil),          // 19: felix.ActiveProfileUpdate
+	(*ActiveProfileRemove)(nil),          // 20: felix.ActiveProfileRemove
+	(*ProfileID)(nil),                    // 21: felix.ProfileID
+	(*Profile)(nil),                      // 22: felix.Profile
+	(*ActivePolicyUpdate)(nil),           // 23: felix.ActivePolicyUpdate
+	(*ActivePolicyRemove)(nil),           // 24: felix.ActivePolicyRemove
+	(*PolicyID)(nil),                     // 25: felix.PolicyID
+	(*Policy)(nil),                       // 26: felix.Policy
+	(*Rule)(nil),                         // 27: felix.Rule
+	(*ServiceAccountMatch)(nil),          // 28: felix.ServiceAccountMatch
+	(*HTTPMatch)(nil),                    // 29: felix.HTTPMatch
+	(*RuleMetadata)(nil),                 // 30: felix.RuleMetadata
+	(*IcmpTypeAndCode)(nil),              // 31: felix.IcmpTypeAndCode
+	(*Protocol)(nil),                     // 32: felix.Protocol
+	(*PortRange)(nil),                    // 33: felix.PortRange
+	(*WorkloadEndpointID)(nil),           // 34: felix.WorkloadEndpointID
+	(*WorkloadEndpointUpdate)(nil),       // 35: felix.WorkloadEndpointUpdate
+	(*WorkloadEndpoint)(nil),             // 36: felix.WorkloadEndpoint
+	(*WorkloadBpfSkipRedir)(nil),         // 37: felix.WorkloadBpfSkipRedir
+	(*QoSControls)(nil),                  // 38: felix.QoSControls
+	(*QoSPolicy)(nil),                    // 39: felix.QoSPolicy
+	(*LocalBGPPeer)(nil),                 // 40: felix.LocalBGPPeer
+	(*WorkloadEndpointRemove)(nil),       // 41: felix.WorkloadEndpointRemove
+	(*HostEndpointID)(nil),               // 42: felix.HostEndpointID
+	(*HostEndpointUpdate)(nil),           // 43: felix.HostEndpointUpdate
+	(*HostEndpoint)(nil),                 // 44: felix.HostEndpoint
+	(*HostEndpointRemove)(nil),           // 45: felix.HostEndpointRemove
+	(*TierInfo)(nil),                     // 46: felix.TierInfo
+	(*NatInfo)(nil),                      // 47: felix.NatInfo
+	(*ProcessStatusUpdate)(nil),          // 48: felix.ProcessStatusUpdate
+	(*HostEndpointStatusUpdate)(nil),     // 49: felix.HostEndpointStatusUpdate
+	(*EndpointStatus)(nil),               // 50: felix.EndpointStatus
+	(*HostEndpointStatusRemove)(nil),     // 51: felix.HostEndpointStatusRemove
+	(*WorkloadEndpointStatusUpdate)(nil), // 52: felix.WorkloadEndpointStatusUpdate
+	(*WorkloadEndpointStatusRemove)(nil), // 53: felix.WorkloadEndpointStatusRemove
+	(*WireguardStatusUpdate)(nil),        // 54: felix.WireguardStatusUpdate
+	(*DataplaneInSync)(nil),              // 55: felix.DataplaneInSync
+	(*HostMetadataUpdate)(nil),           // 56: felix.HostMetadataUpdate
+	(*HostMetadataRemove)(nil),           // 57: felix.HostMetadataRemove
+	(*IPAMPoolUpdate)(nil),               // 58: felix.IPAMPoolUpdate
+	(*IPAMPoolRemove)(nil),               // 59: felix.IPAMPoolRemove
+	(*IPAMPool)(nil),                     // 60: felix.IPAMPool
+	(*Encapsulation)(nil),                // 61: felix.Encapsulation
+	(*ServiceAccountUpdate)(nil),         // 62: felix.ServiceAccountUpdate
+	(*ServiceAccountRemove)(nil),         // 63: felix.ServiceAccountRemove
+	(*ServiceAccountID)(nil),             // 64: felix.ServiceAccountID
+	(*NamespaceUpdate)(nil),              // 65: felix.NamespaceUpdate
+	(*NamespaceRemove)(nil),              // 66: felix.NamespaceRemove
+	(*NamespaceID)(nil),                  // 67: felix.NamespaceID
+	(*TunnelType)(nil),                   // 68: felix.TunnelType
+	(*RouteUpdate)(nil),                  // 69: felix.RouteUpdate
+	(*RouteRemove)(nil),                  // 70: felix.RouteRemove
+	(*VXLANTunnelEndpointUpdate)(nil),    // 71: felix.VXLANTunnelEndpointUpdate
+	(*VXLANTunnelEndpointRemove)(nil),    // 72: felix.VXLANTunnelEndpointRemove
+	(*WireguardEndpointUpdate)(nil),      // 73: felix.WireguardEndpointUpdate
+	(*WireguardEndpointRemove)(nil),      // 74: felix.WireguardEndpointRemove
+	(*WireguardEndpointV6Update)(nil),    // 75: felix.WireguardEndpointV6Update
+	(*WireguardEndpointV6Remove)(nil),    // 76: felix.WireguardEndpointV6Remove
+	(*GlobalBGPConfigUpdate)(nil),        // 77: felix.GlobalBGPConfigUpdate
+	(*ServiceUpdate)(nil),                // 78: felix.ServiceUpdate
+	(*ServicePort)(nil),                  // 79: felix.ServicePort
+	(*ServiceRemove)(nil),                // 80: felix.ServiceRemove
+	(*ServiceBackendsUpdate)(nil),        // 81: felix.ServiceBackendsUpdate
+	(*ServiceBackend)(nil),               // 82: felix.ServiceBackend
+	(*ServiceBackendsRemove)(nil),        // 83: felix.ServiceBackendsRemove
+	(*HappyEndpointsReport)(nil),         // 84: felix.HappyEndpointsReport
+	(*DataplaneStats)(nil),               // 85: felix.DataplaneStats
+	(*Statistic)(nil),                    // 86: felix.Statistic
+	(*RuleTrace)(nil),                    // 87: felix.RuleTrace
+	(*ReportResult)(nil),                 // 88: felix.ReportResult
+	nil,                                  // 89: felix.ConfigUpdate.ConfigEntry
+	nil,                                  // 90: felix.ConfigUpdate.SourceToRawConfigEntry
+	nil,                                  // 91: felix.RawConfig.ConfigEntry
+	(*HTTPMatch_PathMatch)(nil),          // 92: felix.HTTPMatch.PathMatch
+	nil,                                  // 93: felix.RuleMetadata.AnnotationsEntry
+	nil,                                  // 94: felix.WorkloadEndpoint.AnnotationsEntry
+	nil,                                  // 95: felix.HostMetadataUpdate.LabelsEntry
+	nil,                                  // 96: felix.ServiceAccountUpdate.LabelsEntry
+	nil,                                  // 97: felix.NamespaceUpdate.LabelsEntry
 }
 var file_felix_felixbackend_proto_depIdxs = []int32{
-	16,  // 0: felix.ToDataplane.in_sync:type_name -> felix.InSync
-	17,  // 1: felix.ToDataplane.ipset_update:type_name -> felix.IPSetUpdate
-	18,  // 2: felix.ToDataplane.ipset_delta_update:type_name -> felix.IPSetDeltaUpdate
-	19,  // 3: felix.ToDataplane.ipset_remove:type_name -> felix.IPSetRemove
-	20,  // 4: felix.ToDataplane.active_profile_update:type_name -> felix.ActiveProfileUpdate
-	21,  // 5: felix.ToDataplane.active_profile_remove:type_name -> felix.ActiveProfileRemove
-	24,  // 6: felix.ToDataplane.active_policy_update:type_name -> felix.ActivePolicyUpdate
-	25,  // 7: felix.ToDataplane.active_policy_remove:type_name -> felix.ActivePolicyRemove
-	44,  // 8: felix.ToDataplane.host_endpoint_update:type_name -> felix.HostEndpointUpdate
-	46,  // 9: felix.ToDataplane.host_endpoint_remove:type_name -> felix.HostEndpointRemove
-	36,  // 10: felix.ToDataplane.workload_endpoint_update:type_name -> felix.WorkloadEndpointUpdate
-	42,  // 11: felix.ToDataplane.workload_endpoint_remove:type_name -> felix.WorkloadEndpointRemove
-	14,  // 12: felix.ToDataplane.config_update:type_name -> felix.ConfigUpdate
-	57,  // 13: felix.ToDataplane.host_metadata_update:type_name -> felix.HostMetadataUpdate
-	59,  // 14: felix.ToDataplane.ipam_pool_update:type_name -> felix.IPAMPoolUpdate
-	60,  // 15: felix.ToDataplane.ipam_pool_remove:type_name -> felix.IPAMPoolRemove
-	58,  // 16: felix.ToDataplane.host_metadata_remove:type_name -> felix.HostMetadataRemove
-	63,  // 17: felix.ToDataplane.service_account_update:type_name -> felix.ServiceAccountUpdate
-	64,  // 18: felix.ToDataplane.service_account_remove:type_name -> felix.ServiceAccountRemove
-	66,  // 19: felix.ToDataplane.namespace_update:type_name -> felix.NamespaceUpdate
-	67,  // 20: felix.ToDataplane.namespace_remove:type_name -> felix.NamespaceRemove
-	70,  // 21: felix.ToDataplane.route_update:type_name -> felix.RouteUpdate
-	71,  // 22: felix.ToDataplane.route_remove:type_name -> felix.RouteRemove
-	72,  // 23: felix.ToDataplane.vtep_update:type_name -> felix.VXLANTunnelEndpointUpdate
-	73,  // 24: felix.ToDataplane.vtep_remove:type_name -> felix.VXLANTunnelEndpointRemove
-	74,  // 25: felix.ToDataplane.wireguard_endpoint_update:type_name -> felix.WireguardEndpointUpdate
-	75,  // 26: felix.ToDataplane.wireguard_endpoint_remove:type_name -> felix.WireguardEndpointRemove
-	78,  // 27: felix.ToDataplane.global_bgp_config_update:type_name -> felix.GlobalBGPConfigUpdate
-	62,  // 28: felix.ToDataplane.encapsulation:type_name -> felix.Encapsulation
-	79,  // 29: felix.ToDataplane.service_update:type_name -> felix.ServiceUpdate
-	81,  // 30: felix.ToDataplane.service_remove:type_name -> felix.ServiceRemove
-	76,  // 31: felix.ToDataplane.wireguard_endpoint_v6_update:type_name -> felix.WireguardEndpointV6Update
-	77,  // 32: felix.ToDataplane.wireguard_endpoint_v6_remove:type_name -> felix.WireguardEndpointV6Remove
-	82,  // 33: felix.ToDataplane.service_backends_update:type_name -> felix.ServiceBackendsUpdate
-	84,  // 34: felix.ToDataplane.service_backends_remove:type_name -> felix.ServiceBackendsRemove
-	49,  // 35: felix.FromDataplane.process_status_update:type_name -> felix.ProcessStatusUpdate
-	50,  // 36: felix.FromDataplane.host_endpoint_status_update:type_name -> felix.HostEndpointStatusUpdate
-	52,  // 37: felix.FromDataplane.host_endpoint_status_remove:type_name -> felix.HostEndpointStatusRemove
-	53,  // 38: felix.FromDataplane.workload_endpoint_status_update:type_name -> felix.WorkloadEndpointStatusUpdate
-	54,  // 39: felix.FromDataplane.workload_endpoint_status_remove:type_name -> felix.WorkloadEndpointStatusRemove
-	55,  // 40: felix.FromDataplane.wireguard_status_update:type_name -> felix.WireguardStatusUpdate
-	56,  // 41: felix.FromDataplane.dataplane_in_sync:type_name -> felix.DataplaneInSync
-	85,  // 42: felix.FromDataplane.happy_endpoints:type_name -> felix.HappyEndpointsReport
-	90,  // 43: felix.ConfigUpdate.config:type_name -> felix.ConfigUpdate.ConfigEntry
-	91,  // 44: felix.ConfigUpdate.source_to_raw_config:type_name -> felix.ConfigUpdate.SourceToRawConfigEntry
-	92,  // 45: felix.RawConfig.config:type_name -> felix.RawConfig.ConfigEntry
-	6,   // 46: felix.IPSetUpdate.type:type_name -> felix.IPSetUpdate.IPSetType
-	22,  // 47: felix.ActiveProfileUpdate.id:type_name -> felix.ProfileID
-	23,  // 48: felix.ActiveProfileUpdate.profile:type_name -> felix.Profile
-	22,  // 49: felix.ActiveProfileRemove.id:type_name -> felix.ProfileID
-	28,  // 50: felix.Profile.inbound_rules:type_name -> felix.Rule
-	28,  // 51: felix.Profile.outbound_rules:type_name -> felix.Rule
-	26,  // 52: felix.ActivePolicyUpdate.id:type_name -> felix.PolicyID
-	27,  // 53: felix.ActivePolicyUpdate.policy:type_name -> felix.Policy
-	26,  // 54: felix.ActivePolicyRemove.id:type_name -> felix.PolicyID
-	28,  // 55: felix.Policy.inbound_rules:type_name -> felix.Rule
-	28,  // 56: felix.Policy.outbound_rules:type_name -> felix.Rule
+	15,  // 0: felix.ToDataplane.in_sync:type_name -> felix.InSync
+	16,  // 1: felix.ToDataplane.ipset_update:type_name -> felix.IPSetUpdate
+	17,  // 2: felix.ToDataplane.ipset_delta_update:type_name -> felix.IPSetDeltaUpdate
+	18,  // 3: felix.ToDataplane.ipset_remove:type_name -> felix.IPSetRemove
+	19,  // 4: felix.ToDataplane.active_profile_update:type_name -> felix.ActiveProfileUpdate
+	20,  // 5: felix.ToDataplane.active_profile_remove:type_name -> felix.ActiveProfileRemove
+	23,  // 6: felix.ToDataplane.active_policy_update:type_name -> felix.ActivePolicyUpdate
+	24,  // 7: felix.ToDataplane.active_policy_remove:type_name -> felix.ActivePolicyRemove
+	43,  // 8: felix.ToDataplane.host_endpoint_update:type_name -> felix.HostEndpointUpdate
+	45,  // 9: felix.ToDataplane.host_endpoint_remove:type_name -> felix.HostEndpointRemove
+	35,  // 10: felix.ToDataplane.workload_endpoint_update:type_name -> felix.WorkloadEndpointUpdate
+	41,  // 11: felix.ToDataplane.workload_endpoint_remove:type_name -> felix.WorkloadEndpointRemove
+	13,  // 12: felix.ToDataplane.config_update:type_name -> felix.ConfigUpdate
+	56,  // 13: felix.ToDataplane.host_metadata_update:type_name -> felix.HostMetadataUpdate
+	58,  // 14: felix.ToDataplane.ipam_pool_update:type_name -> felix.IPAMPoolUpdate
+	59,  // 15: felix.ToDataplane.ipam_pool_remove:type_name -> felix.IPAMPoolRemove
+	57,  // 16: felix.ToDataplane.host_metadata_remove:type_name -> felix.HostMetadataRemove
+	62,  // 17: felix.ToDataplane.service_account_update:type_name -> felix.ServiceAccountUpdate
+	63,  // 18: felix.ToDataplane.service_account_remove:type_name -> felix.ServiceAccountRemove
+	65,  // 19: felix.ToDataplane.namespace_update:type_name -> felix.NamespaceUpdate
+	66,  // 20: felix.ToDataplane.namespace_remove:type_name -> felix.NamespaceRemove
+	69,  // 21: felix.ToDataplane.route_update:type_name -> felix.RouteUpdate
+	70,  // 22: felix.ToDataplane.route_remove:type_name -> felix.RouteRemove
+	71,  // 23: felix.ToDataplane.vtep_update:type_name -> felix.VXLANTunnelEndpointUpdate
+	72,  // 24: felix.ToDataplane.vtep_remove:type_name -> felix.VXLANTunnelEndpointRemove
+	73,  // 25: felix.ToDataplane.wireguard_endpoint_update:type_name -> felix.WireguardEndpointUpdate
+	74,  // 26: felix.ToDataplane.wireguard_endpoint_remove:type_name -> felix.WireguardEndpointRemove
+	77,  // 27: felix.ToDataplane.global_bgp_config_update:type_name -> felix.GlobalBGPConfigUpdate
+	61,  // 28: felix.ToDataplane.encapsulation:type_name -> felix.Encapsulation
+	78,  // 29: felix.ToDataplane.service_update:type_name -> felix.ServiceUpdate
+	80,  // 30: felix.ToDataplane.service_remove:type_name -> felix.ServiceRemove
+	75,  // 31: felix.ToDataplane.wireguard_endpoint_v6_update:type_name -> felix.WireguardEndpointV6Update
+	76,  // 32: felix.ToDataplane.wireguard_endpoint_v6_remove:type_name -> felix.WireguardEndpointV6Remove
+	81,  // 33: felix.ToDataplane.service_backends_update:type_name -> felix.ServiceBackendsUpdate
+	83,  // 34: felix.ToDataplane.service_backends_remove:type_name -> felix.ServiceBackendsRemove
+	48,  // 35: felix.FromDataplane.process_status_update:type_name -> felix.ProcessStatusUpdate
+	49,  // 36: felix.FromDataplane.host_endpoint_status_update:type_name -> felix.HostEndpointStatusUpdate
+	51,  // 37: felix.FromDataplane.host_endpoint_status_remove:type_name -> felix.HostEndpointStatusRemove
+	52,  // 38: felix.FromDataplane.workload_endpoint_status_update:type_name -> felix.WorkloadEndpointStatusUpdate
+	53,  // 39: felix.FromDataplane.workload_endpoint_status_remove:type_name -> felix.WorkloadEndpointStatusRemove
+	54,  // 40: felix.FromDataplane.wireguard_status_update:type_name -> felix.WireguardStatusUpdate
+	55,  // 41: felix.FromDataplane.dataplane_in_sync:type_name -> felix.DataplaneInSync
+	84,  // 42: felix.FromDataplane.happy_endpoints:type_name -> felix.HappyEndpointsReport
+	89,  // 43: felix.ConfigUpdate.config:type_name -> felix.ConfigUpdate.ConfigEntry
+	90,  // 44: felix.ConfigUpdate.source_to_raw_config:type_name -> felix.ConfigUpdate.SourceToRawConfigEntry
+	91,  // 45: felix.RawConfig.config:type_name -> felix.RawConfig.ConfigEntry
+	5,   // 46: felix.IPSetUpdate.type:type_name -> felix.IPSetUpdate.IPSetType
+	21,  // 47: felix.ActiveProfileUpdate.id:type_name -> felix.ProfileID
+	22,  // 48: felix.ActiveProfileUpdate.profile:type_name -> felix.Profile
+	21,  // 49: felix.ActiveProfileRemove.id:type_name -> felix.ProfileID
+	27,  // 50: felix.Profile.inbound_rules:type_name -> felix.Rule
+	27,  // 51: felix.Profile.outbound_rules:type_name -> felix.Rule
+	25,  // 52: felix.ActivePolicyUpdate.id:type_name -> felix.PolicyID
+	26,  // 53: felix.ActivePolicyUpdate.policy:type_name -> felix.Policy
+	25,  // 54: felix.ActivePolicyRemove.id:type_name -> felix.PolicyID
+	27,  // 55: felix.Policy.inbound_rules:type_name -> felix.Rule
+	27,  // 56: felix.Policy.outbound_rules:type_name -> felix.Rule
 	0,   // 57: felix.Rule.ip_version:type_name -> felix.IPVersion
-	33,  // 58: felix.Rule.protocol:type_name -> felix.Protocol
-	34,  // 59: felix.Rule.src_ports:type_name -> felix.PortRange
-	34,  // 60: felix.Rule.dst_ports:type_name -> felix.PortRange
-	32,  // 61: felix.Rule.icmp_type_code:type_name -> felix.IcmpTypeAndCode
-	33,  // 62: felix.Rule.not_protocol:type_name -> felix.Protocol
-	34,  // 63: felix.Rule.not_src_ports:type_name -> felix.PortRange
-	34,  // 64: felix.Rule.not_dst_ports:type_name -> felix.PortRange
-	32,  // 65: felix.Rule.not_icmp_type_code:type_name -> felix.IcmpTypeAndCode
-	29,  // 66: felix.Rule.src_service_account_match:type_name -> felix.ServiceAccountMatch
-	29,  // 67: felix.Rule.dst_service_account_match:type_name -> felix.ServiceAccountMatch
-	30,  // 68: felix.Rule.http_match:type_name -> felix.HTTPMatch
-	31,  // 69: felix.Rule.metadata:type_name -> felix.RuleMetadata
-	93,  // 70: felix.HTTPMatch.paths:type_name -> felix.HTTPMatch.PathMatch
-	94,  // 71: felix.RuleMetadata.annotations:type_name -> felix.RuleMetadata.AnnotationsEntry
-	35,  // 72: felix.WorkloadEndpointUpdate.id:type_name -> felix.WorkloadEndpointID
-	37,  // 73: felix.WorkloadEndpointUpdate.endpoint:type_name -> felix.WorkloadEndpoint
-	47,  // 74: felix.WorkloadEndpoint.tiers:type_name -> felix.TierInfo
-	48,  // 75: felix.WorkloadEndpoint.ipv4_nat:type_name -> felix.NatInfo
-	48,  // 76: felix.WorkloadEndpoint.ipv6_nat:type_name -> felix.NatInfo
-	95,  // 77: felix.WorkloadEndpoint.annotations:type_name -> felix.WorkloadEndpoint.AnnotationsEntry
-	39,  // 78: felix.WorkloadEndpoint.qos_controls:type_name -> felix.QoSControls
-	41,  // 79: felix.WorkloadEndpoint.local_bgp_peer:type_name -> felix.LocalBGPPeer
-	38,  // 80: felix.WorkloadEndpoint.skip_redir:type_name -> felix.WorkloadBpfSkipRedir
-	40,  // 81: felix.WorkloadEndpoint.qos_policies:type_name -> felix.QoSPolicy
+	32,  // 58: felix.Rule.protocol:type_name -> felix.Protocol
+	33,  // 59: felix.Rule.src_ports:type_name -> felix.PortRange
+	33,  // 60: felix.Rule.dst_ports:type_name -> felix.PortRange
+	31,  // 61: felix.Rule.icmp_type_code:type_name -> felix.IcmpTypeAndCode
+	32,  // 62: felix.Rule.not_protocol:type_name -> felix.Protocol
+	33,  // 63: felix.Rule.not_src_ports:type_name -> felix.PortRange
+	33,  // 64: felix.Rule.not_dst_ports:type_name -> felix.PortRange
+	31,  // 65: felix.Rule.not_icmp_type_code:type_name -> felix.IcmpTypeAndCode
+	28,  // 66: felix.Rule.src_service_account_match:type_name -> felix.ServiceAccountMatch
+	28,  // 67: felix.Rule.dst_service_account_match:type_name -> felix.ServiceAccountMatch
+	29,  // 68: felix.Rule.http_match:type_name -> felix.HTTPMatch
+	30,  // 69: felix.Rule.metadata:type_name -> felix.RuleMetadata
+	92,  // 70: felix.HTTPMatch.paths:type_name -> felix.HTTPMatch.PathMatch
+	93,  // 71: felix.RuleMetadata.annotations:type_name -> felix.RuleMetadata.AnnotationsEntry
+	34,  // 72: felix.WorkloadEndpointUpdate.id:type_name -> felix.WorkloadEndpointID
+	36,  // 73: felix.WorkloadEndpointUpdate.endpoint:type_name -> felix.WorkloadEndpoint
+	46,  // 74: felix.WorkloadEndpoint.tiers:type_name -> felix.TierInfo
+	47,  // 75: felix.WorkloadEndpoint.ipv4_nat:type_name -> felix.NatInfo
+	47,  // 76: felix.WorkloadEndpoint.ipv6_nat:type_name -> felix.NatInfo
+	94,  // 77: felix.WorkloadEndpoint.annotations:type_name -> felix.WorkloadEndpoint.AnnotationsEntry
+	38,  // 78: felix.WorkloadEndpoint.qos_controls:type_name -> felix.QoSControls
+	40,  // 79: felix.WorkloadEndpoint.local_bgp_peer:type_name -> felix.LocalBGPPeer
+	37,  // 80: felix.WorkloadEndpoint.skip_redir:type_name -> felix.WorkloadBpfSkipRedir
+	39,  // 81: felix.WorkloadEndpoint.qos_policies:type_name -> felix.QoSPolicy
 	1,   // 82: felix.WorkloadEndpoint.live_migration_role:type_name -> felix.LiveMigrationRole
-	35,  // 83: felix.WorkloadEndpointRemove.id:type_name -> felix.WorkloadEndpointID
-	43,  // 84: felix.HostEndpointUpdate.id:type_name -> felix.HostEndpointID
-	45,  // 85: felix.HostEndpointUpdate.endpoint:type_name -> felix.HostEndpoint
-	47,  // 86: felix.HostEndpoint.tiers:type_name -> felix.TierInfo
-	47,  // 87: felix.HostEndpoint.untracked_tiers:type_name -> felix.TierInfo
-	47,  // 88: felix.HostEndpoint.pre_dnat_tiers:type_name -> felix.TierInfo
-	47,  // 89: felix.HostEndpoint.forward_tiers:type_name -> felix.TierInfo
-	40,  // 90: felix.HostEndpoint.qos_policies:type_name -> felix.QoSPolicy
-	43,  // 91: felix.HostEndpointRemove.id:type_name -> felix.HostEndpointID
-	26,  // 92: felix.TierInfo.ingress_policies:type_name -> felix.PolicyID
-	26,  // 93: felix.TierInfo.egress_policies:type_name -> felix.PolicyID
-	43,  // 94: felix.HostEndpointStatusUpdate.id:type_name -> felix.HostEndpointID
-	51,  // 95: felix.HostEndpointStatusUpdate.status:type_name -> felix.EndpointStatus
-	43,  // 96: felix.HostEndpointStatusRemove.id:type_name -> felix.HostEndpointID
-	35,  // 97: felix.WorkloadEndpointStatusUpdate.id:type_name -> felix.WorkloadEndpointID
-	51,  // 98: felix.WorkloadEndpointStatusUpdate.status:type_name -> felix.EndpointStatus
-	37,  // 99: felix.WorkloadEndpointStatusUpdate.endpoint:type_name -> felix.WorkloadEndpoint
-	35,  // 100: felix.WorkloadEndpointStatusRemove.id:type_name -> felix.WorkloadEndpointID
+	34,  // 83: felix.WorkloadEndpointRemove.id:type_name -> felix.WorkloadEndpointID
+	42,  // 84: felix.HostEndpointUpdate.id:type_name -> felix.HostEndpointID
+	44,  // 85: felix.HostEndpointUpdate.endpoint:type_name -> felix.HostEndpoint
+	46,  // 86: felix.HostEndpoint.tiers:type_name -> felix.TierInfo
+	46,  // 87: felix.HostEndpoint.untracked_tiers:type_name -> felix.TierInfo
+	46,  // 88: felix.HostEndpoint.pre_dnat_tiers:type_name -> felix.TierInfo
+	46,  // 89: felix.HostEndpoint.forward_tiers:type_name -> felix.TierInfo
+	39,  // 90: felix.HostEndpoint.qos_policies:type_name -> felix.QoSPolicy
+	42,  // 91: felix.HostEndpointRemove.id:type_name -> felix.HostEndpointID
+	25,  // 92: felix.TierInfo.ingress_policies:type_name -> felix.PolicyID
+	25,  // 93: felix.TierInfo.egress_policies:type_name -> felix.PolicyID
+	42,  // 94: felix.HostEndpointStatusUpdate.id:type_name -> felix.HostEndpointID
+	50,  // 95: felix.HostEndpointStatusUpdate.status:type_name -> felix.EndpointStatus
+	42,  // 96: felix.HostEndpointStatusRemove.id:type_name -> felix.HostEndpointID
+	34,  // 97: felix.WorkloadEndpointStatusUpdate.id:type_name -> felix.WorkloadEndpointID
+	50,  // 98: felix.WorkloadEndpointStatusUpdate.status:type_name -> felix.EndpointStatus
+	36,  // 99: felix.WorkloadEndpointStatusUpdate.endpoint:type_name -> felix.WorkloadEndpoint
+	34,  // 100: felix.WorkloadEndpointStatusRemove.id:type_name -> felix.WorkloadEndpointID
 	0,   // 101: felix.WireguardStatusUpdate.ip_version:type_name -> felix.IPVersion
-	96,  // 102: felix.HostMetadataUpdate.labels:type_name -> felix.HostMetadataUpdate.LabelsEntry
-	61,  // 103: felix.IPAMPoolUpdate.pool:type_name -> felix.IPAMPool
-	65,  // 104: felix.ServiceAccountUpdate.id:type_name -> felix.ServiceAccountID
-	97,  // 105: felix.ServiceAccountUpdate.labels:type_name -> felix.ServiceAccountUpdate.LabelsEntry
-	65,  // 106: felix.ServiceAccountRemove.id:type_name -> felix.ServiceAccountID
-	68,  // 107: felix.NamespaceUpdate.id:type_name -> felix.NamespaceID
-	98,  // 108: felix.NamespaceUpdate.labels:type_name -> felix.NamespaceUpdate.LabelsEntry
-	68,  // 109: felix.NamespaceRemove.id:type_name -> felix.NamespaceID
+	95,  // 102: felix.HostMetadataUpdate.labels:type_name -> felix.HostMetadataUpdate.LabelsEntry
+	60,  // 103: felix.IPAMPoolUpdate.pool:type_name -> felix.IPAMPool
+	64,  // 104: felix.ServiceAccountUpdate.id:type_name -> felix.ServiceAccountID
+	96,  // 105: felix.ServiceAccountUpdate.labels:type_name -> felix.ServiceAccountUpdate.LabelsEntry
+	64,  // 106: felix.ServiceAccountRemove.id:type_name -> felix.ServiceAccountID
+	67,  // 107: felix.NamespaceUpdate.id:type_name -> felix.NamespaceID
+	97,  // 108: felix.NamespaceUpdate.labels:type_name -> felix.NamespaceUpdate.LabelsEntry
+	67,  // 109: felix.NamespaceRemove.id:type_name -> felix.NamespaceID
 	3,   // 110: felix.RouteUpdate.ip_pool_type:type_name -> felix.IPPoolType
-	69,  // 111: felix.RouteUpdate.tunnel_type:type_name -> felix.TunnelType
+	68,  // 111: felix.RouteUpdate.tunnel_type:type_name -> felix.TunnelType
 	2,   // 112: felix.RouteUpdate.types:type_name -> felix.RouteType
-	4,   // 113: felix.RouteUpdate.priority:type_name -> felix.RoutePriority
-	80,  // 114: felix.ServiceUpdate.ports:type_name -> felix.ServicePort
-	83,  // 115: felix.ServiceBackendsUpdate.backends:type_name -> felix.ServiceBackend
-	35,  // 116: felix.HappyEndpointsReport.added:type_name -> felix.WorkloadEndpointID
-	35,  // 117: felix.HappyEndpointsReport.removed:type_name -> felix.WorkloadEndpointID
-	33,  // 118: felix.DataplaneStats.protocol:type_name -> felix.Protocol
-	87,  // 119: felix.DataplaneStats.stats:type_name -> felix.Statistic
-	88,  // 120: felix.DataplaneStats.rules:type_name -> felix.RuleTrace
-	5,   // 121: felix.DataplaneStats.action:type_name -> felix.Action
-	7,   // 122: felix.Statistic.direction:type_name -> felix.Statistic.Direction
-	8,   // 123: felix.Statistic.relativity:type_name -> felix.Statistic.Relativity
-	9,   // 124: felix.Statistic.kind:type_name -> felix.Statistic.Kind
-	5,   // 125: felix.Statistic.action:type_name -> felix.Action
-	26,  // 126: felix.RuleTrace.policy:type_name -> felix.PolicyID
-	22,  // 127: felix.RuleTrace.profile:type_name -> felix.ProfileID
-	10,  // 128: felix.RuleTrace.direction:type_name -> felix.RuleTrace.Direction
-	15,  // 129: felix.ConfigUpdate.SourceToRawConfigEntry.value:type_name -> felix.RawConfig
-	11,  // 130: felix.PolicySync.Sync:input_type -> felix.SyncRequest
-	86,  // 131: felix.PolicySync.Report:input_type -> felix.DataplaneStats
-	12,  // 132: felix.PolicySync.Sync:output_type -> felix.ToDataplane
-	89,  // 133: felix.PolicySync.Report:output_type -> felix.ReportResult
-	132, // [132:134] is the sub-list for method output_type
-	130, // [130:132] is the sub-list for method input_type
-	130, // [130:130] is the sub-list for extension type_name
-	130, // [130:130] is the sub-list for extension extendee
-	0,   // [0:130] is the sub-list for field type_name
+	79,  // 113: felix.ServiceUpdate.ports:type_name -> felix.ServicePort
+	82,  // 114: felix.ServiceBackendsUpdate.backends:type_name -> felix.ServiceBackend
+	34,  // 115: felix.HappyEndpointsReport.added:type_name -> felix.WorkloadEndpointID
+	34,  // 116: felix.HappyEndpointsReport.removed:type_name -> felix.WorkloadEndpointID
+	32,  // 117: felix.DataplaneStats.protocol:type_name -> felix.Protocol
+	86,  // 118: felix.DataplaneStats.stats:type_name -> felix.Statistic
+	87,  // 119: felix.DataplaneStats.rules:type_name -> felix.RuleTrace
+	4,   // 120: felix.DataplaneStats.action:type_name -> felix.Action
+	6,   // 121: felix.Statistic.direction:type_name -> felix.Statistic.Direction
+	7,   // 122: felix.Statistic.relativity:type_name -> felix.Statistic.Relativity
+	8,   // 123: felix.Statistic.kind:type_name -> felix.Statistic.Kind
+	4,   // 124: felix.Statistic.action:type_name -> felix.Action
+	25,  // 125: felix.RuleTrace.policy:type_name -> felix.PolicyID
+	21,  // 126: felix.RuleTrace.profile:type_name -> felix.ProfileID
+	9,   // 127: felix.RuleTrace.direction:type_name -> felix.RuleTrace.Direction
+	14,  // 128: felix.ConfigUpdate.SourceToRawConfigEntry.value:type_name -> felix.RawConfig
+	10,  // 129: felix.PolicySync.Sync:input_type -> felix.SyncRequest
+	85,  // 130: felix.PolicySync.Report:input_type -> felix.DataplaneStats
+	11,  // 131: felix.PolicySync.Sync:output_type -> felix.ToDataplane
+	88,  // 132: felix.PolicySync.Report:output_type -> felix.ReportResult
+	131, // [131:133] is the sub-list for method output_type
+	129, // [129:131] is the sub-list for method input_type
+	129, // [129:129] is the sub-list for extension type_name
+	129, // [129:129] is the sub-list for extension extendee
+	0,   // [0:129] is the sub-list for field type_name
 }
 
 func init() { file_felix_felixbackend_proto_init() }
@@ -7431,7 +7368,7 @@ func file_felix_felixbackend_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_felix_felixbackend_proto_rawDesc), len(file_felix_felixbackend_proto_rawDesc)),
-			NumEnums:      11,
+			NumEnums:      10,
 			NumMessages:   88,
 			NumExtensions: 0,
 			NumServices:   1,

@@ -219,7 +219,6 @@ func goldenCases() []goldenCase {
 					varint(8, 1),          // nat_outgoing
 					sub(10, varint(2, 1)), // tunnel_type.vxlan
 					varint(12, 1|16),      // types: REMOTE_WORKLOAD|REMOTE_TUNNEL
-					varint(13, 1),         // priority ELEVATED
 				),
 			),
 			empty: &felix.ToDataplane{},
@@ -233,7 +232,6 @@ func goldenCases() []goldenCase {
 					NatOutgoing: true,
 					TunnelType:  &felix.TunnelType{Vxlan: true},
 					Types:       felix.RouteType_REMOTE_WORKLOAD | felix.RouteType_REMOTE_TUNNEL,
-					Priority:    felix.RoutePriority_ELEVATED,
 				}},
 			},
 		},
