@@ -1,9 +1,12 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
+	"strings"
 	"testing"
 
+	dpdv1 "github.com/dpd-dev/dpd/proto/dpd/v1"
 	"github.com/dpd-dev/dpd/proto/felix"
 )
 
@@ -36,6 +39,24 @@ func stagedInB(name string, rules ...*felix.Rule) *felix.ToDataplane {
 	m := inB(name, rules...)
 	m.GetActivePolicyUpdate().Id.Kind = "StagedGlobalNetworkPolicy"
 	return m
+}
+
+// traceB traces a TCP packet from A to B's port and checks what decided
+// and, when a policy did, that it is want; a staged policy must never be
+// named, whatever decided.
+func (e *env) traceB(t *testing.T, port uint32, verdict, decidedBy, want string) {
+	t.Helper()
+	tr, err := e.d.Client(t).Inspect().Trace(context.Background(), &dpdv1.TraceRequest{
+		Endpoint: "k8s/ns/" + e.b.Pod + "/eth0", Direction: "ingress", Protocol: "tcp",
+		SrcIp: e.a.IP, DstIp: e.b.IP, SrcPort: 40000, DstPort: port})
+	if err != nil {
+		t.Fatalf("trace A -> B:%d: %v", port, err)
+	}
+	pol := tr.GetRule().GetPolicy()
+	if tr.GetVerdict() != verdict || tr.GetDecidedBy() != decidedBy || strings.Contains(pol, "staged") ||
+		(want != "" && !strings.HasSuffix(pol, want)) {
+		t.Errorf("trace A -> B:%d = %v, want %s by %s %s (never a staged policy)", port, tr, verdict, decidedBy, want)
+	}
 }
 
 // policyCases is the packet matrix for policy on B's ingress (and B's egress
@@ -99,6 +120,8 @@ func policyCases() []policyCase {
 				Denied(TCP(e.a, e.b.IP, tcpPort)),
 				Denied(Ping(e.a, e.b.IP)),
 			)
+			e.traceB(t, tcpOther, "allow", "policy", "only-8081")
+			e.traceB(t, tcpPort, "deny", "tier-default", "")
 		}},
 		{"staged-only-tier-passes", func(t *testing.T, e *env) {
 			// A tier of only staged policies does not end in its default
@@ -111,6 +134,7 @@ func policyCases() []policyCase {
 				Allowed(TCP(e.a, e.b.IP, tcpPort)),
 				Allowed(UDP(e.a, e.b.IP, udpPort)),
 			)
+			e.traceB(t, tcpPort, "allow", "profile", "")
 		}},
 		{"tier-default-deny", func(t *testing.T, e *env) {
 			pol := inB("only-8081", Allow(Proto("tcp"), DstPorts(Port(tcpOther))))
