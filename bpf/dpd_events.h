@@ -5,7 +5,8 @@
  * userspace reads (dataplane/tcbpf/events.go). Only the policy path calls
  * in: conntrack hits return before it, so established traffic never pays
  * for events. Denied flows are rate-limited per flow through dpd_ev_deny.
- * Layouts are in dpd_abi.h; sizes are set by userspace before loading.
+ * Layouts are in dpd_abi.h and the maps in dpd_maps.h; sizes are set by
+ * userspace before loading.
  */
 #ifndef DPD_EVENTS_H
 #define DPD_EVENTS_H
@@ -14,62 +15,6 @@
 #include <bpf/bpf_helpers.h>
 #include "dpd_abi.h"
 #include "dpd_maps.h"
-
-/* Ring of struct dpd_flow_event; max_entries is its size in bytes. */
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 1 << 20);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} dpd_events SEC(".maps");
-
-/* Events a full ring could not take (per CPU). */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u64);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} dpd_ev_drops SEC(".maps");
-
-/* On/off and the denied-flow interval; written by userspace. */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct dpd_ev_cfg);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} dpd_ev_cfg SEC(".maps");
-
-/* Denied flows reported recently, with the packets denied since: a
- * direct-mapped cache (dpd_abi.h). */
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 65536);
-	__type(key, __u32);
-	__type(value, struct dpd_ev_deny);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} dpd_ev_deny SEC(".maps");
-
-/* Staged previews: the preview program of endpoint slot s, direction d
- * at DPD_JUMP_POL_BASE + 2*s + d, as in dpd_jump; max_entries is set by
- * userspace to dpd_jump's. Pinned like dpd_jump: a restarted dpd finds its
- * epilogue current (it refers to the map) and the previews of the
- * endpoints it adopts still installed (their programs are pinned too). */
-struct {
-	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
-	__uint(max_entries, 2016);
-	__type(key, __u32);
-	__type(value, __u32);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} dpd_preview SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct dpd_preview_st);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} dpd_preview_st SEC(".maps");
 
 /* Keeps struct dpd_flow_event in the object's BTF (only a ring buffer
  * record has it, and records are untyped), for bpf2go and the layout test.

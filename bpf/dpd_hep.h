@@ -61,43 +61,6 @@
 #define AF_INET6 10
 #endif
 
-/* FailsafeInboundHostPorts / FailsafeOutboundHostPorts, written by userspace. */
-struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, 1024);
-	__type(key, struct dpd_failsafe_key);
-	__type(value, __u32);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} dpd_failsafes SEC(".maps");
-
-/* The IPv6 failsafes: entries as in dpd_failsafes, 16-byte addresses. */
-struct {
-	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
-	__uint(max_entries, 1024);
-	__type(key, struct dpd_failsafe6_key);
-	__type(value, __u32);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} dpd_failsafes6 SEC(".maps");
-
-/* ifindex -> the untracked and pre-DNAT policy slots of a host interface. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, 1000);
-	__type(key, __u32);
-	__type(value, struct dpd_hep_stages);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} dpd_hep_stages SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct dpd_hep_cfg);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} dpd_hep_cfg SEC(".maps");
-
 /* The policy compiler's counter id of "no rule matched" (rule_id of the
  * final deny), per DPD_DIR_*: a staged evaluation that ends there goes on.
  * Tests check them against abi.go and dataplane/tcbpf/polprog. */

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
 /*
- * dpd_maps.h: every map of the entry object, and nothing else. All are
+ * dpd_maps.h: every map of the entry object, and nothing else (a test in
+ * this package refuses a map defined in any other file). All are
  * pinned by name under the pin directory (LIBBPF_PIN_BY_NAME), so the
  * policy programs that dataplane/tcbpf/polprog loads separately and a
  * restarted dpd use the very same instances. max_entries here are
@@ -193,5 +194,117 @@ static __always_inline void dpd_drop_count(__u32 reason, __u32 len)
 		c->bytes += len;
 	}
 }
+
+/* ---- Flow events and staged previews (dpd_events.h reads and writes them). ---- */
+
+/* Ring of struct dpd_flow_event; max_entries is its size in bytes. */
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 1 << 20);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dpd_events SEC(".maps");
+
+/* Events a full ring could not take (per CPU). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dpd_ev_drops SEC(".maps");
+
+/* On/off and the denied-flow interval; written by userspace. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct dpd_ev_cfg);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dpd_ev_cfg SEC(".maps");
+
+/* Denied flows reported recently, with the packets denied since: a
+ * direct-mapped cache (dpd_abi.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 65536);
+	__type(key, __u32);
+	__type(value, struct dpd_ev_deny);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dpd_ev_deny SEC(".maps");
+
+/* Staged previews: the preview program of endpoint slot s, direction d
+ * at DPD_JUMP_POL_BASE + 2*s + d, as in dpd_jump; max_entries is set by
+ * userspace to dpd_jump's. Pinned like dpd_jump: a restarted dpd finds its
+ * epilogue current (it refers to the map) and the previews of the
+ * endpoints it adopts still installed (their programs are pinned too). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, 2016);
+	__type(key, __u32);
+	__type(value, __u32);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dpd_preview SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct dpd_preview_st);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dpd_preview_st SEC(".maps");
+
+/* ---- NAT scratch (dpd_nat.h). ---- */
+
+/* dpd_ct_new is where the entry program builds a new conntrack value: at
+ * 88 bytes it does not fit beside the rest of the entry's stack and the
+ * IPv6 walk's frame (512 bytes together). Per CPU: a packet is processed
+ * on one CPU from start to end. Pinned like every map the entry programs
+ * use, so a restarted dpd finds its attached programs current. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+	__type(key, __u32);
+	__type(value, struct dpd_ct_val);
+} dpd_ct_new SEC(".maps");
+
+/* ---- Host endpoints (dpd_hep.h): failsafes, stages, configuration. ---- */
+
+/* FailsafeInboundHostPorts / FailsafeOutboundHostPorts, written by userspace. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 1024);
+	__type(key, struct dpd_failsafe_key);
+	__type(value, __u32);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dpd_failsafes SEC(".maps");
+
+/* The IPv6 failsafes: entries as in dpd_failsafes, 16-byte addresses. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(max_entries, 1024);
+	__type(key, struct dpd_failsafe6_key);
+	__type(value, __u32);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dpd_failsafes6 SEC(".maps");
+
+/* ifindex -> the untracked and pre-DNAT policy slots of a host interface. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1000);
+	__type(key, __u32);
+	__type(value, struct dpd_hep_stages);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dpd_hep_stages SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct dpd_hep_cfg);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dpd_hep_cfg SEC(".maps");
 
 #endif

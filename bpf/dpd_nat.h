@@ -186,19 +186,6 @@ static __always_inline void dpd_nat_flow_key(struct dpd_ct_key *k, const struct 
 	dpd_ct_key_set(k, p->saddr6, p->daddr6, p->sport, p->dport, p->proto, p->family, DPD_DIR_NAT, ifindex);
 }
 
-/* dpd_ct_new is where the entry program builds a new conntrack value: at
- * 88 bytes it does not fit beside the rest of the entry's stack and the
- * IPv6 walk's frame (512 bytes together). Per CPU: a packet is processed
- * on one CPU from start to end. Pinned like every map the entry programs
- * use, so a restarted dpd finds its attached programs current. */
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, 1);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-	__type(key, __u32);
-	__type(value, struct dpd_ct_val);
-} dpd_ct_new SEC(".maps");
-
 /* dpd_nat_from_wep translates a packet leaving a workload: a reply to the
  * hairpin address goes back to the workload, a packet to a frontend goes to
  * its connection's backend. p is updated to what the packet now carries,

@@ -194,7 +194,7 @@ func (d *Datapath) attachedPrograms(ifindex int) ([]ebpf.ProgramID, error) {
 		case err == nil:
 		case isGone(err):
 			return nil, nil
-		case errors.Is(err, unix.EINVAL), errors.Is(err, ebpf.ErrNotSupported):
+		case (errors.Is(err, unix.EINVAL) || errors.Is(err, ebpf.ErrNotSupported)) && kernelLacksTCX():
 			continue // a kernel before TCX: nothing can be attached there
 		default:
 			return nil, fmt.Errorf("query tcx programs of %d: %w", ifindex, err)
