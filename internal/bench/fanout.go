@@ -63,7 +63,7 @@ func (r *runner) fanout(ctx context.Context) error {
 	if err := r.ctl.send(sharedPolicyUpdate(true)); err != nil {
 		return err
 	}
-	arrivals, err := pollFlips(ctx, ic, sample)
+	arrivals, lastDeny, err := pollFlips(ctx, ic, sample)
 	if err != nil {
 		return err
 	}
@@ -72,6 +72,9 @@ func (r *runner) fanout(ctx context.Context) error {
 		flips[j] = at.Sub(sent)
 	}
 	f.FirstFlip, f.LastFlip = slices.Min(flips), slices.Max(flips)
+	if !lastDeny.IsZero() {
+		f.LastDeny = lastDeny.Sub(sent)
+	}
 	after, err := r.awaitOneProgram(ctx, keys, before)
 	if err != nil {
 		return fmt.Errorf("after the policy change: %w", err)
@@ -83,8 +86,8 @@ func (r *runner) fanout(ctx context.Context) error {
 	if h := r.ctl.tr.happyCount(); int(h) != n {
 		return fmt.Errorf("after the policy change the stream reports %d happy endpoints, want %d", h, n)
 	}
-	r.progress("P2: sampled endpoints enforce the change after %s..%s (trace round trip %s); all %d on program %s by %s",
-		round(f.FirstFlip), round(f.LastFlip), round(f.TraceRTT), n, after, round(f.AllChecked))
+	r.progress("P2: sampled endpoints enforce the change after %s..%s, the last deny traced at %s (trace round trip %s); all %d on program %s by %s",
+		round(f.FirstFlip), round(f.LastFlip), round(f.LastDeny), round(f.TraceRTT), n, after, round(f.AllChecked))
 	return r.ctl.healthy()
 }
 
@@ -110,50 +113,51 @@ func sampleIndexes(n, k int) []int {
 	return slices.Compact(out)
 }
 
-// pollers trace the sample concurrently: enough to keep the resolution
-// near one round trip, few enough not to starve dpd of the machine's two
-// cores.
-const pollers = 2
-
-// pollFlips traces each sampled endpoint until it allows the packet and
-// returns when each did (the arrival of the first allowing answer).
-func pollFlips(ctx context.Context, ic dpdv1.InspectClient, sample []int) ([]time.Time, error) {
-	flips := make([]time.Time, len(sample))
-	errs := make([]error, pollers)
+// pollFlips traces each sampled endpoint, each in a poller of its own,
+// until it allows the packet, and returns when each did (the arrival of
+// the first allowing answer) and when the last trace still answering deny
+// started. One poller per sample sees each flip within about one round
+// trip of it: with fewer, a poller's samples are traced in turn and a flip
+// shows only when the round comes back to it (2 pollers for 20 samples
+// read P2 11.6-13.5 ms where every endpoint had flipped by 4.4-4.8 ms).
+// Waiting pollers cost dpd nothing: it runs at most 4 heavy Inspect calls
+// at once and queues the rest.
+func pollFlips(ctx context.Context, ic dpdv1.InspectClient, sample []int) (flips []time.Time, lastDeny time.Time, err error) {
+	flips = make([]time.Time, len(sample))
+	denied := make([]time.Time, len(sample)) // start of each sample's last deny answer
+	errs := make([]error, len(sample))
 	var wg sync.WaitGroup
-	for p := range pollers {
+	for j, ep := range sample {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var mine []int // positions in sample this poller owns
-			for j := p; j < len(sample); j += pollers {
-				mine = append(mine, j)
-			}
-			for len(mine) > 0 {
-				left := mine[:0]
-				for _, j := range mine {
-					resp, err := ic.Trace(ctx, flipTrace(sample[j]))
-					if err != nil {
-						errs[p] = fmt.Errorf("trace after the change: %w", err)
-						return
-					}
-					if resp.GetVerdict() == "allow" {
-						flips[j] = time.Now()
-					} else {
-						left = append(left, j)
-					}
+			for {
+				t0 := time.Now()
+				resp, err := ic.Trace(ctx, flipTrace(ep))
+				if err != nil {
+					errs[j] = fmt.Errorf("trace after the change: %w", err)
+					return
 				}
-				mine = left
+				if resp.GetVerdict() == "allow" {
+					flips[j] = time.Now()
+					return
+				}
+				denied[j] = t0
 			}
 		}()
 	}
 	wg.Wait()
 	for _, err := range errs {
 		if err != nil {
-			return nil, err
+			return nil, time.Time{}, err
 		}
 	}
-	return flips, nil
+	for _, d := range denied {
+		if d.After(lastDeny) {
+			lastDeny = d
+		}
+	}
+	return flips, lastDeny, nil
 }
 
 // awaitOneProgram polls Inspect until every endpoint of keys is up, clean

@@ -152,10 +152,10 @@ func (r *Results) methodSection(w writer) {
 		"all run one ingress program). Then one ActivePolicyUpdate changes that policy's first inbound rule from deny "+
 		"to allow for TCP to port %d, once the node has gone quiet (as for P1). %d endpoints spread over the order dpd applies them in (first and last "+
 		"included) are traced with `Inspect/Trace` — the attached program run on a crafted packet with "+
-		"`BPF_PROG_TEST_RUN` — by %d concurrent pollers until each answers allow. P2 is the time from sending the "+
-		"change to the last sampled flip; the resolution is about one trace round trip per sampled endpoint a "+
-		"poller owns. Afterwards Inspect must show all %d endpoints on one new program, and the stream must still "+
-		"report each up.\n", flipPort, s.TraceSample, pollers, s.Endpoints)
+		"`BPF_PROG_TEST_RUN` — each by a poller of its own until it answers allow. P2 is the time from sending the "+
+		"change to the last sampled flip, an upper bound within about one trace round trip (dpd runs 4 traces at "+
+		"once and queues the rest); the last trace still answering deny gives the lower bound. Afterwards Inspect must show all %d endpoints on one new program, and the stream must still "+
+		"report each up.\n", flipPort, s.TraceSample, s.Endpoints)
 	w("* **P1, endpoint → up.** After P3's endpoints are removed and their veths deleted (every phase's veths go with its "+
 		"endpoints, so the node never holds more workload interfaces than the scale) and the node has gone quiet "+
 		"(dpd at most one 10 ms CPU tick, the whole machine at most three, in each of two 100 ms windows), %d new endpoints arrive one every %s, the way a "+
@@ -250,9 +250,11 @@ func (r *Results) detailSection(w writer) {
 	}
 	f := r.Fanout
 	w("\n**P2**: %d endpoints, %d sampled; trace round trip %s (median, before the change); first sampled flip %s, "+
-		"last %s; every endpoint on the new program per Inspect by %s (asked after the last flip, so an upper bound). "+
-		"Moving the endpoints onto the shared policy took %s.\n\n",
-		f.Endpoints, f.Sampled, fmtDur(f.TraceRTT), fmtDur(f.FirstFlip), fmtDur(f.LastFlip), fmtDur(f.AllChecked), fmtDur(f.Prepare))
+		"last %s; the last trace still answering deny started at %s, so every sampled endpoint enforced the change "+
+		"between %s and %s; every endpoint on the new program per Inspect by %s (asked after the last flip, so an upper "+
+		"bound). Moving the endpoints onto the shared policy took %s.\n\n",
+		f.Endpoints, f.Sampled, fmtDur(f.TraceRTT), fmtDur(f.FirstFlip), fmtDur(f.LastFlip), fmtDur(f.LastDeny),
+		fmtDur(f.LastDeny), fmtDur(f.LastFlip), fmtDur(f.AllChecked), fmtDur(f.Prepare))
 	c := r.Cold
 	w("**P3**: DataplaneInSync %s, last endpoint up %s after the first message; removing the %d endpoints later took %s.\n\n",
 		fmtDur(c.InSync), fmtDur(c.AllUp), c.Endpoints, fmtDur(c.Teardown))

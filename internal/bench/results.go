@@ -50,6 +50,11 @@ type Fanout struct {
 	TraceRTT  time.Duration // median Trace round trip before the change: the resolution
 	FirstFlip time.Duration // change sent -> first sampled endpoint enforces it
 	LastFlip  time.Duration // change sent -> last sampled endpoint enforces it
+	// LastDeny is when the last trace that still answered deny started:
+	// every sampled endpoint enforced the change between LastDeny and
+	// LastFlip (a sample is traced in turn, so LastFlip is an upper bound
+	// that includes the rest of its poller's round).
+	LastDeny time.Duration
 	// AllChecked is when Inspect, asked right after the last sampled flip,
 	// showed every endpoint on the new program: an upper bound for all.
 	AllChecked time.Duration
