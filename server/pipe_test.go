@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protowire"
 
-	"github.com/dpd-dev/dpd/dataplane/model"
 	"github.com/dpd-dev/dpd/internal/testutil"
 	"github.com/dpd-dev/dpd/proto/felix"
 	"github.com/dpd-dev/dpd/server"
@@ -207,22 +206,12 @@ func TestPipeSendsFelixOnlyWhatItReads(t *testing.T) {
 // policy only, and the messages are counted as the older generation.
 func TestPipeLegacyGeneration(t *testing.T) {
 	inW, d := startPipe(t)
-	for _, m := range [][]byte{
-		pcat(pvar(15, 1), legacyPolicy("default", "default.allow-all", "allow")),
-		pcat(pvar(15, 2), legacyPolicy("default", "staged:default.deny-all", "deny")),
-		pcat(pvar(15, 3), legacyWorkload("demo/a", "cali-a", "10.65.0.1/32", "staged:default.deny-all", "default.allow-all")),
-		pcat(pvar(15, 4), psub(1)), // InSync
-	} {
+	for _, m := range legacySnapshot() {
 		if _, err := inW.Write(pipeFrame(m)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	id := model.WorkloadID{Orchestrator: "k8s", Workload: "demo/a", Endpoint: "eth0"}
-	testutil.WaitFor(t, 10*time.Second, "the older-encoded endpoint applied with its enforced policy", func() bool {
-		ep, ok := d.Kernel.Endpoint(id)
-		return ok && len(ep.Ingress.Tiers) == 1 && len(ep.Ingress.Tiers[0].Policies) == 1 &&
-			strings.Contains(ep.Ingress.Tiers[0].Policies[0].Name, "default.allow-all")
-	})
+	waitLegacyApplied(t, d)
 	if n := d.MetricWhere(t, "dpd_felix_wire_messages_total", map[string]string{"transport": "pipe", "generation": "legacy"}); n != 3 {
 		t.Fatalf("legacy messages counted on the pipe: %v, want 3", n)
 	}

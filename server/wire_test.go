@@ -88,6 +88,31 @@ func legacyPolicy(tier, name, action string) []byte {
 	return psub(7, psub(1, pstr(1, tier), pstr(2, name)), psub(2, psub(1, pstr(1, action)), psub(2, pstr(1, "allow"))))
 }
 
+// legacySnapshot is an endpoint and its policies encoded the v3.28-v3.31
+// way, then InSync: an enforced policy and one staged the older way (a
+// name prefix), both in the endpoint's tier.
+func legacySnapshot() [][]byte {
+	return [][]byte{
+		pcat(pvar(15, 1), legacyPolicy("default", "default.allow-all", "allow")),
+		pcat(pvar(15, 2), legacyPolicy("default", "staged:default.deny-all", "deny")),
+		pcat(pvar(15, 3), legacyWorkload("demo/a", "cali-a", "10.65.0.1/32", "staged:default.deny-all", "default.allow-all")),
+		pcat(pvar(15, 4), psub(1)), // InSync
+	}
+}
+
+// waitLegacyApplied waits until legacySnapshot's endpoint is applied with
+// the enforced policy alone, and returns its id.
+func waitLegacyApplied(t *testing.T, d *servertest.Daemon) model.WorkloadID {
+	t.Helper()
+	id := model.WorkloadID{Orchestrator: "k8s", Workload: "demo/a", Endpoint: "eth0"}
+	testutil.WaitFor(t, 10*time.Second, "the older-encoded endpoint applied with its enforced policy", func() bool {
+		ep, ok := d.Kernel.Endpoint(id)
+		return ok && len(ep.Ingress.Tiers) == 1 && len(ep.Ingress.Tiers[0].Policies) == 1 &&
+			strings.Contains(ep.Ingress.Tiers[0].Policies[0].Name, "default.allow-all")
+	})
+	return id
+}
+
 // TestSyncLegacyGeneration: a controller speaking the v3.28-v3.31
 // encoding over gRPC gets its policy enforced; an undecodable update of
 // an endpoint puts that endpoint in error and fails it closed; an
@@ -96,17 +121,10 @@ func legacyPolicy(tier, name, action string) []byte {
 func TestSyncLegacyGeneration(t *testing.T) {
 	d := servertest.Start(t, "")
 	r := openRawSync(t, d.Socket)
-	r.send(pcat(pvar(15, 1), legacyPolicy("default", "default.allow-all", "allow")))
-	// Staged the v3.28-v3.31 way: a name prefix. Never enforced.
-	r.send(pcat(pvar(15, 2), legacyPolicy("default", "staged:default.deny-all", "deny")))
-	r.send(pcat(pvar(15, 3), legacyWorkload("demo/a", "cali-a", "10.65.0.1/32", "staged:default.deny-all", "default.allow-all")))
-	r.send(pcat(pvar(15, 4), psub(1))) // InSync
-	id := model.WorkloadID{Orchestrator: "k8s", Workload: "demo/a", Endpoint: "eth0"}
-	testutil.WaitFor(t, 10*time.Second, "the older-encoded endpoint applied with its policy", func() bool {
-		ep, ok := d.Kernel.Endpoint(id)
-		return ok && len(ep.Ingress.Tiers) == 1 && len(ep.Ingress.Tiers[0].Policies) == 1 &&
-			strings.Contains(ep.Ingress.Tiers[0].Policies[0].Name, "default.allow-all")
-	})
+	for _, m := range legacySnapshot() {
+		r.send(m)
+	}
+	id := waitLegacyApplied(t, d)
 	if n := d.MetricWhere(t, "dpd_felix_wire_messages_total", map[string]string{"transport": "grpc", "generation": "legacy"}); n != 3 {
 		t.Fatalf("legacy messages counted: %v, want 3", n)
 	}
