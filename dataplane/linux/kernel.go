@@ -63,8 +63,8 @@ type Kernel struct {
 	// datapath calls the epilogue indirectly. Guarded by mu.
 	reloader *directReloader
 	// lastApply is when a call of the engine's last touched the kernel: the
-	// end of an endpoint's or host endpoint's apply or removal, each
-	// preload, the end of a pass. The reloader starts a load only after
+	// end of an endpoint's or host endpoint's apply or removal or of the
+	// to-host policy's apply, each preload, the end of a pass. The reloader starts a load only after
 	// reloadQuiet without one. Guarded by mu.
 	lastApply time.Time
 	sizes     tcbpf.MapSizes // guarded by mu

@@ -7,6 +7,9 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	dpdv1 "github.com/dpd-dev/dpd/proto/dpd/v1"
 )
 
@@ -116,12 +119,12 @@ func sampleIndexes(n, k int) []int {
 // pollFlips traces each sampled endpoint, each in a poller of its own,
 // until it allows the packet, and returns when each did (the arrival of
 // the first allowing answer) and when the last trace still answering deny
-// started. One poller per sample sees each flip within about one round
-// trip of it: with fewer, a poller's samples are traced in turn and a flip
+// started. With one poller per sample a flip shows with that sample's
+// next trace: with fewer, a poller's samples are traced in turn and a flip
 // shows only when the round comes back to it (2 pollers for 20 samples
 // read P2 11.6-13.5 ms where every endpoint had flipped by 4.4-4.8 ms).
-// Waiting pollers cost dpd nothing: it runs at most 4 heavy Inspect calls
-// at once and queues the rest.
+// dpd admits 4 heavy Inspect calls at once and queues the rest for up to
+// 2 s; a call it turns away as busy is asked again.
 func pollFlips(ctx context.Context, ic dpdv1.InspectClient, sample []int) (flips []time.Time, lastDeny time.Time, err error) {
 	flips = make([]time.Time, len(sample))
 	denied := make([]time.Time, len(sample)) // start of each sample's last deny answer
@@ -134,6 +137,9 @@ func pollFlips(ctx context.Context, ic dpdv1.InspectClient, sample []int) (flips
 			for {
 				t0 := time.Now()
 				resp, err := ic.Trace(ctx, flipTrace(ep))
+				if status.Code(err) == codes.ResourceExhausted && ctx.Err() == nil {
+					continue // busy: the queue waited out its 2 s
+				}
 				if err != nil {
 					errs[j] = fmt.Errorf("trace after the change: %w", err)
 					return

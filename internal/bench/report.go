@@ -153,8 +153,9 @@ func (r *Results) methodSection(w writer) {
 		"to allow for TCP to port %d, once the node has gone quiet (as for P1). %d endpoints spread over the order dpd applies them in (first and last "+
 		"included) are traced with `Inspect/Trace` — the attached program run on a crafted packet with "+
 		"`BPF_PROG_TEST_RUN` — each by a poller of its own until it answers allow. P2 is the time from sending the "+
-		"change to the last sampled flip, an upper bound within about one trace round trip (dpd runs 4 traces at "+
-		"once and queues the rest); the last trace still answering deny gives the lower bound. Afterwards Inspect must show all %d endpoints on one new program, and the stream must still "+
+		"change to the last sampled flip, an upper bound: a flip shows with the next trace of its sample (dpd runs "+
+		"traces one at a time under its kernel lock, 4 calls admitted at once, the rest queued); the last trace "+
+		"still answering deny gives the lower bound. Afterwards Inspect must show all %d endpoints on one new program, and the stream must still "+
 		"report each up.\n", flipPort, s.TraceSample, s.Endpoints)
 	w("* **P1, endpoint → up.** After P3's endpoints are removed and their veths deleted (every phase's veths go with its "+
 		"endpoints, so the node never holds more workload interfaces than the scale) and the node has gone quiet "+
@@ -250,8 +251,8 @@ func (r *Results) detailSection(w writer) {
 	}
 	f := r.Fanout
 	w("\n**P2**: %d endpoints, %d sampled; trace round trip %s (median, before the change); first sampled flip %s, "+
-		"last %s; the last trace still answering deny started at %s, so every sampled endpoint enforced the change "+
-		"between %s and %s; every endpoint on the new program per Inspect by %s (asked after the last flip, so an upper "+
+		"last %s; the last trace still answering deny started at %s, so the last sampled endpoint to flip enforced "+
+		"the change between %s and %s; every endpoint on the new program per Inspect by %s (asked after the last flip, so an upper "+
 		"bound). Moving the endpoints onto the shared policy took %s.\n\n",
 		f.Endpoints, f.Sampled, fmtDur(f.TraceRTT), fmtDur(f.FirstFlip), fmtDur(f.LastFlip), fmtDur(f.LastDeny),
 		fmtDur(f.LastDeny), fmtDur(f.LastFlip), fmtDur(f.AllChecked), fmtDur(f.Prepare))

@@ -51,9 +51,8 @@ type Fanout struct {
 	FirstFlip time.Duration // change sent -> first sampled endpoint enforces it
 	LastFlip  time.Duration // change sent -> last sampled endpoint enforces it
 	// LastDeny is when the last trace that still answered deny started:
-	// every sampled endpoint enforced the change between LastDeny and
-	// LastFlip (a sample is traced in turn, so LastFlip is an upper bound
-	// that includes the rest of its poller's round).
+	// the last sampled endpoint to flip enforced the change between
+	// LastDeny and LastFlip.
 	LastDeny time.Duration
 	// AllChecked is when Inspect, asked right after the last sampled flip,
 	// showed every endpoint on the new program: an upper bound for all.

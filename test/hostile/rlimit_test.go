@@ -25,6 +25,7 @@ func TestFileLimitRaised(t *testing.T) {
 	// syscall.Setrlimit (not a raw prlimit) so that os/exec hands the
 	// child this limit instead of the one the test binary started with.
 	low := syscall.Rlimit{Cur: startSoftLimit, Max: lim.Max}
+	t.Cleanup(func() { _ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim) }) // also if the start fails
 	must(t, syscall.Setrlimit(syscall.RLIMIT_NOFILE, &low))
 	d := startDaemon(t, nil)
 	must(t, syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim))
