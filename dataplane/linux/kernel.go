@@ -64,8 +64,8 @@ type Kernel struct {
 	reloader *directReloader
 	// lastApply is when a call of the engine's last touched the kernel: the
 	// end of an endpoint's or host endpoint's apply or removal or of the
-	// to-host policy's apply, each preload, the end of a pass. The reloader starts a load only after
-	// reloadQuiet without one. Guarded by mu.
+	// to-host policy's apply, each preload, the end of a pass. The reloader
+	// starts a load only after reloadQuiet without one. Guarded by mu.
 	lastApply time.Time
 	sizes     tcbpf.MapSizes // guarded by mu
 	// rpfPrefixes: the prefixes the IPv6 source check was last written

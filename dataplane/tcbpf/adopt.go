@@ -10,7 +10,6 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 
 	"github.com/dpd-dev/dpd/bpf"
 	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
@@ -194,7 +193,7 @@ func (d *Datapath) attachedPrograms(ifindex int) ([]ebpf.ProgramID, error) {
 		case err == nil:
 		case isGone(err):
 			return nil, nil
-		case (errors.Is(err, unix.EINVAL) || errors.Is(err, ebpf.ErrNotSupported)) && kernelLacksTCX():
+		case tcxMissing(err):
 			continue // a kernel before TCX: nothing can be attached there
 		default:
 			return nil, fmt.Errorf("query tcx programs of %d: %w", ifindex, err)

@@ -178,7 +178,7 @@ func (d *Datapath) ourTCXLinks(ifindex int, h hook) ([]link.ID, []ebpf.ProgramID
 // entry; programs in known are taken as such without a lookup.
 func ourTCXLinksKnown(ifindex int, h hook, known map[ebpf.ProgramID]bool) ([]link.ID, []ebpf.ProgramID, error) {
 	res, err := link.QueryPrograms(link.QueryOptions{Target: ifindex, Attach: h.tcx})
-	if errors.Is(err, unix.EINVAL) && kernelLacksTCX() {
+	if tcxMissing(err) {
 		// A valid ifindex and an unknown attach type: a kernel before TCX.
 		return nil, nil, fmt.Errorf("query tcx %s: %w", h.suffix, ebpf.ErrNotSupported)
 	}

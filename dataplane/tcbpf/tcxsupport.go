@@ -30,3 +30,10 @@ func kernelLacksTCX() bool {
 	}
 	return errors.Is(err, unix.EINVAL) || errors.Is(err, ebpf.ErrNotSupported)
 }
+
+// tcxMissing reports whether a TCX query failed because the kernel has no
+// TCX (EINVAL for the unknown attach type, or cilium/ebpf's own probe),
+// not for a reason the caller must report.
+func tcxMissing(err error) bool {
+	return (errors.Is(err, unix.EINVAL) || errors.Is(err, ebpf.ErrNotSupported)) && kernelLacksTCX()
+}

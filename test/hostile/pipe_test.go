@@ -3,7 +3,6 @@ package hostile_test
 import (
 	"context"
 	"encoding/binary"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -28,19 +27,12 @@ const (
 // each counted as invalid, cost under 100 log lines in all, leave the
 // endpoint applied before intact, and the daemon keeps answering.
 func TestZeroLengthPipeFrames(t *testing.T) {
-	inR, inW, err := os.Pipe() // fd 3: to dpd
-	must(t, err)
-	outR, outW, err := os.Pipe() // fd 4: from dpd
-	must(t, err)
-	t.Cleanup(func() { inW.Close(); outR.Close() })
+	d, inW, outR := startPipeDaemon(t)
 	go func() { // statuses: read and dropped
 		r := felixpipe.NewReader(outR, 0)
 		for r.Read(&felix.FromDataplane{}) == nil {
 		}
 	}()
-	d := startDaemon(t, []*os.File{inR, outW}, "--felix-pipe")
-	inR.Close()
-	outW.Close()
 
 	w := felixpipe.NewWriter(inW)
 	wep := &felix.WorkloadEndpointUpdate{
@@ -73,13 +65,8 @@ func TestZeroLengthPipeFrames(t *testing.T) {
 	d.checkRSS(t)
 
 	inW.Close() // Felix goes: dpd stops cleanly
-	select {
-	case <-d.done:
-		if d.waitErr != nil {
-			t.Fatalf("dpd exit: %v", d.waitErr)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("dpd did not stop at the end of the pipe")
+	if err := d.waitExit(t, 30*time.Second); err != nil {
+		t.Fatalf("dpd exit: %v", err)
 	}
 	if strings.Contains(d.log.text(), "panic") {
 		t.Fatal("panic in the log")
