@@ -32,7 +32,8 @@ var privilegedLock struct {
 }
 
 // lockPrivileged takes the machine-wide lock on first use and holds it until
-// the test binary exits; the kernel releases a flock with its holder.
+// the test binary exits; the kernel releases a flock with its holder. The
+// new holder first removes what killed holders left (removeLeftovers).
 func lockPrivileged(t testing.TB) {
 	t.Helper()
 	privilegedLock.once.Do(func() {
@@ -48,6 +49,9 @@ func lockPrivileged(t testing.TB) {
 		privilegedLock.f = f // kept open (and reachable) until exit
 		if privilegedLock.err == nil {
 			privilegedLock.err = os.Setenv(lockHolderEnv, strconv.Itoa(os.Getpid()))
+		}
+		if privilegedLock.err == nil {
+			privilegedLock.err = removeLeftovers()
 		}
 	})
 	if privilegedLock.err != nil {
