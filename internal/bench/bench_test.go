@@ -264,3 +264,20 @@ func TestUniqueWarnings(t *testing.T) {
 		t.Errorf("got %q", got)
 	}
 }
+
+// TestIngestRatioOfRounds: P5 is the median of the rounds' own ratios, not
+// the ratio of two medians a drifting machine moved apart.
+func TestIngestRatioOfRounds(t *testing.T) {
+	// The machine slowed by half after the first rounds: each round's
+	// ratio is 0.7, the medians' ratio 0.5.
+	in := Ingest{Stream: 35, Raw: 70, Ratios: []float64{0.7, 0.7, 0.7}}
+	if r, ok := in.ratio(); !ok || r != 0.7 {
+		t.Errorf("ratio %v %v, want the rounds' 0.7", r, ok)
+	}
+	if r, ok := (Ingest{Stream: 30, Raw: 100}).ratio(); !ok || r != 0.3 {
+		t.Errorf("without rounds: ratio %v %v, want 0.3", r, ok)
+	}
+	if _, ok := (Ingest{}).ratio(); ok {
+		t.Error("nothing measured, yet a ratio")
+	}
+}

@@ -177,7 +177,8 @@ func (r *Results) methodSection(w writer) {
 		"compiler) plus 10 ns, so those rows are in ns against that bound on this run's noop.\n", s.BPFBenchTime, s.BenchCount)
 	w("* **P5, ingest.** `BenchmarkSyncIngest` (client.Session over a Unix socket into dpd's real server and "+
 		"engine on the memory kernel) over `BenchmarkSyncIngestRaw` (the same messages into a gRPC server that "+
-		"discards them), messages per second, `-benchtime %s -count %d`, medians.\n", s.IngestBenchTime, s.BenchCount)
+		"discards them), messages per second, `-benchtime %s`, in %d rounds: each round runs the two back to back, "+
+		"the first of them alternating, and P5 is the median of the rounds' ratios (the machine's drift cancels out of each).\n", s.IngestBenchTime, s.BenchCount)
 	w("* **P7, real traffic.** After P1, pairs of pods wired as Calico's CNI plugin wires them "+
 		"(a namespace each; eth0 with /32 addresses and a default route via 169.254.1.1; the veth's host side in the node "+
 		"namespace): a client and a server in dpd's node namespace on `cali` host sides that dpd programs, and a client and a server "+
@@ -262,7 +263,7 @@ func (r *Results) detailSection(w writer) {
 	w("**P6**: peak RSS %.1f MiB, RSS %.1f MiB when read.\n\n", float64(r.Memory.PeakRSS)/(1<<20), float64(r.Memory.RSS)/(1<<20))
 	r.packetDetails(w)
 	in := r.Ingest
-	w("**P5**: %.0f msgs/s through dpd, %.0f msgs/s raw gRPC.\n\n", in.Stream, in.Raw)
+	w("**P5**: %.0f msgs/s through dpd, %.0f msgs/s raw gRPC (medians); ratio of each round %s.\n\n", in.Stream, in.Raw, percents(in.Ratios))
 	r.trafficDetails(w)
 }
 
@@ -353,4 +354,16 @@ func (r *Results) uniqueWarnings() []string {
 		}
 	}
 	return order
+}
+
+// percents lists ratios as percentages ("-" for none).
+func percents(rs []float64) string {
+	if len(rs) == 0 {
+		return "-"
+	}
+	out := make([]string, len(rs))
+	for i, r := range rs {
+		out[i] = fmt.Sprintf("%.1f %%", 100*r)
+	}
+	return strings.Join(out, ", ")
 }

@@ -38,6 +38,7 @@ type TrafficCase struct {
 	Verdicts []float64
 }
 
+// medianOf is the median of v (0 for none).
 func medianOf(v []float64) float64 {
 	if len(v) == 0 {
 		return 0
