@@ -71,7 +71,9 @@ func (e *Engine) applyEndpointUpserts(now time.Time, p *pass) {
 	defer func() { e.resolved = nil }()
 	due := e.dueEndpoints(now)
 	if pre, ok := e.k.(PolicyPreloader); ok {
-		if eps := e.changedEndpoints(due); len(eps) > 0 {
+		eps := e.changedEndpoints(due)
+		p.phase("resolve")
+		if len(eps) > 0 {
 			pre.PreloadPolicies(eps)
 		}
 		p.phase("preload")

@@ -17,6 +17,10 @@ type Scale struct {
 	// TraceSample is how many endpoints P2 traces until they enforce the
 	// change.
 	TraceSample int
+	// FanoutChanges is how many more changes P2 times after its first,
+	// the rule turned back and forth (even, so the policy ends allowing):
+	// one change on a shared machine is one draw of its scheduling.
+	FanoutChanges int
 	// Pace is P1's arrival interval between endpoints (a kubelet starts
 	// far fewer than 50 pods a second).
 	Pace time.Duration
@@ -46,7 +50,7 @@ type Scale struct {
 func FullScale() Scale {
 	return Scale{
 		Name: "full", Endpoints: 1000, Policies: 1000, IPSets: 100, SetMembers: 1000,
-		TraceSample: 20, Pace: 20 * time.Millisecond, PhaseTimeout: 3 * time.Minute,
+		TraceSample: 20, FanoutChanges: 10, Pace: 20 * time.Millisecond, PhaseTimeout: 3 * time.Minute,
 		BPFBenchTime: "1000000x", IngestBenchTime: "2s", BenchCount: 3,
 		TrafficSlice: 250 * time.Millisecond, TrafficRounds: 12, PortRules: 1000, SetRules: 100,
 		TrafficSteady: 45 * time.Second, // well past a closed flow's timeout (10 s) and a scan interval (10 s)
@@ -58,7 +62,7 @@ func FullScale() Scale {
 func QuickScale() Scale {
 	return Scale{
 		Name: "quick", Endpoints: 50, Policies: 50, IPSets: 10, SetMembers: 100,
-		TraceSample: 5, Pace: 10 * time.Millisecond, PhaseTimeout: time.Minute,
+		TraceSample: 5, FanoutChanges: 2, Pace: 10 * time.Millisecond, PhaseTimeout: time.Minute,
 		BPFBenchTime: "20000x", IngestBenchTime: "5000x", BenchCount: 1,
 		TrafficSlice: 20 * time.Millisecond, TrafficRounds: 2, PortRules: 1000, SetRules: 100,
 	}
@@ -74,6 +78,8 @@ func (s Scale) validate() error {
 		return fmt.Errorf("%d IP set members exceed the 10.128.0.0/9 they are drawn from", s.IPSets*s.SetMembers)
 	case s.TraceSample < 1 || s.TraceSample > s.Endpoints:
 		return fmt.Errorf("trace sample %d: want 1..%d", s.TraceSample, s.Endpoints)
+	case s.FanoutChanges < 0 || s.FanoutChanges%2 != 0:
+		return fmt.Errorf("fan-out changes %d: want an even count, so the shared policy ends allowing", s.FanoutChanges)
 	case s.Pace <= 0 || s.PhaseTimeout <= 0:
 		return fmt.Errorf("pace and phase timeout must be positive")
 	case s.TrafficSlice <= 0 || s.TrafficRounds < 1:

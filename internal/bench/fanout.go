@@ -66,7 +66,7 @@ func (r *runner) fanout(ctx context.Context) error {
 	if err := r.ctl.send(sharedPolicyUpdate(true)); err != nil {
 		return err
 	}
-	arrivals, lastDeny, err := pollFlips(ctx, ic, sample)
+	arrivals, lastDeny, err := pollFlips(ctx, ic, sample, "allow")
 	if err != nil {
 		return err
 	}
@@ -91,7 +91,37 @@ func (r *runner) fanout(ctx context.Context) error {
 	}
 	r.progress("P2: sampled endpoints enforce the change after %s..%s, the last deny traced at %s (trace round trip %s); all %d on program %s by %s",
 		round(f.FirstFlip), round(f.LastFlip), round(f.LastDeny), round(f.TraceRTT), n, after, round(f.AllChecked))
+	if err := r.moreChanges(ctx, ic, sample); err != nil {
+		return err
+	}
 	return r.ctl.healthy()
+}
+
+// moreChanges times Scale.FanoutChanges more changes of the shared
+// policy, each once the node is quiet: the rule turns back to deny, then
+// to allow again, and so on, each the last sampled flip from its send.
+func (r *runner) moreChanges(ctx context.Context, ic dpdv1.InspectClient, sample []int) error {
+	f := &r.res.Fanout
+	for k := range r.o.Scale.FanoutChanges {
+		r.awaitIdle(ctx, r.d.pid, 30*time.Second)
+		allow := k%2 == 1
+		want := map[bool]string{true: "allow", false: "deny"}[allow]
+		sent := time.Now()
+		if err := r.ctl.send(sharedPolicyUpdate(allow)); err != nil {
+			return err
+		}
+		arrivals, _, err := pollFlips(ctx, ic, sample, want)
+		if err != nil {
+			return fmt.Errorf("change %d: %w", k+2, err)
+		}
+		var last time.Duration
+		for _, at := range arrivals {
+			last = max(last, at.Sub(sent))
+		}
+		f.Changes = append(f.Changes, last)
+		r.progress("P2 change %d (to %s): last sampled flip %s", k+2, want, round(last))
+	}
+	return nil
 }
 
 // flipTrace is the packet whose verdict the change flips: TCP to flipPort
@@ -117,15 +147,15 @@ func sampleIndexes(n, k int) []int {
 }
 
 // pollFlips traces each sampled endpoint, each in a poller of its own,
-// until it allows the packet, and returns when each did (the arrival of
-// the first allowing answer) and when the last trace still answering deny
-// started. With one poller per sample a flip shows with that sample's
+// until its verdict is want, and returns when each did (the arrival of
+// the first such answer) and when the last trace still answering the old
+// verdict started. With one poller per sample a flip shows with that sample's
 // next trace: with fewer, a poller's samples are traced in turn and a flip
 // shows only when the round comes back to it (2 pollers for 20 samples
 // read P2 11.6-13.5 ms where every endpoint had flipped by 4.4-4.8 ms).
 // dpd admits 4 heavy Inspect calls at once and queues the rest for up to
 // 2 s; a call it turns away as busy is asked again.
-func pollFlips(ctx context.Context, ic dpdv1.InspectClient, sample []int) (flips []time.Time, lastDeny time.Time, err error) {
+func pollFlips(ctx context.Context, ic dpdv1.InspectClient, sample []int, want string) (flips []time.Time, lastDeny time.Time, err error) {
 	flips = make([]time.Time, len(sample))
 	denied := make([]time.Time, len(sample)) // start of each sample's last deny answer
 	errs := make([]error, len(sample))
@@ -144,7 +174,7 @@ func pollFlips(ctx context.Context, ic dpdv1.InspectClient, sample []int) (flips
 					errs[j] = fmt.Errorf("trace after the change: %w", err)
 					return
 				}
-				if resp.GetVerdict() == "allow" {
+				if resp.GetVerdict() == want {
 					flips[j] = time.Now()
 					return
 				}
