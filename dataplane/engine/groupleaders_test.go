@@ -1,0 +1,79 @@
+package engine
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/dpd-dev/dpd/dataplane/memkernel"
+	"github.com/dpd-dev/dpd/dataplane/model"
+)
+
+// callLog is the memory kernel recording, in order, each preload (the
+// endpoints it was handed) and each endpoint applied.
+type callLog struct {
+	*memkernel.Kernel
+	mu    sync.Mutex
+	calls []string
+}
+
+func (k *callLog) PreloadPolicies(eps []*model.Endpoint) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.calls = append(k.calls, fmt.Sprintf("preload %d", len(eps)))
+}
+
+func (k *callLog) ApplyEndpoint(ep *model.Endpoint) error {
+	k.mu.Lock()
+	k.calls = append(k.calls, "apply "+ep.ID.Workload)
+	k.mu.Unlock()
+	return k.Kernel.ApplyEndpoint(ep)
+}
+
+func (k *callLog) take() []string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := k.calls
+	k.calls = nil
+	return out
+}
+
+// TestGroupLeadersApplyFirst: a change of a policy two groups of
+// programmed endpoints share is preloaded and applied for one member of
+// each group before any other member is resolved or applied, so each
+// group's shared slot switches first; endpoints new in the pass, and
+// cold starts, keep the plain order.
+func TestGroupLeadersApplyFirst(t *testing.T) {
+	var k *callLog
+	h := newHarness(t, func(o *Options) {
+		k = &callLog{Kernel: o.Kernel.(*memkernel.Kernel)}
+		o.Kernel = k
+	})
+	h.session()
+	h.send(ipset("s:0", "10.1.0.1"), policy("shared", allowFrom("s:0"), denyPort(1)), policy("other", denyPort(2)),
+		profile("kns.default", allowFrom()),
+		wep("a1", "10.65.0.1", []string{"shared"}, "kns.default"), wep("a2", "10.65.0.2", []string{"shared"}, "kns.default"),
+		wep("a3", "10.65.0.3", []string{"shared"}, "kns.default"),
+		wep("b1", "10.65.0.4", []string{"shared", "other"}, "kns.default"), wep("b2", "10.65.0.5", []string{"shared", "other"}, "kns.default"),
+		wep("c1", "10.65.0.6", []string{"other"}, "kns.default"), inSync())
+	if got := fmt.Sprint(k.take()); got != "[preload 6 apply a1 apply a2 apply a3 apply b1 apply b2 apply c1]" {
+		t.Fatalf("cold start: %s, want one preload, then every endpoint in order", got)
+	}
+	h.send(policy("shared", allowFrom("s:0"), denyPort(3)))
+	want := "[preload 2 apply a1 apply b1 preload 3 apply a2 apply a3 apply b2]"
+	if got := fmt.Sprint(k.take()); got != want {
+		t.Fatalf("after the shared policy changed: %s, want %s", got, want)
+	}
+	// A new member of a group follows its leader; a lone endpoint leads
+	// nothing.
+	h.send(wep("a4", "10.65.0.7", []string{"shared"}, "kns.default"), policy("shared", allowFrom("s:0"), denyPort(4)))
+	want = "[preload 2 apply a1 apply b1 preload 4 apply a2 apply a3 apply a4 apply b2]"
+	if got := fmt.Sprint(k.take()); got != want {
+		t.Fatalf("with a new member: %s, want %s", got, want)
+	}
+	h.send(policy("other", denyPort(5)))
+	want = "[preload 1 apply b1 preload 2 apply b2 apply c1]"
+	if got := fmt.Sprint(k.take()); got != want {
+		t.Fatalf("after the other policy changed: %s, want %s", got, want)
+	}
+}
