@@ -76,11 +76,11 @@ func (e *Engine) applyEndpointUpserts(now time.Time, p *pass) {
 	e.resolved = map[string]*resolution{}
 	defer func() { e.resolved = nil }()
 	if leaders := e.groupLeaders(now); len(leaders) > 0 {
-		e.evalEndpoints(leaders, now, p)
-		p.phase("group_leaders")
+		e.evalEndpoints(leaders, now, p, "leaders_")
+		p.phase("leaders_apply")
 	}
 	due := e.dueEndpoints(now) // without the leaders, applied and clean now
-	e.evalEndpoints(due, now, p)
+	e.evalEndpoints(due, now, p, "")
 	// An interface let go of in this pass (its holder moved) goes to the
 	// next endpoint naming it in the same pass: those are dirty and due
 	// now, as nothing else is after the loop above.
@@ -105,15 +105,16 @@ func (e *Engine) applyEndpointUpserts(now time.Time, p *pass) {
 }
 
 // evalEndpoints preloads the changed policies of due (when the kernel
-// preloads), then evaluates each in order.
-func (e *Engine) evalEndpoints(due []*wepEntry, now time.Time, p *pass) {
+// preloads), then evaluates each in order. The pass log names the phases
+// with prefix.
+func (e *Engine) evalEndpoints(due []*wepEntry, now time.Time, p *pass, prefix string) {
 	if pre, ok := e.k.(PolicyPreloader); ok {
 		eps := e.changedEndpoints(due)
-		p.phase("resolve")
+		p.phase(prefix + "resolve")
 		if len(eps) > 0 {
 			pre.PreloadPolicies(eps)
 		}
-		p.phase("preload")
+		p.phase(prefix + "preload")
 	}
 	for _, ent := range due {
 		e.evalEndpoint(ent, now, p)
@@ -164,7 +165,8 @@ func (e *Engine) groupLeaders(now time.Time) []*wepEntry {
 // reference key is current.
 func canLead(ent *wepEntry) bool {
 	return ent.invalid == "" && ent.spec != nil && ent.applied != nil && ent.refKeyOf == ent.spec &&
-		ent.applied.Iface == ent.spec.Iface && ent.applied.PolicyGroup == ent.refKey
+		ent.applied.Iface == ent.spec.Iface && ent.applied.PolicyGroup == ent.refKey &&
+		ent.applied.PreviewIngress == nil && ent.applied.PreviewEgress == nil // previews: a slot of its own
 }
 
 // dueEndpoints is the dirty endpoints whose retry is due, in apply order.

@@ -19,9 +19,9 @@ import (
 // over the order dpd applies them in, is traced (Inspect Trace runs the
 // attached program on a crafted packet) until each says allow; P2 is the
 // time from sending the change to the last sampled flip.
-func (r *runner) fanout(ctx context.Context) error {
+func (r *runner) fanout(outer context.Context) error {
 	s := r.o.Scale
-	ctx, cancel := context.WithTimeout(ctx, s.PhaseTimeout)
+	ctx, cancel := context.WithTimeout(outer, s.PhaseTimeout)
 	defer cancel()
 	n := s.Endpoints
 	keys := make([]string, n)
@@ -91,7 +91,7 @@ func (r *runner) fanout(ctx context.Context) error {
 	}
 	r.progress("P2: sampled endpoints enforce the change after %s..%s, the last deny traced at %s (trace round trip %s); all %d on program %s by %s",
 		round(f.FirstFlip), round(f.LastFlip), round(f.LastDeny), round(f.TraceRTT), n, after, round(f.AllChecked))
-	if err := r.moreChanges(ctx, ic, sample); err != nil {
+	if err := r.moreChanges(outer, ic, sample); err != nil {
 		return err
 	}
 	return r.ctl.healthy()
@@ -102,15 +102,21 @@ func (r *runner) fanout(ctx context.Context) error {
 // to allow again, and so on, each the last sampled flip from its send.
 func (r *runner) moreChanges(ctx context.Context, ic dpdv1.InspectClient, sample []int) error {
 	f := &r.res.Fanout
+	// The quiet wait before each change may take its 30 s on a busy
+	// machine: each change has a phase timeout of its own.
+	defer r.awaitIdle(ctx, r.d.pid, 30*time.Second) // the last change's pass ends before the next phase
 	for k := range r.o.Scale.FanoutChanges {
 		r.awaitIdle(ctx, r.d.pid, 30*time.Second)
 		allow := k%2 == 1
 		want := map[bool]string{true: "allow", false: "deny"}[allow]
+		cctx, cancel := context.WithTimeout(ctx, r.o.Scale.PhaseTimeout)
 		sent := time.Now()
 		if err := r.ctl.send(sharedPolicyUpdate(allow)); err != nil {
+			cancel()
 			return err
 		}
-		arrivals, _, err := pollFlips(ctx, ic, sample, want)
+		arrivals, _, err := pollFlips(cctx, ic, sample, want)
+		cancel()
 		if err != nil {
 			return fmt.Errorf("change %d: %w", k+2, err)
 		}

@@ -171,10 +171,12 @@ func (r *runner) ingest(ctx context.Context, goBin string) (Ingest, error) {
 			}
 			rate[(round+j)%2] = res.median(strings.TrimSuffix(strings.TrimPrefix(b.pattern, "^"), "$"), "msgs/s")
 		}
-		streams, raws = append(streams, rate[0]), append(raws, rate[1])
-		if rate[0] > 0 && rate[1] > 0 {
-			in.Ratios = append(in.Ratios, rate[0]/rate[1])
+		if rate[0] <= 0 || rate[1] <= 0 {
+			r.warn("P5 round %d: a benchmark reported no msgs/s; the round is left out", round+1)
+			continue
 		}
+		streams, raws = append(streams, rate[0]), append(raws, rate[1])
+		in.Ratios = append(in.Ratios, rate[0]/rate[1])
 	}
 	in.Stream, in.Raw = medianOf(streams), medianOf(raws)
 	return in, nil

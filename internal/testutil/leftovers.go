@@ -27,13 +27,14 @@ var (
 	// named with their binary's pid: dpdt<pid>-<n> (workloads), dpdn<pid>
 	// <node> (e2e nodes), dpdnl<kind><pid>-<n>[w] (netlink), dpdpark<pid>-
 	// <bool>, dpdlx<pid>[p] (linux), dpd-e2e-privbpf-<pid>.
-	leftoverNetns = regexp.MustCompile(`^(dpdt\d+-\d+|dpdn\d+[a-z0-9]*|dpdnl[a-z0-9]*\d+-\d+w?|dpdpark\d+-(true|false)|dpdlx\d+p?|dpd-e2e-privbpf-\d+)$`)
+	leftoverNetns = regexp.MustCompile(`^(dpdt\d{3,}-\d+|dpdn\d{3,}[a-z0-9]*|dpdnl[a-z0-9]*\d{3,}-\d+w?|dpdpark\d{3,}-(true|false)|dpdlx\d{3,}p?|dpd-e2e-privbpf-\d{3,})$`)
 	// leftoverPins matches their pin directories under /sys/fs/bpf:
 	// dpd-e2e-[surv-|prevrs-]<pid>-…, dpd-linux-<kind>-<pid>[-n],
 	// dpdtest-<pid>-<n>, dpd-trace-test-<pid>, dpd-polprog-pin-<pid>.
 	// Never dpd (the default), dpd-demo-* or dpdbench-* (which sweep
-	// their own).
-	leftoverPins = regexp.MustCompile(`^(dpd-e2e-([a-z]+-)?\d+(-.+)?|dpd-linux-[a-z0-9]+-\d+(-\d+)?|dpdtest-\d+-\d+|dpd-trace-test-\d+|dpd-polprog-pin-\d+)$`)
+	// their own). A pid has three digits or more, so names an operator
+	// might choose (dpd-linux-node-1) do not match.
+	leftoverPins = regexp.MustCompile(`^(dpd-e2e-([a-z]+-)?\d{3,}(-.+)?|dpd-linux-[a-z0-9]+-\d{3,}(-\d+)?|dpdtest-\d{3,}-\d+|dpd-trace-test-\d{3,}|dpd-polprog-pin-\d{3,})$`)
 )
 
 // bpffsRoot is where the tests pin.
@@ -43,8 +44,10 @@ const bpffsRoot = "/sys/fs/bpf"
 // removal on stderr. It runs under the privileged lock, before the first
 // privileged test of the binary creates anything.
 func removeLeftovers() error {
+	live := liveTestPids()
+	stale := func(name string) bool { return !live.named(name) }
 	var errs []error
-	for _, p := range orphanDaemons() {
+	for _, p := range orphanDaemons(stale) {
 		if err := killAndWait(p); err != nil {
 			errs = append(errs, err)
 		} else {
@@ -53,7 +56,7 @@ func removeLeftovers() error {
 	}
 	if ents, err := os.ReadDir("/run/netns"); err == nil {
 		for _, e := range ents {
-			if !leftoverNetns.MatchString(e.Name()) {
+			if !leftoverNetns.MatchString(e.Name()) || !stale(e.Name()) {
 				continue
 			}
 			if err := removeNetns(e.Name()); err != nil {
@@ -65,10 +68,13 @@ func removeLeftovers() error {
 	}
 	if ents, err := os.ReadDir(bpffsRoot); err == nil {
 		for _, e := range ents {
-			if !e.IsDir() || !leftoverPins.MatchString(e.Name()) {
+			if !e.IsDir() || !leftoverPins.MatchString(e.Name()) || !stale(e.Name()) {
 				continue
 			}
-			// Unpinning the links detaches the programs they hold.
+			// Unpinning the TCX links detaches their programs; legacy tc
+			// filters go with their interfaces, which go with the
+			// namespaces (the tests' only root-namespace veths have their
+			// peers in those namespaces).
 			if err := os.RemoveAll(filepath.Join(bpffsRoot, e.Name())); err != nil {
 				errs = append(errs, fmt.Errorf("remove leftover pins: %w", err))
 			} else {
@@ -83,10 +89,47 @@ func report(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "testutil: removed the leftover %s of a test run that did not finish\n", fmt.Sprintf(format, args...))
 }
 
+// livePids are the pids of the test binaries (*.test) that run now, other
+// than this one, each also as the shortened forms tests put in names.
+type livePids []string
+
+// liveTestPids lists the test binaries that run now. A binary the holder
+// started runs under its lock (underHolder) and may outlive a killed
+// holder: its resources are not leftovers while it runs.
+func liveTestPids() livePids {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var out livePids
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		exe, err := os.Readlink(filepath.Join("/proc", e.Name(), "exe"))
+		if err != nil || !strings.HasSuffix(strings.TrimSuffix(exe, " (deleted)"), ".test") {
+			continue
+		}
+		out = append(out, strconv.Itoa(pid), strconv.Itoa(pid%100000))
+	}
+	return out
+}
+
+// named reports whether name holds the pid of a live test binary.
+func (l livePids) named(name string) bool {
+	for _, p := range l {
+		if strings.Contains(name, p) {
+			return true
+		}
+	}
+	return false
+}
+
 // orphanDaemons are the processes, other than this one, whose
-// --bpf-pin-dir is a test pin directory: dpd daemons a killed test binary
-// started.
-func orphanDaemons() []int {
+// --bpf-pin-dir is a stale test pin directory: dpd daemons a killed test
+// binary started.
+func orphanDaemons(stale func(string) bool) []int {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
@@ -98,16 +141,16 @@ func orphanDaemons() []int {
 			continue
 		}
 		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
-		if err == nil && testPinDirArg(bytes.Split(cmdline, []byte{0})) {
+		if dir, ok := testPinDirArg(bytes.Split(cmdline, []byte{0})); ok && err == nil && stale(filepath.Base(dir)) {
 			pids = append(pids, pid)
 		}
 	}
 	return pids
 }
 
-// testPinDirArg reports whether argv passes a test pin directory as
-// --bpf-pin-dir (either "--bpf-pin-dir X" or "--bpf-pin-dir=X").
-func testPinDirArg(argv [][]byte) bool {
+// testPinDirArg returns the test pin directory argv passes as
+// --bpf-pin-dir (either "--bpf-pin-dir X" or "--bpf-pin-dir=X"), if any.
+func testPinDirArg(argv [][]byte) (string, bool) {
 	for i, a := range argv {
 		arg, ok := strings.CutPrefix(string(a), "-")
 		if !ok {
@@ -124,10 +167,10 @@ func testPinDirArg(argv [][]byte) bool {
 			continue
 		}
 		if filepath.Dir(dir) == bpffsRoot && leftoverPins.MatchString(filepath.Base(dir)) {
-			return true
+			return dir, true
 		}
 	}
-	return false
+	return "", false
 }
 
 // killAndWait kills pid and waits until it is gone (reaped by its new

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -44,6 +45,9 @@ func TestLeftoverNames(t *testing.T) {
 		{"pins", "dpd-demo-4242", false},
 		{"pins", "dpdbench-29824", false},
 		{"pins", "dpd-node2", false},
+		{"pins", "dpd-linux-node-1", false},
+		{"pins", "dpd-e2e-1-1", false},
+		{"netns", "dpdt1-1", false},
 		{"pins", "calico", false},
 	} {
 		re := leftoverNetns
@@ -61,17 +65,33 @@ func TestLeftoverNames(t *testing.T) {
 func TestTestPinDirArg(t *testing.T) {
 	argv := func(s string) [][]byte { return bytes.Split([]byte(s), []byte(" ")) }
 	for s, want := range map[string]bool{
-		"dpd --dataplane=linux --bpf-pin-dir /sys/fs/bpf/dpd-e2e-1-1":                  true,
-		"dpd --bpf-pin-dir=/sys/fs/bpf/dpd-e2e-surv-1-2":                               true,
-		"nsenter --net=/var/run/netns/x dpd -bpf-pin-dir /sys/fs/bpf/dpd-e2e-1-dpdn1a": true,
-		"dpd --bpf-pin-dir /sys/fs/bpf/dpd":                                            false,
-		"dpd --bpf-pin-dir /tmp/dpd-e2e-1-1":                                           false,
-		"dpd --bpf-pin-dir":                                                            false,
-		"vim /sys/fs/bpf/dpd-e2e-1-1":                                                  false,
+		"dpd --dataplane=linux --bpf-pin-dir /sys/fs/bpf/dpd-e2e-4242-1":                     true,
+		"dpd --bpf-pin-dir=/sys/fs/bpf/dpd-e2e-surv-4242-2":                                  true,
+		"nsenter --net=/var/run/netns/x dpd -bpf-pin-dir /sys/fs/bpf/dpd-e2e-4242-dpdn4242a": true,
+		"dpd --bpf-pin-dir /sys/fs/bpf/dpd":                                                  false,
+		"dpd --bpf-pin-dir /tmp/dpd-e2e-4242-1":                                              false,
+		"dpd --bpf-pin-dir":                                                                  false,
+		"vim /sys/fs/bpf/dpd-e2e-4242-1":                                                     false,
 	} {
-		if got := testPinDirArg(argv(s)); got != want {
+		if _, got := testPinDirArg(argv(s)); got != want {
 			t.Errorf("%q: test daemon %v, want %v", s, got, want)
 		}
+	}
+}
+
+// TestLivePidsNamed: a name holding a running test binary's pid, in full
+// or shortened as the tests shorten it, is not a leftover.
+func TestLivePidsNamed(t *testing.T) {
+	live := livePids{"123456", "23456"}
+	for name, want := range map[string]bool{
+		"dpd-e2e-123456-1": true, "dpdt23456-2": true, "dpdnlm623456-1": true, "dpd-e2e-777777-1": false,
+	} {
+		if got := live.named(name); got != want {
+			t.Errorf("%s: live %v, want %v", name, got, want)
+		}
+	}
+	if self := strconv.Itoa(os.Getpid()); liveTestPids().named("dpd-e2e-" + self + "-1") {
+		t.Error("this binary counts itself as another live test binary")
 	}
 }
 

@@ -2,6 +2,7 @@ package testutil
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"strconv"
 	"strings"
@@ -51,7 +52,11 @@ func lockPrivileged(t testing.TB) {
 			privilegedLock.err = os.Setenv(lockHolderEnv, strconv.Itoa(os.Getpid()))
 		}
 		if privilegedLock.err == nil {
-			privilegedLock.err = removeLeftovers()
+			if err := removeLeftovers(); err != nil {
+				privilegedLock.err = fmt.Errorf("%w (remove them by hand: kill the dpd processes whose --bpf-pin-dir is a "+
+					"/sys/fs/bpf/dpd-e2e-*, dpd-linux-* or dpdtest-* directory, `ip netns del` the dpdt*/dpdn* namespaces, "+
+					"rm -r those directories)", err)
+			}
 		}
 	})
 	if privilegedLock.err != nil {
