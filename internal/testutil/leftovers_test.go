@@ -100,10 +100,15 @@ func TestLivePidsNamed(t *testing.T) {
 // the demo's namespace beside them is kept.
 func TestRemoveLeftovers(t *testing.T) {
 	RequirePrivileged(t) // takes the lock, so a sweep has already run
-	const dead = 1       // no test binary has pid 1: the names are a dead one's
-	ns, keep := fmt.Sprintf("dpdt%d-1", dead), "dpd-demo-leftovertest"
+	// The names of a test binary that is gone (no pid has 7 digits here).
+	const dead = 9876543
+	ns, keep := fmt.Sprintf("dpdt%d-1", dead%100000), "dpd-demo-leftovertest"
 	pin := filepath.Join(bpffsRoot, fmt.Sprintf("dpd-e2e-%d-1", dead))
+	if live := liveTestPids(); live.named(ns) || live.named(pin) {
+		t.Fatalf("a running test binary (%v) has a pid the stand-in names hold", live)
+	}
 	for _, n := range []string{ns, keep} {
+		_ = exec.Command("ip", "netns", "del", n).Run() // a killed run's, outside the sweep
 		Run(t, "ip", "netns", "add", n)
 		t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", n).Run() })
 	}
