@@ -72,9 +72,10 @@ func removeLeftovers() error {
 				continue
 			}
 			// Unpinning the TCX links detaches their programs; legacy tc
-			// filters go with their interfaces, which go with the
-			// namespaces (the tests' only root-namespace veths have their
-			// peers in those namespaces).
+			// filters go with their interfaces: the workloads' host sides
+			// go with the namespaces that hold their peers. (Veth pairs a
+			// package test makes wholly in the root namespace carry its
+			// pid and are not swept.)
 			if err := os.RemoveAll(filepath.Join(bpffsRoot, e.Name())); err != nil {
 				errs = append(errs, fmt.Errorf("remove leftover pins: %w", err))
 			} else {
