@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/dpd-dev/dpd/dataplane/memkernel"
 	"github.com/dpd-dev/dpd/dataplane/model"
+	"github.com/dpd-dev/dpd/proto/felix"
 )
 
 // callLog is the memory kernel recording, in order, each preload (the
@@ -15,6 +17,33 @@ type callLog struct {
 	*memkernel.Kernel
 	mu    sync.Mutex
 	calls []string
+	// gate, when set, holds the next UpdateIPSet until it is closed, so a
+	// test can queue several messages while the engine is inside a pass
+	// and have the next pass take them together.
+	gate    chan struct{}
+	entered chan struct{}
+}
+
+func (k *callLog) UpdateIPSet(id string, added, removed []model.IPSetMember) error {
+	k.mu.Lock()
+	gate, entered := k.gate, k.entered
+	k.gate, k.entered = nil, nil
+	k.mu.Unlock()
+	if gate != nil {
+		close(entered)
+		<-gate
+	}
+	return k.Kernel.UpdateIPSet(id, added, removed)
+}
+
+// holdNextIPSetUpdate arms the gate and returns a channel closed when the
+// engine has entered it and a function that releases it.
+func (k *callLog) holdNextIPSetUpdate() (entered <-chan struct{}, release func()) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.gate, k.entered = make(chan struct{}), make(chan struct{})
+	gate := k.gate
+	return k.entered, func() { close(gate) }
 }
 
 func (k *callLog) PreloadPolicies(eps []*model.Endpoint) {
@@ -66,7 +95,7 @@ func TestGroupLeadersApplyFirst(t *testing.T) {
 	}
 	// A new member of a group follows its leader; a lone endpoint leads
 	// nothing.
-	h.send(wep("a4", "10.65.0.7", []string{"shared"}, "kns.default"), policy("shared", allowFrom("s:0"), denyPort(4)))
+	h.sendInOnePass(k, wep("a4", "10.65.0.7", []string{"shared"}, "kns.default"), policy("shared", allowFrom("s:0"), denyPort(4)))
 	want = "[preload 2 apply a1 apply b1 preload 4 apply a2 apply a3 apply a4 apply b2]"
 	if got := fmt.Sprint(k.take()); got != want {
 		t.Fatalf("with a new member: %s, want %s", got, want)
@@ -76,4 +105,29 @@ func TestGroupLeadersApplyFirst(t *testing.T) {
 	if got := fmt.Sprint(k.take()); got != want {
 		t.Fatalf("after the other policy changed: %s, want %s", got, want)
 	}
+}
+
+// sendInOnePass queues msgs while the engine is held inside a pass (an IP
+// set delta, which applies no endpoint), so that the next pass drains
+// them all: submitted one by one they could otherwise be split.
+func (h *harness) sendInOnePass(k *callLog, msgs ...*felix.ToDataplane) {
+	h.t.Helper()
+	entered, release := k.holdNextIPSetUpdate()
+	if err := h.sess.Submit(h.ctx, tr(h.t, ipsetDelta("s:0", []string{"10.1.0.9"}, nil))); err != nil {
+		h.t.Fatalf("submit: %v", err)
+	}
+	select {
+	case <-entered:
+	case <-time.After(waitTimeout):
+		release()
+		h.t.Fatal("the engine never applied the IP set delta")
+	}
+	for _, m := range msgs {
+		if err := h.sess.Submit(h.ctx, tr(h.t, m)); err != nil {
+			release()
+			h.t.Fatalf("submit: %v", err)
+		}
+	}
+	release()
+	h.flush()
 }
