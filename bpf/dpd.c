@@ -33,6 +33,7 @@
 #include <bpf/bpf_endian.h>
 #include "dpd_abi.h"
 #include "dpd_maps.h"
+#include "dpd_drops.h"
 #include "dpd_parse.h"
 #include "dpd_ct.h"
 #include "dpd_nat.h"

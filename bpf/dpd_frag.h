@@ -16,6 +16,7 @@
 #include <bpf/bpf_helpers.h>
 #include "dpd_abi.h"
 #include "dpd_maps.h"
+#include "dpd_drops.h"
 #include "dpd_parse_types.h"
 #include "dpd_ct.h"
 

@@ -26,6 +26,7 @@
 #include <bpf/bpf_endian.h>
 #include "dpd_abi.h"
 #include "dpd_parse.h"
+#include "dpd_drops.h"
 #include "dpd_frag.h"
 
 /* dpd_parse_ipv6_fast parses the common IPv6 packet, TCP, UDP or ICMPv6

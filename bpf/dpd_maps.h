@@ -184,17 +184,6 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } dpd_drop_ctrs SEC(".maps");
 
-/* dpd_drop_count adds one packet of len bytes to the DPD_DROP_* reason. */
-static __always_inline void dpd_drop_count(__u32 reason, __u32 len)
-{
-	struct dpd_counter *c = bpf_map_lookup_elem(&dpd_drop_ctrs, &reason);
-
-	if (c) {
-		c->packets++;
-		c->bytes += len;
-	}
-}
-
 /* ---- Flow events and staged previews (dpd_events.h reads and writes them). ---- */
 
 /* Ring of struct dpd_flow_event; max_entries is its size in bytes. */

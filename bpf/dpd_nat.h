@@ -32,6 +32,7 @@
 #include "dpd_abi.h"
 #include "dpd_nat_types.h"
 #include "dpd_maps.h"
+#include "dpd_drops.h"
 #include "dpd_parse.h"
 #include "dpd_ct.h"
 #include "dpd_ipv6.h"

@@ -72,6 +72,9 @@ func (in *inbound) reject(ctx context.Context, msg *felix.ToDataplane, err error
 	if fe.Endpoint != nil {
 		attrs = append(attrs, "endpoint", fe.Endpoint.String())
 	}
+	if fe.HostEndpoint != "" {
+		attrs = append(attrs, "host_endpoint", fe.HostEndpoint)
+	}
 	in.log.Warn("rejected invalid controller message", attrs...)
 	return in.sess.Reject(ctx, fe.Rejection())
 }

@@ -96,9 +96,21 @@ func (w *wireIn) failed(de *felixwire.Error, sink wireSink) error {
 		w.log.Error("undecodable controller message; ending the session so that the controller resends its state", attrs...)
 		return &errResync{err: de}
 	}
+	msg := &felix.ToDataplane{SequenceNumber: de.Seq}
+	if de.Endpoint == nil {
+		w.log.Warn("undecodable controller message; its host endpoint goes to error and enforces no policy (deny, failsafes excepted)",
+			append(attrs, "host_endpoint", de.HostEndpoint)...)
+		kind, hid := "host_endpoint_update", &felix.HostEndpointID{EndpointId: de.HostEndpoint}
+		if de.Payload == 10 {
+			kind = "host_endpoint_remove"
+			msg.Payload = &felix.ToDataplane_HostEndpointRemove{HostEndpointRemove: &felix.HostEndpointRemove{Id: hid}}
+		} else {
+			msg.Payload = &felix.ToDataplane_HostEndpointUpdate{HostEndpointUpdate: &felix.HostEndpointUpdate{Id: hid}}
+		}
+		return sink.reject(msg, &felixconv.Error{Seq: de.Seq, Kind: kind, HostEndpoint: de.HostEndpoint, Reason: de.Error()})
+	}
 	id := model.WorkloadID{Orchestrator: de.Endpoint.OrchestratorId, Workload: de.Endpoint.WorkloadId, Endpoint: de.Endpoint.EndpointId}
 	w.log.Warn("undecodable controller message; its endpoint goes to error and drops traffic", append(attrs, "endpoint", id.String())...)
-	msg := &felix.ToDataplane{SequenceNumber: de.Seq}
 	kind := "workload_endpoint_update"
 	if de.Payload == 12 {
 		kind = "workload_endpoint_remove"

@@ -23,6 +23,7 @@ func newDaemon(c config) (*server.Daemon, func(), error) {
 	case "linux":
 		lo := c.Linux
 		lo.Log = cfg.Log
+		lo.AllowPrivateBPFFS = c.Start.AllowPrivateBPFFS
 		if err := checkBPFFS(cfg.Log, lo.PinDir, c.Start.AllowPrivateBPFFS); err != nil {
 			return nil, nil, err
 		}

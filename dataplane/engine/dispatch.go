@@ -97,13 +97,17 @@ func (e *Engine) countInvalid(kind string, err error) {
 }
 
 // onReject records a message that failed translation. It is counted; when
-// it names a workload endpoint, that endpoint goes to "error" with the
-// reason, and whatever the kernel enforces for it stays.
+// it names a workload or host endpoint, that endpoint goes to "error" with
+// the reason and fails closed: what it enforced before may be more
+// permissive than what the controller meant.
 func (e *Engine) onReject(r model.Rejection) {
 	e.received.Add(1)
 	e.met.receivedFor(r.Kind).Inc()
 	e.countInvalid(r.Kind, errors.New(r.String()))
 	if r.Endpoint != nil {
 		e.weps.markInvalid(*r.Endpoint, r.String())
+	}
+	if r.HostEndpoint != "" {
+		e.heps.markInvalid(r.HostEndpoint, r.String())
 	}
 }

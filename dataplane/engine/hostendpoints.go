@@ -17,6 +17,10 @@ type hepEntry struct {
 	status  string
 	reason  string   // why the status is "error" or "down"
 	ifaces  []string // the interfaces it bound at the last apply, sorted
+	// invalid: the controller's last message for it could not be read
+	// (why). It keeps the interfaces it bound and enforces no policy on
+	// them (deny, failsafes excepted) until a valid update arrives.
+	invalid string
 }
 
 // hostEndpointManager holds host endpoints, the node's interfaces (from
@@ -130,7 +134,7 @@ func (e *Engine) onHostEndpointUpdate(u *model.HostEndpointUpdate) {
 	id := sp.ID
 	m := &e.heps
 	h := m.eps[id]
-	if h != nil && !h.removed && reflect.DeepEqual(h.spec, sp) {
+	if h != nil && !h.removed && h.invalid == "" && reflect.DeepEqual(h.spec, sp) {
 		h.stale = false
 		return
 	}
@@ -138,7 +142,21 @@ func (e *Engine) onHostEndpointUpdate(u *model.HostEndpointUpdate) {
 		h = &hepEntry{id: id}
 		m.eps[id] = h
 	}
-	h.spec, h.stale, h.removed = sp, false, false
+	h.spec, h.stale, h.removed, h.invalid = sp, false, false, ""
+	m.dirty = true
+	m.retry.reset()
+}
+
+// markInvalid records that the controller's message for host endpoint id
+// could not be read. A known endpoint keeps its binding and fails closed
+// on it; an unknown one binds nothing, but its status says why.
+func (m *hostEndpointManager) markInvalid(id, reason string) {
+	h := m.eps[id]
+	if h == nil {
+		h = &hepEntry{id: id, spec: &model.HostEndpoint{ID: id}}
+		m.eps[id] = h
+	}
+	h.invalid, h.stale, h.removed = reason, false, false
 	m.dirty = true
 	m.retry.reset()
 }

@@ -37,7 +37,7 @@ func (e *Engine) applyHostEndpoints(now time.Time, p *pass) {
 	for iface, id := range bind {
 		r, ok := resolved[id]
 		if !ok {
-			r = e.resolveHostRefs(m.eps[id].spec)
+			r = e.resolveHostRefs(m.eps[id].enforced())
 			resolved[id] = r
 		}
 		d := &hostDesired{id: id, sets: r.sets, hold: r.missing}
@@ -194,6 +194,8 @@ func (e *Engine) hostStatuses(enforcing bool, desired map[string]*hostDesired, e
 		switch {
 		case !enforcing:
 			st, reason = statusError, "this dataplane does not enforce host endpoints"
+		case h.invalid != "":
+			st, reason = statusError, "invalid: "+h.invalid+"; failing closed"
 		case failed[id] != "":
 			st, reason = statusError, failed[id]
 		case len(held) > 0:
@@ -210,6 +212,16 @@ func (e *Engine) hostStatuses(enforcing bool, desired map[string]*hostDesired, e
 			e.emitHostStatus(id, h)
 		}
 	}
+}
+
+// enforced is what h's interfaces enforce: its spec, or for an invalid
+// endpoint its binding without any policy, which denies (failsafes
+// excepted) as Felix's host endpoints without policy do.
+func (h *hepEntry) enforced() *model.HostEndpoint {
+	if h.invalid == "" {
+		return h.spec
+	}
+	return &model.HostEndpoint{ID: h.id, Iface: h.spec.Iface, ExpectedIPv4: h.spec.ExpectedIPv4, ExpectedIPv6: h.spec.ExpectedIPv6}
 }
 
 // hostResolution is a host endpoint's resolved policy.

@@ -240,3 +240,42 @@ func TestHostEndpointToHostPolicy(t *testing.T) {
 	}
 	h.noViolations()
 }
+
+// A host endpoint update that cannot be read, but names its endpoint,
+// leaves that endpoint's interfaces enforcing no policy (deny, failsafes
+// excepted) in status "error", never its older, possibly more permissive
+// policy; a valid update repairs it. An unknown endpoint's binds nothing.
+func TestRejectedHostEndpointFailsClosed(t *testing.T) {
+	h := newHarness(t)
+	h.session()
+	h.hostLinks(nodeLinks)
+	h.send(policy("open", allowFrom()), hepName("byname", "eth0", "open"), inSync())
+	h.wantHostStatuses(map[string]string{"byname": "up"})
+	if ep := h.k.HostEnforced()["eth0"]; len(ep.Ingress.Tiers) != 1 {
+		t.Fatalf("enforced on eth0 before: %+v", ep)
+	}
+	bad := hepName("byname", "eth0", "open")
+	bad.GetHostEndpointUpdate().Endpoint.ExpectedIpv4Addrs = []string{"not-an-address"}
+	bad2 := hepName("other", "eth1")
+	bad2.GetHostEndpointUpdate().Endpoint.ExpectedIpv4Addrs = []string{"not-an-address"}
+	for _, m := range []*felix.ToDataplane{bad, bad2} {
+		if err := submitFelix(h.ctx, h.sess, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.flush()
+	h.wantHostStatuses(map[string]string{"byname": "error", "other": "error"})
+	ep := h.k.HostEnforced()["eth0"]
+	if ep == nil || len(ep.Ingress.Tiers)+len(ep.Ingress.Profiles)+len(ep.Egress.Tiers)+len(ep.Egress.Profiles) != 0 {
+		t.Fatalf("eth0 still enforces %+v after its endpoint's update was rejected", ep)
+	}
+	h.wantBinding(map[string]string{"eth0": "byname"})
+	if st := h.e.Status(); st.InvalidMessages != 2 {
+		t.Fatalf("invalid messages %d, want 2", st.InvalidMessages)
+	}
+	h.send(hepName("byname", "eth0", "open"))
+	h.wantHostStatuses(map[string]string{"byname": "up", "other": "error"})
+	if ep := h.k.HostEnforced()["eth0"]; len(ep.Ingress.Tiers) != 1 {
+		t.Fatalf("enforced on eth0 after the valid update: %+v", ep)
+	}
+}

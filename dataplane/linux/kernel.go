@@ -17,6 +17,9 @@ import (
 type Options struct {
 	// PinDir holds dpd's pinned maps and links (default /sys/fs/bpf/dpd).
 	PinDir string
+	// AllowPrivateBPFFS accepts, and mounts if need be, a bpffs at
+	// /sys/fs/bpf that only dpd's mount namespace sees (the operator asked).
+	AllowPrivateBPFFS bool
 	// ForceLegacyTC attaches with clsact + filters even where TCX works.
 	ForceLegacyTC bool
 	// AttachMode is "auto" (measure the kernel at start and attach the
@@ -146,7 +149,7 @@ func New(opts Options) (*Kernel, error) {
 	if opts.Log == nil {
 		opts.Log = slog.Default()
 	}
-	if err := CheckHost(); err != nil {
+	if err := CheckHost(opts.AllowPrivateBPFFS); err != nil {
 		return nil, fmt.Errorf("linux dataplane unavailable: %w", err)
 	}
 	mon, err := nl.NewMonitor(nl.MonitorConfig{Prefixes: []string{nl.DefaultPrefix}, Logger: opts.Log})

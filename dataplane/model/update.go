@@ -34,18 +34,23 @@ func WithSeq(u Update, seq uint64) Update {
 }
 
 // Rejection is a controller message that failed translation: what the
-// engine needs to count it and, when it concerns a workload endpoint whose
-// id was readable, to put that endpoint into status "error".
+// engine needs to count it and, when it concerns a workload or host
+// endpoint whose id was readable, to put that endpoint into status "error".
 type Rejection struct {
 	Seq      uint64
 	Kind     string      // as Update.Kind; "unknown" when unreadable
 	Endpoint *WorkloadID // the workload endpoint concerned, if known
-	Reason   string
+	// HostEndpoint is the host endpoint concerned, if known.
+	HostEndpoint string
+	Reason       string
 }
 
 func (r Rejection) String() string {
 	if r.Endpoint != nil {
 		return fmt.Sprintf("message %d (%s %s): %s", r.Seq, r.Kind, r.Endpoint, r.Reason)
+	}
+	if r.HostEndpoint != "" {
+		return fmt.Sprintf("message %d (%s %s): %s", r.Seq, r.Kind, r.HostEndpoint, r.Reason)
 	}
 	return fmt.Sprintf("message %d (%s): %s", r.Seq, r.Kind, r.Reason)
 }

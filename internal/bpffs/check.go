@@ -87,14 +87,14 @@ func Check(pinDir string, opts Options) (Report, error) {
 }
 
 // Ensure returns nil when a bpffs is mounted at Path, mounting one if none
-// is and the mount would be shared with the host (never a private one).
-// Mounting needs CAP_SYS_ADMIN.
-func Ensure() error {
+// is and the mount would be shared with the host (a private one only with
+// opts.AllowPrivate). Mounting needs CAP_SYS_ADMIN.
+func Ensure(opts Options) error {
 	var st unix.Statfs_t
 	if err := unix.Statfs(Path, &st); err == nil && st.Type == unix.BPF_FS_MAGIC {
 		return nil
 	}
-	_, err := Check(Path, Options{})
+	_, err := Check(Path, opts)
 	return err
 }
 

@@ -20,7 +20,7 @@ func RequirePrivileged(t testing.TB) {
 	reason := ""
 	if os.Geteuid() != 0 {
 		reason = "needs root"
-	} else if err := bpffs.Ensure(); err != nil {
+	} else if err := bpffs.Ensure(bpffs.Options{}); err != nil {
 		reason = "needs bpffs at /sys/fs/bpf: " + err.Error()
 	}
 	if reason == "" {

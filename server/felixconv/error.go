@@ -13,14 +13,16 @@ type Error struct {
 	// Endpoint is set when the message concerns a workload endpoint whose
 	// ID is itself valid, so status can be reported against it.
 	Endpoint *model.WorkloadID
-	Reason   string
+	// HostEndpoint is set likewise for a host endpoint's message.
+	HostEndpoint string
+	Reason       string
 }
 
 func (e *Error) Error() string { return "felix " + e.Rejection().String() }
 
 // Rejection is what the engine is told of the message: the same facts.
 func (e *Error) Rejection() model.Rejection {
-	return model.Rejection{Seq: e.Seq, Kind: e.Kind, Endpoint: e.Endpoint, Reason: e.Reason}
+	return model.Rejection{Seq: e.Seq, Kind: e.Kind, Endpoint: e.Endpoint, HostEndpoint: e.HostEndpoint, Reason: e.Reason}
 }
 
 // KindUnknown is PayloadKind's answer for a message without a payload this

@@ -26,9 +26,23 @@ func Translate(msg *felix.ToDataplane) (model.Update, error) {
 	}
 	u, ep, err := translatePayload(msg)
 	if err != nil {
-		return nil, &Error{Seq: msg.SequenceNumber, Kind: PayloadKind(msg), Endpoint: ep, Reason: err.Error()}
+		return nil, &Error{Seq: msg.SequenceNumber, Kind: PayloadKind(msg), Endpoint: ep, HostEndpoint: hostEndpointOf(msg),
+			Reason: err.Error()}
 	}
 	return model.WithSeq(u, msg.SequenceNumber), nil
+}
+
+// hostEndpointOf names the host endpoint a failed message concerns, when
+// it is a host endpoint's update or removal with an id: its interfaces
+// must stop enforcing what they had.
+func hostEndpointOf(msg *felix.ToDataplane) string {
+	switch p := msg.Payload.(type) {
+	case *felix.ToDataplane_HostEndpointUpdate:
+		return p.HostEndpointUpdate.GetId().GetEndpointId()
+	case *felix.ToDataplane_HostEndpointRemove:
+		return p.HostEndpointRemove.GetId().GetEndpointId()
+	}
+	return ""
 }
 
 // translatePayload translates msg's payload. On failure it returns the

@@ -23,7 +23,9 @@ type Error struct {
 	// (the caller rejects the message against it). nil: nothing tells what
 	// the message would have changed, so the session must be resynced.
 	Endpoint *felix.WorkloadEndpointID
-	Err      error
+	// HostEndpoint is likewise the host endpoint the message concerns.
+	HostEndpoint string
+	Err          error
 }
 
 func (e *Error) Error() string {
@@ -35,6 +37,9 @@ func (e *Error) Error() string {
 	if e.Endpoint != nil {
 		s += fmt.Sprintf(" for endpoint %s/%s/%s", e.Endpoint.OrchestratorId, e.Endpoint.WorkloadId, e.Endpoint.EndpointId)
 	}
+	if e.HostEndpoint != "" {
+		s += fmt.Sprintf(" for host endpoint %s", e.HostEndpoint)
+	}
 	return s + ": " + e.Err.Error()
 }
 
@@ -42,7 +47,7 @@ func (e *Error) Unwrap() error { return e.Err }
 
 // Resync reports whether the session must start over: no endpoint could
 // be blamed, so whatever the message changed is unknown.
-func (e *Error) Resync() bool { return e.Endpoint == nil }
+func (e *Error) Resync() bool { return e.Endpoint == nil && e.HostEndpoint == "" }
 
 // Decoder decodes one session's messages in order; it keeps what the
 // session has shown of its generation. Not safe for concurrent use.
@@ -82,8 +87,11 @@ func (d *Decoder) Decode(b []byte) (Result, error) {
 	}
 	fail := func(err error) (Result, error) {
 		e := &Error{N: d.n, Seq: env.seq, Payload: env.payload, Err: err}
-		if env.payload == payloadWorkloadUpdate || env.payload == payloadWorkloadRemove {
+		switch env.payload {
+		case payloadWorkloadUpdate, payloadWorkloadRemove:
 			e.Endpoint = workloadIDOf(env.body)
+		case payloadHostEPUpdate, payloadHostEPRemove:
+			e.HostEndpoint = hostEndpointIDOf(env.body)
 		}
 		return Result{}, e
 	}

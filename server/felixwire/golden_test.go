@@ -41,6 +41,7 @@ const (
 	policyUpdate = 7
 	policyRemove = 8
 	hepUpdate    = 9
+	hepRemove    = 10
 	wepUpdate    = 11
 	wepRemove    = 12
 	hostMetaUp   = 14
@@ -329,17 +330,26 @@ func TestDecodeErrors(t *testing.T) {
 	badTier := cat(varint(seq, 40), sub(wepUpdate, sub(1, wepID()),
 		sub(5, str(2, "cali1"), sub(7, str(1, "default"), str(2, "default.a"), sub(2, str(2, "b"), str(4, "GlobalNetworkPolicy"))))))
 	cut := cat(varint(seq, 41), sub(wepUpdate, sub(1, wepID()), sub(5, str(2, "cali1"), sub(7, []byte{0x12, 0x7f}))))
+	// A host endpoint whose tiers mix names and PolicyIDs, and a removal
+	// cut inside its body after the id.
+	badHostTier := cat(varint(seq, 45), sub(hepUpdate, sub(1, str(2, "eth0-hep")),
+		sub(3, str(1, "eth0"), sub(7, str(1, "default"), str(2, "default.a"), sub(2, str(2, "b"))))))
+	cutHost := cat(varint(seq, 46), sub(hepRemove, sub(1, str(2, "eth0-hep")), []byte{0x12, 0x7f}))
 	tests := []struct {
 		name     string
 		wire     []byte
 		endpoint bool
+		host     string // the host endpoint blamed
 	}{
-		{"tier mixes names and PolicyIDs", badTier, true},
-		{"tier cut short", cut, true},
-		{"envelope cut short", []byte{0x7a, 0x05, 0x01}, false},
-		{"policy id cut short", cat(varint(seq, 42), sub(policyUpdate, sub(1, []byte{0x0a, 0x09, 'x'}))), false},
-		{"older route with an unknown type", cat(varint(seq, 43), sub(routeUpdate, varint(1, 9), str(3, "10.0.0.0/8"))), false},
-		{"older policy id without tier", cat(varint(seq, 44), sub(policyRemove, sub(1, str(1, ""), str(2, "x")))), false},
+		{"host endpoint tier mixes names and PolicyIDs", badHostTier, false, "eth0-hep"},
+		{"host endpoint removal cut short", cutHost, false, "eth0-hep"},
+		{"host endpoint without an id", cat(varint(seq, 47), sub(hepUpdate, sub(3, []byte{0x12, 0x7f}))), false, ""},
+		{"tier mixes names and PolicyIDs", badTier, true, ""},
+		{"tier cut short", cut, true, ""},
+		{"envelope cut short", []byte{0x7a, 0x05, 0x01}, false, ""},
+		{"policy id cut short", cat(varint(seq, 42), sub(policyUpdate, sub(1, []byte{0x0a, 0x09, 'x'}))), false, ""},
+		{"older route with an unknown type", cat(varint(seq, 43), sub(routeUpdate, varint(1, 9), str(3, "10.0.0.0/8"))), false, ""},
+		{"older policy id without tier", cat(varint(seq, 44), sub(policyRemove, sub(1, str(1, ""), str(2, "x")))), false, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -348,8 +358,9 @@ func TestDecodeErrors(t *testing.T) {
 			if !errors.As(err, &e) {
 				t.Fatalf("Decode = %v, want an *Error", err)
 			}
-			if tt.endpoint != (e.Endpoint != nil) || e.Resync() == tt.endpoint {
-				t.Fatalf("endpoint %v, resync %v; want endpoint %v (%v)", e.Endpoint, e.Resync(), tt.endpoint, err)
+			if tt.endpoint != (e.Endpoint != nil) || e.HostEndpoint != tt.host || e.Resync() == (tt.endpoint || tt.host != "") {
+				t.Fatalf("endpoint %v, host endpoint %q, resync %v; want endpoint %v, host endpoint %q (%v)",
+					e.Endpoint, e.HostEndpoint, e.Resync(), tt.endpoint, tt.host, err)
 			}
 			if tt.endpoint && !proto.Equal(e.Endpoint, wepIDMsg()) {
 				t.Fatalf("endpoint %v", e.Endpoint)

@@ -19,6 +19,7 @@ const (
 	payloadPolicyUpdate   = 7
 	payloadPolicyRemove   = 8
 	payloadHostEPUpdate   = 9
+	payloadHostEPRemove   = 10
 	payloadWorkloadUpdate = 11
 	payloadWorkloadRemove = 12
 	payloadHostMetaUpdate = 14
@@ -308,6 +309,29 @@ func workloadIDOf(body []byte) *felix.WorkloadEndpointID {
 		return nil
 	}
 	return id
+}
+
+// hostEndpointIDOf reads the HostEndpointID's endpoint_id (field 1, then
+// 2) of a HostEndpointUpdate/Remove body, the same in both generations,
+// even when the rest does not decode. "" when absent or malformed.
+func hostEndpointIDOf(body []byte) string {
+	fs, err := fields(body)
+	if err != nil {
+		fs = leadingFields(body)
+	}
+	idb, ok := lastLen(fs, 1)
+	if !ok {
+		return ""
+	}
+	idf, err := fields(idb)
+	if err != nil {
+		return ""
+	}
+	v, ok := lastLen(idf, 2)
+	if !ok || !utf8.Valid(v) {
+		return ""
+	}
+	return string(v)
 }
 
 // leadingFields returns the fields of b up to the first malformed one.
