@@ -186,9 +186,21 @@ func (d *Datapath) tcCurrent(ifindex int, host bool) (n int, ok bool) {
 // failure to read is an error, never "none": callers decide from this
 // whether something is theirs to detach or release.
 func (d *Datapath) attachedPrograms(ifindex int) ([]ebpf.ProgramID, error) {
+	return readAttached(link.QueryPrograms, d.nl, ifindex)
+}
+
+// attachReader is the part of a netlink handle readAttached reads through.
+type attachReader interface {
+	filterLister
+	LinkByIndex(index int) (netlink.Link, error)
+}
+
+// readAttached is attachedPrograms over its two sources, so that the
+// handling of each answer is testable without a kernel.
+func readAttached(queryTCX func(link.QueryOptions) (*link.QueryResult, error), nl attachReader, ifindex int) ([]ebpf.ProgramID, error) {
 	var out []ebpf.ProgramID
 	for _, at := range []ebpf.AttachType{ebpf.AttachTCXIngress, ebpf.AttachTCXEgress} {
-		res, err := link.QueryPrograms(link.QueryOptions{Target: ifindex, Attach: at})
+		res, err := queryTCX(link.QueryOptions{Target: ifindex, Attach: at})
 		switch {
 		case err == nil:
 		case isGone(err):
@@ -202,7 +214,7 @@ func (d *Datapath) attachedPrograms(ifindex int) ([]ebpf.ProgramID, error) {
 			out = append(out, p.ID)
 		}
 	}
-	l, err := d.nl.LinkByIndex(ifindex)
+	l, err := nl.LinkByIndex(ifindex)
 	if isGone(err) {
 		return nil, nil
 	}
@@ -210,7 +222,7 @@ func (d *Datapath) attachedPrograms(ifindex int) ([]ebpf.ProgramID, error) {
 		return nil, fmt.Errorf("link %d: %w", ifindex, err)
 	}
 	for _, parent := range []uint32{tcParentIngress, tcParentEgress} {
-		filters, err := listFilters(d.nl, l, parent)
+		filters, err := listFilters(nl, l, parent)
 		if err != nil {
 			return nil, err
 		}

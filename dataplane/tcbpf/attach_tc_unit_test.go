@@ -2,8 +2,11 @@ package tcbpf
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -53,6 +56,68 @@ func TestListFiltersErrorsAreNotAbsence(t *testing.T) {
 			has, err := hasClsact(tc.lister, l)
 			if (err != nil) != tc.wantErr || has != tc.clsact {
 				t.Fatalf("hasClsact = %v, %v; want %v, error %v", has, err, tc.clsact, tc.wantErr)
+			}
+		})
+	}
+}
+
+// fakeLinks is a netlink handle for readAttached: one link's filters, or
+// an error from the link lookup.
+type fakeLinks struct {
+	fakeLister
+	linkErr error
+}
+
+func (f fakeLinks) LinkByIndex(index int) (netlink.Link, error) {
+	if f.linkErr != nil {
+		return nil, f.linkErr
+	}
+	return &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "cali1", Index: index}}, nil
+}
+
+// What is attached decides what dpd detaches and releases: a failed TCX
+// query, link lookup or filter dump is an error, never "nothing
+// attached"; only a vanished interface reads as empty.
+func TestReadAttachedErrorsAreNotAbsence(t *testing.T) {
+	filter := &netlink.BpfFilter{FilterAttrs: netlink.FilterAttrs{Priority: tcPriority, Handle: tcHandle}, Id: 9}
+	tcx := func(err error, ids ...ebpf.ProgramID) func(link.QueryOptions) (*link.QueryResult, error) {
+		return func(link.QueryOptions) (*link.QueryResult, error) {
+			if err != nil {
+				return nil, err
+			}
+			res := &link.QueryResult{}
+			for _, id := range ids {
+				res.Programs = append(res.Programs, link.AttachedProgram{ID: id})
+			}
+			return res, nil
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		query   func(link.QueryOptions) (*link.QueryResult, error)
+		nl      fakeLinks
+		want    []ebpf.ProgramID
+		wantErr error
+	}{
+		{"tcx and legacy", tcx(nil, 4), fakeLinks{fakeLister: fakeLister{filters: []netlink.Filter{filter}}}, []ebpf.ProgramID{4, 4, 9, 9}, nil},
+		{"nothing attached", tcx(nil), fakeLinks{}, nil, nil},
+		{"interface gone at the tcx query", tcx(unix.ENODEV), fakeLinks{}, nil, nil},
+		{"interface gone at the link lookup", tcx(nil, 4), fakeLinks{linkErr: netlink.LinkNotFoundError{}}, nil, nil},
+		{"tcx query refused", tcx(unix.EPERM), fakeLinks{}, nil, unix.EPERM},
+		{"tcx query out of memory", tcx(unix.ENOMEM), fakeLinks{}, nil, unix.ENOMEM},
+		{"link lookup failed", tcx(nil), fakeLinks{linkErr: unix.ENOBUFS}, nil, unix.ENOBUFS},
+		{"filter dump failed", tcx(nil, 4), fakeLinks{fakeLister: fakeLister{err: netlink.ErrDumpInterrupted}}, nil, netlink.ErrDumpInterrupted},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := readAttached(tc.query, tc.nl, 7)
+			if tc.wantErr != nil {
+				if !errors.Is(err, tc.wantErr) || got != nil {
+					t.Fatalf("readAttached = %v, %v; want an error wrapping %v", got, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || !slices.Equal(got, tc.want) {
+				t.Fatalf("readAttached = %v, %v; want %v", got, err, tc.want)
 			}
 		})
 	}
