@@ -17,7 +17,7 @@ APT_PACKAGES := clang-19 llvm-19 bpftool libbpf-dev linux-libc-dev protobuf-comp
 GO_TEST_FLAGS ?= -race -count=1
 E2E_TIMEOUT ?= 20m
 
-.PHONY: all deps apt-deps tools generate check-generated build lint vet test unit e2e bench demo image clean
+.PHONY: all deps apt-deps tools generate check-generated build lint vet test unit e2e bench demo image check-image clean
 
 all: build
 
@@ -72,7 +72,7 @@ e2e: build
 	go test $(GO_TEST_FLAGS) -p 1 -timeout $(E2E_TIMEOUT) ./test/e2e/...
 
 # test is the README's test command and what CI runs (.ci/run).
-test: deps check-generated lint build unit e2e
+test: deps check-generated lint build check-image unit e2e
 
 # bench measures dpd's required figures at node scale against the real
 # daemon (as root): dpd-bench starts bin/dpd, drives it, measures real
@@ -101,6 +101,13 @@ image:
 	  -ldflags "-s -w -X main.version=$(VERSION) -X main.commit=$(COMMIT)" -o bin/image/dpd ./cmd/dpd
 	go run ./deploy/image --binary bin/image/dpd --tag $(IMAGE) --version $(VERSION) --revision $(COMMIT) \
 	  --created $(SOURCE_DATE_EPOCH) --out $(IMAGE_TAR)
+
+# check-image builds the image as an operator would and checks that the
+# tarball is an OCI layout holding a dpd that reports this build.
+check-image: image
+	@bin/image/dpd --version | grep -qF "$(VERSION)" || { echo "bin/image/dpd --version does not name $(VERSION)"; exit 1; }
+	@tar -tf $(IMAGE_TAR) | grep -qx 'index.json' || { echo "$(IMAGE_TAR) is not an OCI layout (no index.json)"; exit 1; }
+	@echo "image $(IMAGE) in $(IMAGE_TAR): $$(bin/image/dpd --version)"
 
 clean:
 	rm -rf bin
