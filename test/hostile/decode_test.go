@@ -72,6 +72,38 @@ func cutEndpoint(workload string) rawBytes {
 	return sub(msg, 11, sub(sub(nil, 1, id), 5, ep))
 }
 
+// cutHostEndpoint is a HostEndpointUpdate (field 9) whose id reads but
+// whose tier list is cut short.
+func cutHostEndpoint(id string) rawBytes {
+	b := protowire.AppendTag(nil, 2, protowire.BytesType)
+	b = protowire.AppendString(b, id)
+	ep := protowire.AppendString(protowire.AppendTag(nil, 1, protowire.BytesType), "eth9")
+	ep = append(protowire.AppendTag(ep, 3, protowire.BytesType), 0x02, 0x12, 0x7f) // tiers: one cut short
+	body := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), b)
+	body = protowire.AppendBytes(protowire.AppendTag(body, 3, protowire.BytesType), ep)
+	msg := protowire.AppendVarint(protowire.AppendTag(nil, 15, protowire.VarintType), 8)
+	return protowire.AppendBytes(protowire.AppendTag(msg, 9, protowire.BytesType), body)
+}
+
+// hostEndpointState is Inspect's status and reason of one host endpoint.
+func hostEndpointState(t *testing.T, d *daemon, id string) epState {
+	t.Helper()
+	conn := dial(t, d)
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := dpdv1.NewInspectClient(conn).ListHostEndpoints(ctx, &dpdv1.ListHostEndpointsRequest{})
+	if err != nil {
+		t.Fatalf("ListHostEndpoints: %v", err)
+	}
+	for _, h := range resp.GetHostEndpoints() {
+		if h.GetId() == id {
+			return epState{h.GetStatus(), h.GetReason()}
+		}
+	}
+	return epState{}
+}
+
 // TestMalformedProtobufOnSync: bytes that are not a ToDataplane end the
 // Sync stream with InvalidArgument naming the message that failed; the
 // error is logged once with the session and the message number and
@@ -96,23 +128,32 @@ func TestMalformedProtobufOnSync(t *testing.T) {
 	if n := d.metric("dpd_felix_decode_errors_total", `transport="grpc"`, `outcome="endpoint"`); n != 1 {
 		t.Errorf("dpd_felix_decode_errors_total{outcome=endpoint} = %v, want 1", n)
 	}
+	// Message 4 names its host endpoint: likewise, it goes to error (and
+	// enforces no policy: deny, failsafes excepted), the stream stays up.
+	must(t, st.SendMsg(cutHostEndpoint("bad-hep")))
+	testutil.WaitFor(t, 30*time.Second, "the malformed host endpoint in error", func() bool {
+		return hostEndpointState(t, d, "bad-hep").status == "error"
+	})
+	if r := hostEndpointState(t, d, "bad-hep").reason; !strings.Contains(r, "undecodable") || !strings.Contains(r, "#4") || !strings.Contains(r, "failing closed") {
+		t.Errorf("bad host endpoint's reason %q, want it to say message #4 was undecodable and it fails closed", r)
+	}
 
-	// Message 4 names nothing: the stream ends InvalidArgument.
+	// Message 5 names nothing: the stream ends InvalidArgument.
 	must(t, st.SendMsg(envelopeCut))
 	err := st.RecvMsg(&felix.FromDataplane{})
 	for err == nil {
 		err = st.RecvMsg(&felix.FromDataplane{})
 	}
 	t.Logf("stream ended: %v", err)
-	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "felix message #4") || !strings.Contains(err.Error(), "undecodable") {
-		t.Errorf("stream ended with %v, want InvalidArgument naming undecodable felix message #4", err)
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "felix message #5") || !strings.Contains(err.Error(), "undecodable") {
+		t.Errorf("stream ended with %v, want InvalidArgument naming undecodable felix message #5", err)
 	}
 	testutil.WaitFor(t, 10*time.Second, "the resync counted", func() bool {
 		return d.metric("dpd_felix_decode_errors_total", `transport="grpc"`, `outcome="resync"`) == 1
 	})
-	logged := regexp.MustCompile(`level=ERROR msg="undecodable controller message.*session=1 .*message=4`)
+	logged := regexp.MustCompile(`level=ERROR msg="undecodable controller message.*session=1 .*message=5`)
 	if n := len(logged.FindAllString(d.log.text(), -1)); n != 1 {
-		t.Errorf("%d log lines of the undecodable message with session=1 and message=4, want 1:\n%s", n, d.log.text())
+		t.Errorf("%d log lines of the undecodable message with session=1 and message=5, want 1:\n%s", n, d.log.text())
 	}
 
 	d.answers(t)
