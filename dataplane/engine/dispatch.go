@@ -110,4 +110,12 @@ func (e *Engine) onReject(r model.Rejection) {
 	if r.HostEndpoint != "" {
 		e.heps.markInvalid(r.HostEndpoint, r.String())
 	}
+	if r.Policy != nil && e.policies.reject(*r.Policy, r.String()) {
+		e.weps.dirtyUsers(e.weps.polUsers.users(*r.Policy))
+		e.heps.refChanged()
+	}
+	if r.Profile != "" && e.profiles.reject(r.Profile, r.String()) {
+		e.weps.dirtyUsers(e.weps.profUsers.users(r.Profile))
+		e.heps.refChanged()
+	}
 }

@@ -275,6 +275,10 @@ func (e *Engine) evalEndpoint(ent *wepEntry, now time.Time, p *pass) {
 		ent.lastProgrammed = now
 	}
 	settle()
+	if why := e.invalidRefs(ent.spec.Tiers, ent.spec.Profiles); why != "" {
+		e.setStatus(ent, statusError, why)
+		return
+	}
 	if link != model.LinkUp {
 		e.setStatus(ent, statusDown, "interface "+ent.spec.Iface+" is "+link.String())
 		return

@@ -196,6 +196,8 @@ func (e *Engine) hostStatuses(enforcing bool, desired map[string]*hostDesired, e
 			st, reason = statusError, "this dataplane does not enforce host endpoints"
 		case h.invalid != "":
 			st, reason = statusError, "invalid: "+h.invalid+"; failing closed"
+		case len(ifaces) > 0 && e.invalidRefs(hostTiers(h.spec), h.spec.Profiles) != "":
+			st, reason = statusError, e.invalidRefs(hostTiers(h.spec), h.spec.Profiles)
 		case failed[id] != "":
 			st, reason = statusError, failed[id]
 		case len(held) > 0:
@@ -222,6 +224,11 @@ func (h *hepEntry) enforced() *model.HostEndpoint {
 		return h.spec
 	}
 	return &model.HostEndpoint{ID: h.id, Iface: h.spec.Iface, ExpectedIPv4: h.spec.ExpectedIPv4, ExpectedIPv6: h.spec.ExpectedIPv6}
+}
+
+// hostTiers are every tier sp references, of every stage.
+func hostTiers(sp *model.HostEndpoint) []model.TierRef {
+	return slices.Concat(sp.Tiers, sp.UntrackedTiers, sp.PreDNATTiers, sp.ForwardTiers)
 }
 
 // hostResolution is a host endpoint's resolved policy.

@@ -42,7 +42,11 @@ type Rejection struct {
 	Endpoint *WorkloadID // the workload endpoint concerned, if known
 	// HostEndpoint is the host endpoint concerned, if known.
 	HostEndpoint string
-	Reason       string
+	// Policy and Profile: the policy or profile an update was for, if its
+	// id was readable: its users fail closed on it.
+	Policy  *PolicyKey
+	Profile string
+	Reason  string
 }
 
 func (r Rejection) String() string {
@@ -51,6 +55,12 @@ func (r Rejection) String() string {
 	}
 	if r.HostEndpoint != "" {
 		return fmt.Sprintf("message %d (%s %s): %s", r.Seq, r.Kind, r.HostEndpoint, r.Reason)
+	}
+	if r.Policy != nil {
+		return fmt.Sprintf("message %d (%s %s): %s", r.Seq, r.Kind, r.Policy, r.Reason)
+	}
+	if r.Profile != "" {
+		return fmt.Sprintf("message %d (%s %s): %s", r.Seq, r.Kind, r.Profile, r.Reason)
 	}
 	return fmt.Sprintf("message %d (%s): %s", r.Seq, r.Kind, r.Reason)
 }

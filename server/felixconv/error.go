@@ -15,14 +15,19 @@ type Error struct {
 	Endpoint *model.WorkloadID
 	// HostEndpoint is set likewise for a host endpoint's message.
 	HostEndpoint string
-	Reason       string
+	// Policy and Profile are set for an update of a policy or profile
+	// whose id is valid.
+	Policy  *model.PolicyKey
+	Profile string
+	Reason  string
 }
 
 func (e *Error) Error() string { return "felix " + e.Rejection().String() }
 
 // Rejection is what the engine is told of the message: the same facts.
 func (e *Error) Rejection() model.Rejection {
-	return model.Rejection{Seq: e.Seq, Kind: e.Kind, Endpoint: e.Endpoint, HostEndpoint: e.HostEndpoint, Reason: e.Reason}
+	return model.Rejection{Seq: e.Seq, Kind: e.Kind, Endpoint: e.Endpoint, HostEndpoint: e.HostEndpoint,
+		Policy: e.Policy, Profile: e.Profile, Reason: e.Reason}
 }
 
 // KindUnknown is PayloadKind's answer for a message without a payload this

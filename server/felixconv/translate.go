@@ -26,10 +26,28 @@ func Translate(msg *felix.ToDataplane) (model.Update, error) {
 	}
 	u, ep, err := translatePayload(msg)
 	if err != nil {
-		return nil, &Error{Seq: msg.SequenceNumber, Kind: PayloadKind(msg), Endpoint: ep, HostEndpoint: hostEndpointOf(msg),
+		fe := &Error{Seq: msg.SequenceNumber, Kind: PayloadKind(msg), Endpoint: ep, HostEndpoint: hostEndpointOf(msg),
 			Reason: err.Error()}
+		fe.Policy, fe.Profile = rulesOf(msg)
+		return nil, fe
 	}
 	return model.WithSeq(u, msg.SequenceNumber), nil
+}
+
+// rulesOf names the policy or profile a failed update is for, when its id
+// is valid: what it enforced may be more permissive than what the
+// controller meant, so its users must stop enforcing it. Removals are not
+// named: a removal that fails leaves nothing more permissive behind.
+func rulesOf(msg *felix.ToDataplane) (*model.PolicyKey, string) {
+	switch p := msg.Payload.(type) {
+	case *felix.ToDataplane_ActivePolicyUpdate:
+		if k, err := PolicyKeyOf(p.ActivePolicyUpdate.GetId()); err == nil {
+			return &k, ""
+		}
+	case *felix.ToDataplane_ActiveProfileUpdate:
+		return nil, p.ActiveProfileUpdate.GetId().GetName()
+	}
+	return nil, ""
 }
 
 // hostEndpointOf names the host endpoint a failed message concerns, when
