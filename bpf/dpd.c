@@ -10,6 +10,9 @@
  *   dpd_epilogue  dpd_jump[DPD_JUMP_EPILOGUE]: verdict -> conntrack, counters,
  *                 a flow event (dpd_events.h)
  *
+ * The host endpoints' programs are in dpd_hep.h, the ones userspace runs to
+ * write a value in one store in dpd_control.h.
+ *
  * Flow: ARP passes, other non-IP drops; IPv4 and IPv6 take one path over
  * dpd_pkt, whose addresses are 16 bytes in both (what differs is in
  * dpd_ipv6.h). An interface without a ready dpd_ifstate entry drops (fail
@@ -33,6 +36,8 @@
 #include <bpf/bpf_endian.h>
 #include "dpd_abi.h"
 #include "dpd_maps.h"
+#include "dpd_clock.h"
+#include "dpd_ifstate.h"
 #include "dpd_drops.h"
 #include "dpd_parse.h"
 #include "dpd_ct.h"
@@ -42,6 +47,7 @@
 #include "dpd_events.h"
 #include "dpd_trace.h"
 #include "dpd_hep.h"
+#include "dpd_control.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -50,7 +56,7 @@ static __always_inline int dpd_entry(struct __sk_buff *skb, __u32 dir)
 	struct dpd_ct_key key;
 	struct dpd_nat nat = {};
 	struct dpd_pkt p = {};
-	struct dpd_ifstate *ifs;
+	struct dpd_ifstate ifs;
 	struct dpd_ct_val *ct;
 	struct dpd_state *st;
 	struct ethhdr *eth;
@@ -79,15 +85,15 @@ static __always_inline int dpd_entry(struct __sk_buff *skb, __u32 dir)
 		dpd_trace_flags(0);
 
 	ifindex = skb->ifindex;
-	ifs = bpf_map_lookup_elem(&dpd_ifstate, &ifindex);
-	if (!ifs || !(ifs->flags & DPD_IF_READY))
+	ifs = dpd_ifstate_get(ifindex);
+	if (!(ifs.flags & DPD_IF_READY))
 		return TC_ACT_SHOT;
-	slot = ifs->slot;
+	slot = ifs.slot;
 
 	if (dpd_parse_l3(skb, h_proto, &p, trace))
 		return TC_ACT_SHOT;
 
-	now = bpf_ktime_get_coarse_ns();
+	now = dpd_now();
 	if (dpd_frag_track(&p, dir, ifindex, now, trace, skb->len))
 		return TC_ACT_SHOT;
 	if (dpd_ipv6_nd(&p)) {

@@ -13,6 +13,14 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type DpdDpdClock struct {
+	_             structs.HostLayout
+	TickNs        uint64
+	OffsetNs      uint64
+	SampleJiffies uint64
+	SampleNs      uint64
+}
+
 type DpdDpdCounter struct {
 	_       structs.HostLayout
 	Packets uint64
@@ -260,6 +268,7 @@ type DpdDpdState struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	DpdMapDpdChain        = "dpd_chain"
+	DpdMapDpdClock        = "dpd_clock"
 	DpdMapDpdConntrack    = "dpd_conntrack"
 	DpdMapDpdCt           = "dpd_ct"
 	DpdMapDpdCtCfg        = "dpd_ct_cfg"
@@ -275,6 +284,7 @@ const (
 	DpdMapDpdHepCfg       = "dpd_hep_cfg"
 	DpdMapDpdHepStages    = "dpd_hep_stages"
 	DpdMapDpdIfstate      = "dpd_ifstate"
+	DpdMapDpdIfstateArr   = "dpd_ifstate_arr"
 	DpdMapDpdIpsetIds     = "dpd_ipset_ids"
 	DpdMapDpdIpsets       = "dpd_ipsets"
 	DpdMapDpdJump         = "dpd_jump"
@@ -287,12 +297,14 @@ const (
 	DpdMapDpdRuleCtrs     = "dpd_rule_ctrs"
 	DpdMapDpdState        = "dpd_state"
 	DpdMapDpdTrace        = "dpd_trace"
+	DpdProgDpdClockSync   = "dpd_clock_sync"
 	DpdProgDpdEpilogue    = "dpd_epilogue"
 	DpdProgDpdFromWep     = "dpd_from_wep"
 	DpdProgDpdHepIn       = "dpd_hep_in"
 	DpdProgDpdHepInCont   = "dpd_hep_in_cont"
 	DpdProgDpdHepOut      = "dpd_hep_out"
 	DpdProgDpdHepOutCont  = "dpd_hep_out_cont"
+	DpdProgDpdIfstateSet  = "dpd_ifstate_set"
 	DpdProgDpdToWep       = "dpd_to_wep"
 	DpdVarDpdFlowEventBtf = "dpd_flow_event_btf"
 )
@@ -339,12 +351,14 @@ type DpdSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type DpdProgramSpecs struct {
+	DpdClockSync  *ebpf.ProgramSpec `ebpf:"dpd_clock_sync"`
 	DpdEpilogue   *ebpf.ProgramSpec `ebpf:"dpd_epilogue"`
 	DpdFromWep    *ebpf.ProgramSpec `ebpf:"dpd_from_wep"`
 	DpdHepIn      *ebpf.ProgramSpec `ebpf:"dpd_hep_in"`
 	DpdHepInCont  *ebpf.ProgramSpec `ebpf:"dpd_hep_in_cont"`
 	DpdHepOut     *ebpf.ProgramSpec `ebpf:"dpd_hep_out"`
 	DpdHepOutCont *ebpf.ProgramSpec `ebpf:"dpd_hep_out_cont"`
+	DpdIfstateSet *ebpf.ProgramSpec `ebpf:"dpd_ifstate_set"`
 	DpdToWep      *ebpf.ProgramSpec `ebpf:"dpd_to_wep"`
 }
 
@@ -353,6 +367,7 @@ type DpdProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type DpdMapSpecs struct {
 	DpdChain      *ebpf.MapSpec `ebpf:"dpd_chain"`
+	DpdClock      *ebpf.MapSpec `ebpf:"dpd_clock"`
 	DpdConntrack  *ebpf.MapSpec `ebpf:"dpd_conntrack"`
 	DpdCt         *ebpf.MapSpec `ebpf:"dpd_ct"`
 	DpdCtCfg      *ebpf.MapSpec `ebpf:"dpd_ct_cfg"`
@@ -368,6 +383,7 @@ type DpdMapSpecs struct {
 	DpdHepCfg     *ebpf.MapSpec `ebpf:"dpd_hep_cfg"`
 	DpdHepStages  *ebpf.MapSpec `ebpf:"dpd_hep_stages"`
 	DpdIfstate    *ebpf.MapSpec `ebpf:"dpd_ifstate"`
+	DpdIfstateArr *ebpf.MapSpec `ebpf:"dpd_ifstate_arr"`
 	DpdIpsetIds   *ebpf.MapSpec `ebpf:"dpd_ipset_ids"`
 	DpdIpsets     *ebpf.MapSpec `ebpf:"dpd_ipsets"`
 	DpdJump       *ebpf.MapSpec `ebpf:"dpd_jump"`
@@ -410,6 +426,7 @@ func (o *DpdObjects) Close() error {
 // It can be passed to LoadDpdObjects or ebpf.CollectionSpec.LoadAndAssign.
 type DpdMaps struct {
 	DpdChain      *ebpf.Map `ebpf:"dpd_chain"`
+	DpdClock      *ebpf.Map `ebpf:"dpd_clock"`
 	DpdConntrack  *ebpf.Map `ebpf:"dpd_conntrack"`
 	DpdCt         *ebpf.Map `ebpf:"dpd_ct"`
 	DpdCtCfg      *ebpf.Map `ebpf:"dpd_ct_cfg"`
@@ -425,6 +442,7 @@ type DpdMaps struct {
 	DpdHepCfg     *ebpf.Map `ebpf:"dpd_hep_cfg"`
 	DpdHepStages  *ebpf.Map `ebpf:"dpd_hep_stages"`
 	DpdIfstate    *ebpf.Map `ebpf:"dpd_ifstate"`
+	DpdIfstateArr *ebpf.Map `ebpf:"dpd_ifstate_arr"`
 	DpdIpsetIds   *ebpf.Map `ebpf:"dpd_ipset_ids"`
 	DpdIpsets     *ebpf.Map `ebpf:"dpd_ipsets"`
 	DpdJump       *ebpf.Map `ebpf:"dpd_jump"`
@@ -442,6 +460,7 @@ type DpdMaps struct {
 func (m *DpdMaps) Close() error {
 	return _DpdClose(
 		m.DpdChain,
+		m.DpdClock,
 		m.DpdConntrack,
 		m.DpdCt,
 		m.DpdCtCfg,
@@ -457,6 +476,7 @@ func (m *DpdMaps) Close() error {
 		m.DpdHepCfg,
 		m.DpdHepStages,
 		m.DpdIfstate,
+		m.DpdIfstateArr,
 		m.DpdIpsetIds,
 		m.DpdIpsets,
 		m.DpdJump,
@@ -483,23 +503,27 @@ type DpdVariables struct {
 //
 // It can be passed to LoadDpdObjects or ebpf.CollectionSpec.LoadAndAssign.
 type DpdPrograms struct {
+	DpdClockSync  *ebpf.Program `ebpf:"dpd_clock_sync"`
 	DpdEpilogue   *ebpf.Program `ebpf:"dpd_epilogue"`
 	DpdFromWep    *ebpf.Program `ebpf:"dpd_from_wep"`
 	DpdHepIn      *ebpf.Program `ebpf:"dpd_hep_in"`
 	DpdHepInCont  *ebpf.Program `ebpf:"dpd_hep_in_cont"`
 	DpdHepOut     *ebpf.Program `ebpf:"dpd_hep_out"`
 	DpdHepOutCont *ebpf.Program `ebpf:"dpd_hep_out_cont"`
+	DpdIfstateSet *ebpf.Program `ebpf:"dpd_ifstate_set"`
 	DpdToWep      *ebpf.Program `ebpf:"dpd_to_wep"`
 }
 
 func (p *DpdPrograms) Close() error {
 	return _DpdClose(
+		p.DpdClockSync,
 		p.DpdEpilogue,
 		p.DpdFromWep,
 		p.DpdHepIn,
 		p.DpdHepInCont,
 		p.DpdHepOut,
 		p.DpdHepOutCont,
+		p.DpdIfstateSet,
 		p.DpdToWep,
 	)
 }

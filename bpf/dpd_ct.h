@@ -14,6 +14,7 @@
 #include "dpd_abi.h"
 #include "dpd_parse_types.h"
 #include "dpd_maps.h"
+#include "dpd_clock.h"
 
 #define DPD_NS_PER_S 1000000000ull
 
@@ -303,7 +304,7 @@ static __always_inline long dpd_ct_create(const struct dpd_state *st, __u32 flag
 {
 	struct dpd_ct_key k;
 	struct dpd_ct_val v = {};
-	__u64 now = bpf_ktime_get_coarse_ns();
+	__u64 now = dpd_now();
 
 	if (dpd_ct_cfg_flags() & DPD_CT_CFG_WRITE_LEGACY)
 		dpd_ct_key_set(&k, st->saddr, st->daddr, st->sport, st->dport, st->proto, st->family,

@@ -15,6 +15,8 @@
 #include <bpf/bpf_helpers.h>
 #include "dpd_abi.h"
 #include "dpd_maps.h"
+#include "dpd_clock.h"
+#include "dpd_ifstate.h"
 
 /* Keeps struct dpd_flow_event in the object's BTF (only a ring buffer
  * record has it, and records are untyped), for bpf2go and the layout test.
@@ -56,16 +58,16 @@ static __always_inline int dpd_ev_same(const struct dpd_ct_key *a, const struct 
 static __always_inline void dpd_preview_run(struct __sk_buff *skb, struct dpd_state *st)
 {
 	struct dpd_preview_st *keep;
-	struct dpd_ifstate *ifs;
+	struct dpd_ifstate ifs;
 	struct dpd_ev_cfg *cfg;
 	__u32 zero = 0, ifindex = st->ifindex;
 
 	cfg = bpf_map_lookup_elem(&dpd_ev_cfg, &zero);
 	if (!cfg || (cfg->flags & (DPD_EV_CFG_ON | DPD_EV_CFG_PREVIEW)) != (DPD_EV_CFG_ON | DPD_EV_CFG_PREVIEW))
 		return;
-	ifs = bpf_map_lookup_elem(&dpd_ifstate, &ifindex);
+	ifs = dpd_ifstate_get(ifindex);
 	keep = bpf_map_lookup_elem(&dpd_preview_st, &zero);
-	if (!ifs || !keep)
+	if (!(ifs.flags & DPD_IF_READY) || !keep)
 		return;
 	keep->verdict = st->verdict;
 	keep->rule_id = st->rule_id;
@@ -74,7 +76,7 @@ static __always_inline void dpd_preview_run(struct __sk_buff *skb, struct dpd_st
 	st->rule_id = 0;
 	st->chain_pos = 0;
 	__builtin_memset(st->pol_scratch, 0, sizeof(st->pol_scratch));
-	bpf_tail_call(skb, &dpd_preview, DPD_JUMP_POL_BASE + 2 * ifs->slot + st->dir);
+	bpf_tail_call(skb, &dpd_preview, DPD_JUMP_POL_BASE + 2 * ifs.slot + st->dir);
 	/* No preview program for the slot: the decision stands as it was. */
 	st->flags &= ~DPD_ST_PREVIEW;
 	st->verdict = keep->verdict;
@@ -127,9 +129,9 @@ static __always_inline void dpd_event_preview(const struct dpd_state *st, __u8 k
 	cfg = bpf_map_lookup_elem(&dpd_ev_cfg, &zero);
 	if (!cfg || !(cfg->flags & DPD_EV_CFG_ON))
 		return;
-	/* Coarse (a tick, some ms) is enough to label and rate-limit, and
-	 * costs a third of the precise clock on the policy path. */
-	now = bpf_ktime_get_coarse_ns();
+	/* The programs' clock (a tick, some ms) is enough to label and
+	 * rate-limit, and costs a fraction of the precise one. */
+	now = dpd_now();
 	/* Zeroed on every path: clang would otherwise spill it undefined. */
 	__builtin_memset(&k, 0, sizeof(k));
 	if (st->verdict != DPD_VERDICT_ALLOW) {

@@ -46,6 +46,8 @@
 #include <bpf/bpf_endian.h>
 #include "dpd_abi.h"
 #include "dpd_maps.h"
+#include "dpd_clock.h"
+#include "dpd_ifstate.h"
 #include "dpd_parse.h"
 #include "dpd_ct.h"
 #include "dpd_frag.h"
@@ -171,7 +173,7 @@ static __always_inline int dpd_hep_entry(struct __sk_buff *skb, __u32 dir, __u32
 	struct dpd_hep_stages *sg;
 	struct dpd_ct_key key;
 	struct dpd_pkt p = {};
-	struct dpd_ifstate *ifs;
+	struct dpd_ifstate ifs;
 	struct dpd_ct_val *ct;
 	struct dpd_state *st;
 	struct ethhdr *eth;
@@ -198,13 +200,11 @@ static __always_inline int dpd_hep_entry(struct __sk_buff *skb, __u32 dir, __u32
 		dpd_trace_flags(0);
 
 	ifindex = skb->ifindex;
-	ifs = bpf_map_lookup_elem(&dpd_ifstate, &ifindex);
-	if (!ifs)
-		return TC_ACT_OK;
-	flags = ifs->flags;
+	ifs = dpd_ifstate_get(ifindex);
+	flags = ifs.flags;
 	if ((flags & (DPD_IF_READY | DPD_IF_HOST)) != (DPD_IF_READY | DPD_IF_HOST))
 		return TC_ACT_OK;
-	slot = ifs->slot;
+	slot = ifs.slot;
 	sg = bpf_map_lookup_elem(&dpd_hep_stages, &ifindex);
 	if (sg) {
 		untracked = sg->untracked;
@@ -220,7 +220,7 @@ static __always_inline int dpd_hep_entry(struct __sk_buff *skb, __u32 dir, __u32
 	else
 		fwd = skb->ingress_ifindex != 0 && !trace;
 
-	now = bpf_ktime_get_coarse_ns();
+	now = dpd_now();
 	if (dpd_frag_track(&p, dir, ifindex, now, trace, skb->len))
 		return TC_ACT_SHOT;
 
@@ -313,7 +313,6 @@ static __always_inline int dpd_hep_entry(struct __sk_buff *skb, __u32 dir, __u32
 static __always_inline int dpd_hep_wep_to_host(struct __sk_buff *skb, struct dpd_state *st)
 {
 	struct bpf_fib_lookup fib = {};
-	struct dpd_ifstate *ifs;
 	struct dpd_hep_cfg *cfg;
 	__u32 zero = 0, ifindex = st->ifindex, slot;
 	long rc;
@@ -326,8 +325,7 @@ static __always_inline int dpd_hep_wep_to_host(struct __sk_buff *skb, struct dpd
 	if (cfg->to_host == DPD_TO_HOST_RETURN && !cfg->to_host_slot)
 		return 0;
 	slot = cfg->to_host_slot;
-	ifs = bpf_map_lookup_elem(&dpd_ifstate, &ifindex);
-	if (!ifs || !(ifs->flags & DPD_IF_WORKLOAD))
+	if (!(dpd_ifstate_get(ifindex).flags & DPD_IF_WORKLOAD))
 		return 0;
 	fib.l4_protocol = st->proto;
 	if (st->family == 6) {

@@ -53,6 +53,25 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } dpd_ifstate SEC(".maps");
 
+/* The same entries for ifindexes below DPD_IFSTATE_ARR_ENTRIES, each
+ * written in one store by dpd_ifstate_set; all zero = no entry. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, DPD_IFSTATE_ARR_ENTRIES);
+	__type(key, __u32);
+	__type(value, struct dpd_ifstate);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dpd_ifstate_arr SEC(".maps");
+
+/* The programs' clock (struct dpd_clock); written by dpd_clock_sync. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct dpd_clock);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dpd_clock SEC(".maps");
+
 /* IP set members; read by the policy programs, written by userspace. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LPM_TRIE);

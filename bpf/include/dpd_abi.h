@@ -55,11 +55,27 @@ struct dpd_state {
 	__u32 state_pad;      /* 140 */
 };                            /* sizeof == 144 */
 
-/* dpd_ifstate: ifindex -> endpoint slot. */
+/* dpd_ifstate: ifindex -> endpoint slot. In dpd_ifstate_arr the 8 bytes
+ * are one word, written and read in one access (dpd_ifstate.h). */
 struct dpd_ifstate {
-	__u32 slot;
-	__u32 flags; /* DPD_IF_* */
+	__u32 slot;  /* 0 */
+	__u32 flags; /* 4: DPD_IF_*; 0 = no entry */
 };
+
+/* dpd_ifstate_arr holds the entries of the ifindexes below this, as
+ * dpd_ifstate holds every entry: an array lookup the verifier inlines. */
+#define DPD_IFSTATE_ARR_ENTRIES 262144
+
+/* dpd_clock (ARRAY[1]): the programs' clock, CLOCK_MONOTONIC_COARSE as
+ * jiffies * tick_ns + offset_ns (dpd_clock.h). tick_ns 0: not calibrated
+ * yet, read the kernel's clock instead. Written only by dpd_clock_sync,
+ * each field in one store. */
+struct dpd_clock {
+	__u64 tick_ns;        /* 0: nanoseconds per jiffy; 0 = use bpf_ktime_get_coarse_ns */
+	__u64 offset_ns;      /* 8: coarse ns - jiffies * tick_ns, at the last sync (mod 2^64) */
+	__u64 sample_jiffies; /* 16: jiffies at the last sync */
+	__u64 sample_ns;      /* 24: bpf_ktime_get_coarse_ns at the last sync */
+};                            /* sizeof == 32 */
 
 /* dpd_ipsets: LPM trie. prefixlen counts bits from set_id onwards: 64 + address
  * prefix (set_id, proto, family and port are always fully matched). */

@@ -78,10 +78,21 @@ func (k *Kernel) runScan(ctx context.Context, s *ctScanner, d *tcbpf.Datapath, i
 		full.baseline() // what an earlier dpd counted is not news
 	}
 	s.mu.Unlock()
+	// The programs' clock learns its tick from two syncs a second or
+	// more apart (tcbpf.Datapath.SyncClock), then follows each scan.
+	calibrate := time.NewTimer(clockCalibration)
+	defer calibrate.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-calibrate.C:
+			s.mu.Lock()
+			if ctx.Err() == nil {
+				k.syncClock(d)
+			}
+			s.mu.Unlock()
+			continue
 		case <-t.C:
 		}
 		s.mu.Lock()
@@ -89,6 +100,7 @@ func (k *Kernel) runScan(ctx context.Context, s *ctScanner, d *tcbpf.Datapath, i
 			s.mu.Unlock()
 			return
 		}
+		k.syncClock(d)
 		n, err := sc.scan(d, time.Now())
 		refused, ferr := full.check()
 		s.mu.Unlock()
@@ -129,6 +141,18 @@ func (k *Kernel) runScan(ctx context.Context, s *ctScanner, d *tcbpf.Datapath, i
 		for i := range sc.ends {
 			fw.hist.Add(sc.ends[i])
 		}
+	}
+}
+
+// clockCalibration is when, after the scanner starts, the programs'
+// clock is synced a second time: over a span long enough to learn the tick.
+const clockCalibration = 1100 * time.Millisecond
+
+// syncClock moves the programs' clock onto the coarse clock the scan
+// compares it with; a failure leaves the last calibration in use.
+func (k *Kernel) syncClock(d *tcbpf.Datapath) {
+	if err := d.SyncClock(); err != nil {
+		k.log.Warn("sync the programs' clock", "err", err)
 	}
 }
 

@@ -76,6 +76,8 @@ func TestBTFLayout(t *testing.T) {
 			"preview_verdict": abi.EvPreviewVerdict, "preview_rule_id": abi.EvPreviewRuleID,
 		}},
 		{"dpd_hep_cfg", abi.HepCfgSize, map[string]uint32{"to_host": 0, "to_host_slot": 4}},
+		{"dpd_ifstate", 8, map[string]uint32{"slot": 0, "flags": 4}},
+		{"dpd_clock", abi.ClockSize, map[string]uint32{"tick_ns": 0, "offset_ns": 8, "sample_jiffies": 16, "sample_ns": 24}},
 		{"dpd_hep_stages", abi.HepStagesSize, map[string]uint32{"untracked": 0, "prednat": 4}},
 		{"dpd_failsafe_key", abi.FailsafeKeySize, map[string]uint32{
 			"prefixlen": abi.FailsafeKeyPrefixlen, "port": abi.FailsafeKeyPort, "proto": abi.FailsafeKeyProto,
@@ -163,6 +165,7 @@ func TestHeaderDefines(t *testing.T) {
 		"DPD_TO_HOST_ACCEPT": abi.ToHostAccept, "DPD_TO_HOST_DROP": abi.ToHostDrop, "DPD_TO_HOST_RETURN": abi.ToHostReturn, "DPD_ST_HEP_TOHOST": abi.StHepToHost, "DPD_ST_HEP_PREDNAT": abi.StHepPreDNAT,
 		"DPD_JUMP_HEP_CONT_FROM_WEP": abi.JumpHepContFromWEP, "DPD_JUMP_HEP_CONT_TO_WEP": abi.JumpHepContToWEP,
 		"DPD_EV_CFG_PREVIEW": abi.EvCfgPreview, "DPD_ST_PREVIEW": abi.StPreview,
+		"DPD_IFSTATE_ARR_ENTRIES": abi.IfStateArrEntries,
 	}
 	f, err := os.Open("../../bpf/include/dpd_abi.h")
 	if err != nil {

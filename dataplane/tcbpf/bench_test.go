@@ -21,6 +21,7 @@ import (
 //	            the epilogue (the new-flow path without the conntrack write)
 func BenchmarkEntry(b *testing.B) {
 	d := openTest(b, Options{})
+	waitClockCalibrated(b, d)
 	mustNil(b, d.SetIfState(1, 0, abi.IfReady))
 	mustNil(b, d.InstallPolicy(0, abi.DirFromWEP, verdictProg(b, d, abi.VerdictAllow, 0)))
 	mustNil(b, d.InstallPolicy(0, abi.DirToWEP, verdictProg(b, d, abi.VerdictDeny, 0)))
@@ -83,6 +84,7 @@ func runRepeated(b *testing.B, d *Datapath, cases []benchCase) {
 func BenchmarkEvents(b *testing.B) {
 	d := openTest(b, Options{Sizes: MapSizes{Conntrack: 1 << 20, IPSets: 1024, IfState: 64, RuleCounters: 256,
 		Chain: 64, Events: 1 << 26}})
+	waitClockCalibrated(b, d)
 	mustNil(b, d.SetIfState(1, 0, abi.IfReady))
 	mustNil(b, d.InstallPolicy(0, abi.DirFromWEP, verdictProg(b, d, abi.VerdictAllow, 0xa1)))
 	mustNil(b, d.InstallPolicy(1, abi.DirFromWEP, verdictProg(b, d, abi.VerdictDeny, 0xd1)))

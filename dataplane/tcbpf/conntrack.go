@@ -42,9 +42,9 @@ func CTTimeout(proto uint8, flags uint32) time.Duration {
 }
 
 // ktime converts a wall-clock instant to the programs' clock, relative to
-// the current time. The programs stamp entries with bpf_ktime_get_coarse_ns
-// (CLOCK_MONOTONIC_COARSE, tick granularity): in a VM the precise clock cost
-// more than half of an established packet's time.
+// the current time. The programs stamp entries with CLOCK_MONOTONIC_COARSE
+// (tick granularity; in a VM the precise clock cost more than half of an
+// established packet's time), read as calibrated jiffies (clock.go).
 func ktime(now time.Time) (uint64, error) {
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC_COARSE, &ts); err != nil {

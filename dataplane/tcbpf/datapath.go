@@ -99,6 +99,10 @@ type Datapath struct {
 	ctOld   bool
 
 	traceMu sync.Mutex // serialises trace runs: dpd_trace has one entry
+	// clockMu serialises clock syncs; clockFirst is the sample the tick
+	// is learnt from (clock.go).
+	clockMu    sync.Mutex
+	clockFirst ClockState
 
 	ctrs counterMirror // the keys of dpd_rule_ctrs (usage.go); has its own lock
 
@@ -208,6 +212,13 @@ func (d *Datapath) init() error {
 	}
 	// Before the epilogue, which the attached entry programs share.
 	if err := d.initCTCfg(); err != nil {
+		return err
+	}
+	// Before this Datapath attaches an entry program that reads it.
+	if err := d.syncIfStateArr(); err != nil {
+		return err
+	}
+	if err := d.SyncClock(); err != nil {
 		return err
 	}
 	// A restart finds the previous epilogue installed; an equivalent one

@@ -173,8 +173,7 @@ func (e *EventReader) Pending() int { return e.r.AvailableBytes() }
 func (e *EventReader) Close() error { return e.r.Close() }
 
 // MonoClock converts the programs' timestamps (CLOCK_MONOTONIC_COARSE,
-// what bpf_ktime_get_coarse_ns reads: CLOCK_MONOTONIC to a tick) to
-// wall-clock time.
+// CLOCK_MONOTONIC to a tick; clock.go) to wall-clock time.
 type MonoClock struct{ offset time.Duration }
 
 // NewMonoClock samples both clocks once; drift between them (NTP slewing)

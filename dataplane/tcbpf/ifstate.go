@@ -12,24 +12,118 @@ import (
 
 // SetIfState maps ifindex to its endpoint slot. Packets are policed only
 // while flags has abi.IfReady; until then the entry programs drop them.
+//
+// The entry lives in dpd_ifstate and, for an ifindex below
+// abi.IfStateArrEntries, in dpd_ifstate_arr too, which the entry
+// programs read instead (bpf/dpd_ifstate.h). An entry that gains
+// abi.IfReady is written there last, and one that loses it first, so
+// neither write's failure leaves the programs policing with more than
+// the caller asked.
 func (d *Datapath) SetIfState(ifindex int, slot uint32, flags uint32) error {
 	if slot >= d.sizes.Slots() {
 		return fmt.Errorf("set ifstate %d: slot %d beyond jump map capacity %d", ifindex, slot, d.sizes.Slots())
 	}
+	if flags&abi.IfReady == 0 {
+		if err := d.setIfStateArr(ifindex, slot, flags); err != nil {
+			return err
+		}
+	}
 	v := bpf.DpdDpdIfstate{Slot: slot, Flags: flags}
 	if err := d.objs.DpdIfstate.Update(uint32(ifindex), &v, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("set ifstate %d: %w", ifindex, err)
+	}
+	if flags&abi.IfReady != 0 {
+		return d.setIfStateArr(ifindex, slot, flags)
 	}
 	return nil
 }
 
 // DeleteIfState forgets ifindex; absent is not an error.
 func (d *Datapath) DeleteIfState(ifindex int) error {
+	if err := d.setIfStateArr(ifindex, 0, 0); err != nil {
+		return err
+	}
 	err := d.objs.DpdIfstate.Delete(uint32(ifindex))
 	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("delete ifstate %d: %w", ifindex, err)
 	}
 	return nil
+}
+
+// setIfStateArr writes ifindex's dpd_ifstate_arr entry in one store
+// (dpd_ifstate_set); an ifindex beyond the array has none.
+func (d *Datapath) setIfStateArr(ifindex int, slot, flags uint32) error {
+	if ifindex <= 0 || ifindex >= abi.IfStateArrEntries {
+		return nil
+	}
+	ret, err := runControl(d.objs.DpdIfstateSet, uint32(ifindex), slot, flags)
+	if err != nil {
+		return fmt.Errorf("set ifstate %d: %w", ifindex, err)
+	}
+	if ret != 0 {
+		return fmt.Errorf("set ifstate %d: dpd_ifstate_set refused (%d)", ifindex, ret)
+	}
+	return nil
+}
+
+// syncIfStateArr makes dpd_ifstate_arr hold exactly dpd_ifstate's
+// entries below abi.IfStateArrEntries, before any entry program of this
+// Datapath runs: the array is new on a node upgraded from a dpd without
+// it, and a dpd that stopped between the two writes of an entry left them
+// apart. One batch read of the array; a write only where they differ.
+func (d *Datapath) syncIfStateArr() error {
+	want := map[uint32]bpf.DpdDpdIfstate{}
+	var k uint32
+	var v bpf.DpdDpdIfstate
+	it := d.objs.DpdIfstate.Iterate()
+	for it.Next(&k, &v) {
+		if k < abi.IfStateArrEntries {
+			want[k] = v
+		}
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("sync ifstate array: read dpd_ifstate: %w", err)
+	}
+	have, err := d.readIfStateArr()
+	if err != nil {
+		return err
+	}
+	for i := range have {
+		w := want[uint32(i)]
+		if have[i] == w {
+			continue
+		}
+		if err := d.setIfStateArr(i, w.Slot, w.Flags); err != nil {
+			return fmt.Errorf("sync ifstate array: %w", err)
+		}
+	}
+	return nil
+}
+
+// readIfStateArr reads all of dpd_ifstate_arr in one batch.
+func (d *Datapath) readIfStateArr() ([]bpf.DpdDpdIfstate, error) {
+	n := int(d.objs.DpdIfstateArr.MaxEntries())
+	keys := make([]uint32, n)
+	vals := make([]bpf.DpdDpdIfstate, n)
+	var cursor ebpf.MapBatchCursor
+	got := 0
+	for got < n {
+		c, err := d.objs.DpdIfstateArr.BatchLookup(&cursor, keys[got:], vals[got:], nil)
+		got += c
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("sync ifstate array: read: %w", err)
+		}
+	}
+	out := make([]bpf.DpdDpdIfstate, n)
+	for i := 0; i < got; i++ {
+		if keys[i] < uint32(n) {
+			out[keys[i]] = vals[i]
+		}
+	}
+	return out, nil
 }
 
 // IfState reads the entry of ifindex.

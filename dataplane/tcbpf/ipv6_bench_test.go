@@ -11,6 +11,7 @@ import (
 // deny policy.
 func BenchmarkEntry6(b *testing.B) {
 	d := openTest(b, Options{})
+	waitClockCalibrated(b, d)
 	mustNil(b, d.SetIfState(1, 0, abi.IfReady))
 	mustNil(b, d.InstallPolicy(0, abi.DirFromWEP, verdictProg(b, d, abi.VerdictAllow, 0)))
 	mustNil(b, d.InstallPolicy(0, abi.DirToWEP, verdictProg(b, d, abi.VerdictDeny, 0)))

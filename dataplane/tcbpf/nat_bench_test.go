@@ -36,6 +36,7 @@ import (
 //	once_nat_new    backend choice, NAT flow insert, DNAT, allow policy, conntrack insert
 func BenchmarkNAT(b *testing.B) {
 	d := openTest(b, Options{Sizes: MapSizes{Conntrack: 262144, IPSets: 1024, IfState: 64, RuleCounters: 256, Chain: 64}})
+	waitClockCalibrated(b, d)
 	allow := verdictProg(b, d, abi.VerdictAllow, 0)
 	deny := verdictProg(b, d, abi.VerdictDeny, 0)
 	mustNil(b, d.InstallPolicy(0, abi.DirFromWEP, allow))

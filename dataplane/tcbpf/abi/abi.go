@@ -29,6 +29,14 @@ func PolicyJumpIndex(slot uint32, dir int) uint32 {
 	return JumpPolBase + 2*slot + uint32(dir)
 }
 
+// IfStateArrEntries is DPD_IFSTATE_ARR_ENTRIES: dpd_ifstate_arr holds the
+// entries of the ifindexes below it, as dpd_ifstate holds every entry.
+const IfStateArrEntries = 262144
+
+// ClockSize is sizeof(struct dpd_clock) (dpd_abi.h); its fields, in order:
+// tick_ns, offset_ns, sample_jiffies, sample_ns.
+const ClockSize = 32
+
 // dpd_ifstate flags.
 const (
 	IfReady    = 1 << 0
@@ -73,12 +81,14 @@ const (
 // Map names (BPF object names are at most 15 characters). They are pinned
 // under PinDir with the same names.
 const (
-	PinDir       = "/sys/fs/bpf/dpd"
-	MapState     = "dpd_state"
-	MapJump      = "dpd_jump"
-	MapIfState   = "dpd_ifstate"
-	MapIPSets    = "dpd_ipsets"
-	MapConntrack = "dpd_conntrack"
+	PinDir        = "/sys/fs/bpf/dpd"
+	MapState      = "dpd_state"
+	MapJump       = "dpd_jump"
+	MapIfState    = "dpd_ifstate"
+	MapIfStateArr = "dpd_ifstate_arr"
+	MapClock      = "dpd_clock"
+	MapIPSets     = "dpd_ipsets"
+	MapConntrack  = "dpd_conntrack"
 	// MapConntrackLRU is the LRU conntrack of a dpd before MapConntrack,
 	// read and moved over until it is empty, then unpinned.
 	MapConntrackLRU = "dpd_ct"
