@@ -146,7 +146,8 @@ static __always_inline void dpd_event_preview(const struct dpd_state *st, __u8 k
 		idx = dpd_ev_hash(&k) & cfg->deny_mask;
 		slot = bpf_map_lookup_elem(&dpd_ev_deny, &idx);
 		if (slot) {
-			int fresh = now - slot->last_ns < cfg->deny_interval_ns;
+			/* Signed: the clock may step back a tick at a sync (dpd_clock.h). */
+			int fresh = (__s64)(now - slot->last_ns) < (__s64)cfg->deny_interval_ns;
 
 			if (dpd_ev_same(&slot->key, &k)) {
 				if (fresh) {
