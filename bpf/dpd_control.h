@@ -9,10 +9,11 @@
  *   dpd_ifstate_set  cb[0] ifindex, cb[1] slot, cb[2] flags: the
  *                    dpd_ifstate_arr entry (dpd_ifstate.h); 1: the
  *                    ifindex is beyond the array
- *   dpd_clock_sync   cb[0..1] tick in ns (low, high; 0: not known yet):
- *                    samples jiffies and the coarse clock into dpd_clock
- *                    and, with a tick, sets the offset, then the tick
- *                    (dpd_clock.h)
+ *   dpd_clock_sync   cb[0..1] tick in ns (low, high; 0: none yet), cb[2]
+ *                    publish: samples jiffies and the coarse clock into
+ *                    dpd_clock; with a tick sets the offset for it, and
+ *                    with publish the tick too (dpd_clock.h); 2: a tick
+ *                    passed between the two reads, sample again
  */
 #ifndef DPD_CONTROL_H
 #define DPD_CONTROL_H
@@ -48,15 +49,19 @@ int dpd_clock_sync(struct __sk_buff *skb)
 		return 1;
 	j = bpf_jiffies64();
 	ns = bpf_ktime_get_coarse_ns();
+	/* Both of one tick, or the offset would be a tick or more off. */
+	if (bpf_jiffies64() != j)
+		return 2;
 	c->sample_jiffies = j;
 	c->sample_ns = ns;
 	if (!tick)
 		return 0;
-	/* The offset before the tick: a packet that sees the tick sees an
-	 * offset made for it. */
 	*(volatile __u64 *)&c->offset_ns = ns - j * tick;
-	asm volatile("" ::: "memory");
-	*(volatile __u64 *)&c->tick_ns = tick;
+	/* The tick is published by a later sync than the one that first set
+	 * its offset (userspace waits seconds between them): by then every
+	 * CPU sees that offset, without a barrier this program cannot issue. */
+	if (skb->cb[2])
+		*(volatile __u64 *)&c->tick_ns = tick;
 	return 0;
 }
 

@@ -276,7 +276,8 @@ static __always_inline void dpd_ct_refresh(struct dpd_ct_val *v, const struct dp
 	}
 	if (set & ~v->flags)
 		v->flags |= set;
-	if (now - v->last_seen > DPD_CT_REFRESH_NS)
+	/* Signed: the clock may step back a tick at a sync (dpd_clock.h). */
+	if ((__s64)(now - v->last_seen) > (__s64)DPD_CT_REFRESH_NS)
 		v->last_seen = now;
 }
 

@@ -22,10 +22,11 @@ const minClockSpan = 1_000_000_000 // ns
 type ClockState = bpf.DpdDpdClock
 
 // SyncClock samples jiffies and the coarse clock in the kernel and moves
-// the programs' offset to this sample; the first sync a second or more
-// after an earlier one also sets the tick. Call it every few seconds: the
-// programs' clock drifts from the coarse one by the clock's frequency
-// correction between syncs (at most 500 ppm).
+// the programs' offset to this sample. The first sync a second or more
+// after an earlier one learns the tick and sets its offset; the next one
+// publishes the tick, so that no CPU sees it before that offset. Call it
+// every few seconds: the programs' clock drifts from the coarse one by the
+// clock's frequency correction between syncs (at most 500 ppm).
 func (d *Datapath) SyncClock() error {
 	d.clockMu.Lock()
 	defer d.clockMu.Unlock()
@@ -33,7 +34,18 @@ func (d *Datapath) SyncClock() error {
 	if err != nil {
 		return fmt.Errorf("sync clock: %w", err)
 	}
-	if err := d.runClockSync(prev.TickNs); err != nil || prev.TickNs != 0 {
+	if prev.TickNs != 0 {
+		return d.runClockSync(prev.TickNs, true)
+	}
+	if d.clockPending != 0 {
+		if err := d.runClockSync(d.clockPending, true); err != nil {
+			return err
+		}
+		d.log.Info("programs' clock calibrated", "tick_ns", d.clockPending, "hz", math.Round(1e9/float64(d.clockPending)))
+		d.clockPending = 0
+		return nil
+	}
+	if err := d.runClockSync(0, false); err != nil {
 		return err
 	}
 	if d.clockFirst.SampleJiffies == 0 {
@@ -51,17 +63,20 @@ func (d *Datapath) SyncClock() error {
 	tick, ok := tickOf(d.clockFirst.SampleJiffies, d.clockFirst.SampleNs, cur.SampleJiffies, cur.SampleNs)
 	if !ok {
 		if cur.SampleNs-d.clockFirst.SampleNs >= 10*minClockSpan {
-			// No whole HZ fits: start over rather than trust one.
-			d.log.Warn("programs' clock: no tick fits jiffies against the coarse clock; using the kernel's clock",
-				"jiffies", cur.SampleJiffies-d.clockFirst.SampleJiffies, "ns", cur.SampleNs-d.clockFirst.SampleNs)
+			// No kernel HZ fits: start over rather than trust one.
+			if !d.clockWarned {
+				d.clockWarned = true
+				d.log.Warn("programs' clock: no kernel HZ fits jiffies against the coarse clock; the programs read the kernel's clock",
+					"jiffies", cur.SampleJiffies-d.clockFirst.SampleJiffies, "ns", cur.SampleNs-d.clockFirst.SampleNs)
+			}
 			d.clockFirst = cur
 		}
 		return nil
 	}
-	if err := d.runClockSync(tick); err != nil {
+	if err := d.runClockSync(tick, false); err != nil {
 		return err
 	}
-	d.log.Info("programs' clock calibrated", "tick_ns", tick, "hz", math.Round(1e9/float64(tick)))
+	d.clockPending = tick
 	return nil
 }
 
@@ -74,20 +89,33 @@ func (d *Datapath) Clock() (ClockState, error) {
 	return c, nil
 }
 
-func (d *Datapath) runClockSync(tick uint64) error {
-	ret, err := runControl(d.objs.DpdClockSync, uint32(tick), uint32(tick>>32))
-	if err != nil {
-		return fmt.Errorf("sync clock: %w", err)
+// runClockSync runs dpd_clock_sync, again when a tick passed between its
+// two reads.
+func (d *Datapath) runClockSync(tick uint64, publish bool) error {
+	pub := uint32(0)
+	if publish {
+		pub = 1
 	}
-	if ret != 0 {
+	for range 3 {
+		ret, err := runControl(d.objs.DpdClockSync, uint32(tick), uint32(tick>>32), pub)
+		if err != nil {
+			return fmt.Errorf("sync clock: %w", err)
+		}
+		switch ret {
+		case 0:
+			return nil
+		case 2:
+			continue
+		}
 		return fmt.Errorf("sync clock: program refused (%d)", ret)
 	}
-	return nil
+	return fmt.Errorf("sync clock: a tick passed during each of 3 samples")
 }
 
-// kernelHZ are the values CONFIG_HZ takes on the architectures Linux
-// builds for.
-var kernelHZ = []uint64{24, 32, 48, 64, 100, 128, 200, 250, 256, 300, 500, 512, 1000, 1024}
+// kernelHZ are the values CONFIG_HZ takes (kernel/Kconfig.hz, which the
+// architectures dpd runs on use). A kernel with another HZ finds no fit,
+// and its programs read the kernel's clock.
+var kernelHZ = []uint64{100, 250, 300, 1000}
 
 // tickOf is the tick between two samples (jiffies, coarse ns): the
 // TICK_NSEC of the one kernel HZ whose tick fits their ratio to within the

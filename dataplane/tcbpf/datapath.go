@@ -100,9 +100,14 @@ type Datapath struct {
 
 	traceMu sync.Mutex // serialises trace runs: dpd_trace has one entry
 	// clockMu serialises clock syncs; clockFirst is the sample the tick
-	// is learnt from (clock.go).
-	clockMu    sync.Mutex
-	clockFirst ClockState
+	// is learnt from, clockPending a tick learnt and not yet published
+	// (clock.go). Guarded by clockMu.
+	clockMu      sync.Mutex
+	clockFirst   ClockState
+	clockPending uint64
+	clockWarned  bool
+	// ifMu serialises the two writes of an interface's entry (ifstate.go).
+	ifMu sync.Mutex
 
 	ctrs counterMirror // the keys of dpd_rule_ctrs (usage.go); has its own lock
 

@@ -18,12 +18,23 @@ import (
 // programs read instead (bpf/dpd_ifstate.h). An entry that gains
 // abi.IfReady is written there last, and one that loses it first, so
 // neither write's failure leaves the programs policing with more than
-// the caller asked.
+// the caller asked. When the array write of an entry gaining it fails,
+// the hash entry is put back, so nothing (an adoption, the next Open's
+// sync) takes up a slot the caller was told did not take.
 func (d *Datapath) SetIfState(ifindex int, slot uint32, flags uint32) error {
 	if slot >= d.sizes.Slots() {
 		return fmt.Errorf("set ifstate %d: slot %d beyond jump map capacity %d", ifindex, slot, d.sizes.Slots())
 	}
-	if flags&abi.IfReady == 0 {
+	d.ifMu.Lock()
+	defer d.ifMu.Unlock()
+	var old bpf.DpdDpdIfstate
+	err := d.objs.DpdIfstate.Lookup(uint32(ifindex), &old)
+	had := err == nil
+	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("set ifstate %d: read: %w", ifindex, err)
+	}
+	ready := flags&abi.IfReady != 0
+	if !ready {
 		if err := d.setIfStateArr(ifindex, slot, flags); err != nil {
 			return err
 		}
@@ -32,14 +43,28 @@ func (d *Datapath) SetIfState(ifindex int, slot uint32, flags uint32) error {
 	if err := d.objs.DpdIfstate.Update(uint32(ifindex), &v, ebpf.UpdateAny); err != nil {
 		return fmt.Errorf("set ifstate %d: %w", ifindex, err)
 	}
-	if flags&abi.IfReady != 0 {
-		return d.setIfStateArr(ifindex, slot, flags)
+	if !ready {
+		return nil
+	}
+	if err := d.setIfStateArr(ifindex, slot, flags); err != nil {
+		var undo error
+		if had {
+			undo = d.objs.DpdIfstate.Update(uint32(ifindex), &old, ebpf.UpdateAny)
+		} else {
+			undo = d.objs.DpdIfstate.Delete(uint32(ifindex))
+		}
+		if undo != nil {
+			undo = fmt.Errorf("set ifstate %d: restore: %w", ifindex, undo)
+		}
+		return errors.Join(err, undo)
 	}
 	return nil
 }
 
 // DeleteIfState forgets ifindex; absent is not an error.
 func (d *Datapath) DeleteIfState(ifindex int) error {
+	d.ifMu.Lock()
+	defer d.ifMu.Unlock()
 	if err := d.setIfStateArr(ifindex, 0, 0); err != nil {
 		return err
 	}
@@ -72,6 +97,8 @@ func (d *Datapath) setIfStateArr(ifindex int, slot, flags uint32) error {
 // it, and a dpd that stopped between the two writes of an entry left them
 // apart. One batch read of the array; a write only where they differ.
 func (d *Datapath) syncIfStateArr() error {
+	d.ifMu.Lock()
+	defer d.ifMu.Unlock()
 	want := map[uint32]bpf.DpdDpdIfstate{}
 	var k uint32
 	var v bpf.DpdDpdIfstate

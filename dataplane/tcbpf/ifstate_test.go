@@ -93,6 +93,19 @@ func TestEntryProgramsReadBothTables(t *testing.T) {
 			t.Fatalf("ifindex %d failed closed: %d, want drop", ifindex, got)
 		}
 	}
+	// Below the array's end the programs read the array alone: made to
+	// disagree, the array decides.
+	pkt := udpPkt(ipA, ipB, 999, 53)
+	mustNil(t, d.objs.DpdIfstate.Update(uint32(small), &bpf.DpdDpdIfstate{Slot: 1, Flags: abi.IfReady}, 0))
+	mustNil(t, d.setIfStateArr(small, 0, 0))
+	if got := run(t, d, abi.DirFromWEP, small, pkt); got != abi.TCActShot {
+		t.Fatalf("ready in the hash only: %d, want drop", got)
+	}
+	mustNil(t, d.objs.DpdIfstate.Delete(uint32(small)))
+	mustNil(t, d.setIfStateArr(small, 1, abi.IfReady))
+	if got := run(t, d, abi.DirFromWEP, small, pkt); got != abi.TCActOK {
+		t.Fatalf("ready in the array only: %d, want pass", got)
+	}
 }
 
 // vethWithIndex creates a veth pair in the current namespace whose first
