@@ -10,12 +10,12 @@ import (
 // The programs' clock (bpf/dpd_clock.h) is jiffies * tick + offset,
 // calibrated against CLOCK_MONOTONIC_COARSE, the clock the scanner reads
 // (ktime). The tick is learnt from two samples at least minClockSpan
-// apart, as the kernel's TICK_NSEC of the nearest whole HZ; until then the
-// programs read the coarse clock through its helper. The map is pinned,
-// so a restarted dpd keeps the tick of the boot.
+// apart, as the TICK_NSEC of the one Kconfig.hz value that fits (tickOf);
+// until it is published the programs read the coarse clock through its
+// helper. The map is pinned, so a restarted dpd keeps the tick of the boot.
 
 // minClockSpan is the shortest span between samples the tick is learnt
-// from: over it, a tick's uncertainty at each end is under 2 %.
+// from: over it, the kernelHZ ticks are told apart even at HZ=100.
 const minClockSpan = 1_000_000_000 // ns
 
 // ClockState is struct dpd_clock.

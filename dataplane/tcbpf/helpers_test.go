@@ -50,10 +50,17 @@ func openTest(t testing.TB, opts Options) *Datapath {
 // context may only name devices that exist) and returns both ifindexes.
 func vethPair(t testing.TB) (int, int) {
 	t.Helper()
+	return vethPairAt(t, 0)
+}
+
+// vethPairAt is vethPair with the first end at ifindex index (0: the
+// kernel's choice).
+func vethPairAt(t testing.TB, index int) (int, int) {
+	t.Helper()
 	n := testSeq.Add(1)
 	a := fmt.Sprintf("dpdr%d_%da", os.Getpid()%10000, n)
 	b := fmt.Sprintf("dpdr%d_%db", os.Getpid()%10000, n)
-	la := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: a}, PeerName: b}
+	la := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: a, Index: index}, PeerName: b}
 	if err := netlink.LinkAdd(la); err != nil {
 		t.Fatalf("add veth %s: %v", a, err)
 	}
@@ -65,6 +72,9 @@ func vethPair(t testing.TB) (int, int) {
 	ib, err := netlink.LinkByName(b)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if index != 0 && ia.Attrs().Index != index {
+		t.Fatalf("veth %s got ifindex %d, want %d", a, ia.Attrs().Index, index)
 	}
 	return ia.Attrs().Index, ib.Attrs().Index
 }

@@ -99,58 +99,49 @@ func (d *Datapath) setIfStateArr(ifindex int, slot, flags uint32) error {
 func (d *Datapath) syncIfStateArr() error {
 	d.ifMu.Lock()
 	defer d.ifMu.Unlock()
-	want := map[uint32]bpf.DpdDpdIfstate{}
-	var k uint32
-	var v bpf.DpdDpdIfstate
-	it := d.objs.DpdIfstate.Iterate()
-	for it.Next(&k, &v) {
-		if k < abi.IfStateArrEntries {
-			want[k] = v
-		}
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("sync ifstate array: read dpd_ifstate: %w", err)
-	}
-	have, err := d.readIfStateArr()
+	want, err := d.IfStates()
 	if err != nil {
-		return err
+		return fmt.Errorf("sync ifstate array: %w", err)
 	}
-	for i := range have {
-		w := want[uint32(i)]
-		if have[i] == w {
-			continue
+	return d.eachIfStateArr(func(i int, have bpf.DpdDpdIfstate) error {
+		w := want[i]
+		if have == (bpf.DpdDpdIfstate{Slot: w.Slot, Flags: w.Flags}) {
+			return nil
 		}
 		if err := d.setIfStateArr(i, w.Slot, w.Flags); err != nil {
 			return fmt.Errorf("sync ifstate array: %w", err)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
-// readIfStateArr reads all of dpd_ifstate_arr in one batch.
-func (d *Datapath) readIfStateArr() ([]bpf.DpdDpdIfstate, error) {
-	n := int(d.objs.DpdIfstateArr.MaxEntries())
-	keys := make([]uint32, n)
-	vals := make([]bpf.DpdDpdIfstate, n)
+// ifStateArrBatch is how many array entries one batch read returns: the
+// whole array at once would cost Open 3 MiB of buffers.
+const ifStateArrBatch = 8192
+
+// eachIfStateArr calls fn with every dpd_ifstate_arr entry, read in
+// batches (an array's batch returns its entries in index order).
+func (d *Datapath) eachIfStateArr(fn func(int, bpf.DpdDpdIfstate) error) error {
+	keys := make([]uint32, ifStateArrBatch)
+	vals := make([]bpf.DpdDpdIfstate, ifStateArrBatch)
 	var cursor ebpf.MapBatchCursor
-	got := 0
-	for got < n {
-		c, err := d.objs.DpdIfstateArr.BatchLookup(&cursor, keys[got:], vals[got:], nil)
-		got += c
+	for {
+		c, err := d.objs.DpdIfstateArr.BatchLookup(&cursor, keys, vals, nil)
+		for i := range c {
+			if ferr := fn(int(keys[i]), vals[i]); ferr != nil {
+				return ferr
+			}
+		}
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			break
+			return nil
 		}
 		if err != nil {
-			return nil, fmt.Errorf("sync ifstate array: read: %w", err)
+			return fmt.Errorf("sync ifstate array: read: %w", err)
+		}
+		if c == 0 {
+			return fmt.Errorf("sync ifstate array: read: a batch returned nothing")
 		}
 	}
-	out := make([]bpf.DpdDpdIfstate, n)
-	for i := 0; i < got; i++ {
-		if keys[i] < uint32(n) {
-			out[keys[i]] = vals[i]
-		}
-	}
-	return out, nil
 }
 
 // IfState reads the entry of ifindex.

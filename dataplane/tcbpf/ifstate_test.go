@@ -1,11 +1,8 @@
 package tcbpf
 
 import (
-	"fmt"
 	"os"
 	"testing"
-
-	"github.com/vishvananda/netlink"
 
 	"github.com/dpd-dev/dpd/bpf"
 	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
@@ -77,7 +74,7 @@ func TestIfStateArraySyncedAtOpen(t *testing.T) {
 func TestEntryProgramsReadBothTables(t *testing.T) {
 	d := openTest(t, Options{})
 	small, _ := vethPair(t)
-	big := vethWithIndex(t, abi.IfStateArrEntries+1000+os.Getpid()%1000)
+	big, _ := vethPairAt(t, abi.IfStateArrEntries+1000+os.Getpid()%1000)
 	mustNil(t, d.InstallPolicy(1, abi.DirFromWEP, verdictProg(t, d, abi.VerdictAllow, 0)))
 	for _, ifindex := range []int{small, big} {
 		pkt := udpPkt(ipA, ipB, uint16(1000+ifindex%1000), 53)
@@ -106,24 +103,4 @@ func TestEntryProgramsReadBothTables(t *testing.T) {
 	if got := run(t, d, abi.DirFromWEP, small, pkt); got != abi.TCActOK {
 		t.Fatalf("ready in the array only: %d, want pass", got)
 	}
-}
-
-// vethWithIndex creates a veth pair in the current namespace whose first
-// end has the given ifindex.
-func vethWithIndex(t *testing.T, index int) int {
-	t.Helper()
-	name := fmt.Sprintf("dpdi%d", index%100000)
-	l := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name, Index: index}, PeerName: name + "p"}
-	if err := netlink.LinkAdd(l); err != nil {
-		t.Fatalf("add veth with index %d: %v", index, err)
-	}
-	t.Cleanup(func() { _ = netlink.LinkDel(l) })
-	got, err := netlink.LinkByName(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.Attrs().Index != index {
-		t.Fatalf("veth got ifindex %d, want %d", got.Attrs().Index, index)
-	}
-	return index
 }
