@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"testing"
 	"time"
@@ -216,6 +217,10 @@ func TestEvictedFlowEndKernel(t *testing.T) {
 		return tcbpf.CTVal{Created: uint64(ts.Nano()), LastSeen: uint64(ts.Nano()) + uint64(time.Hour), RuleId: 0xa1,
 			PktsFwd: pkts, BytesFwd: 100 * pkts, PktsRev: 1, BytesRev: 60}
 	}
+	// Every insert from one CPU: an LRU entry waits in the pending list of
+	// the CPU that inserted it until that CPU allocates again, so a victim
+	// inserted on a CPU the fill below never runs on is never evicted.
+	oneCPU(t)
 	victim := ctFlow(1)
 	v := fresh(3)
 	if err := ct.Update(&victim, &v, ebpf.UpdateAny); err != nil {
@@ -260,4 +265,31 @@ func TestEvictedFlowEndKernel(t *testing.T) {
 			t.Errorf("end %+v: only evictions happened", ev)
 		}
 	}
+}
+
+// oneCPU keeps the test's goroutine on its OS thread and that thread on
+// the first CPU it may run on, until the test ends.
+func oneCPU(t *testing.T) {
+	t.Helper()
+	runtime.LockOSThread()
+	var was unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &was); err != nil {
+		runtime.UnlockOSThread()
+		t.Fatal(err)
+	}
+	var one unix.CPUSet
+	for cpu := 0; cpu < 1024; cpu++ {
+		if was.IsSet(cpu) {
+			one.Set(cpu)
+			break
+		}
+	}
+	if err := unix.SchedSetaffinity(0, &one); err != nil {
+		runtime.UnlockOSThread()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = unix.SchedSetaffinity(0, &was)
+		runtime.UnlockOSThread()
+	})
 }
