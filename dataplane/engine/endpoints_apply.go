@@ -109,7 +109,7 @@ func (e *Engine) applyEndpointUpserts(now time.Time, p *pass) {
 // with prefix.
 func (e *Engine) evalEndpoints(due []*wepEntry, now time.Time, p *pass, prefix string) {
 	if pre, ok := e.k.(PolicyPreloader); ok {
-		eps := e.changedEndpoints(due)
+		eps := e.endpointsToApply(due)
 		p.phase(prefix + "resolve")
 		if len(eps) > 0 {
 			pre.PreloadPolicies(eps)
@@ -180,19 +180,28 @@ func (e *Engine) dueEndpoints(now time.Time) []*wepEntry {
 	return due
 }
 
-// changedEndpoints resolves the valid, complete entries of due whose
-// kernel copy differs from what they resolve to.
-func (e *Engine) changedEndpoints(due []*wepEntry) []*model.Endpoint {
+// endpointsToApply resolves the valid, complete entries of due that their
+// evaluation will apply (mustApply).
+func (e *Engine) endpointsToApply(due []*wepEntry) []*model.Endpoint {
 	var eps []*model.Endpoint
 	for _, ent := range due {
 		if ent.invalid != "" || ent.spec == nil {
 			continue
 		}
-		if desired, _, missing := e.resolve(ent); missing == "" && (ent.applied == nil || !sameEndpoint(desired, ent.applied)) {
+		if desired, _, missing := e.resolve(ent); missing == "" && mustApply(ent, desired, e.k.Link(ent.spec.Iface)) {
 			eps = append(eps, desired)
 		}
 	}
 	return eps
+}
+
+// mustApply reports whether evaluating ent, whose interface is in state
+// link, applies desired to the kernel. The preload asks the evaluation's
+// question: an endpoint recorded before its interface existed is applied
+// again, with its policy programs, once the interface is up, and those
+// loads belong in the preload, not one after the other in ApplyEndpoint.
+func mustApply(ent *wepEntry, desired *model.Endpoint, link model.LinkState) bool {
+	return ent.force || ent.applied == nil || (ent.linkChanged && link == model.LinkUp) || !sameEndpoint(desired, ent.applied)
 }
 
 // adoptPinned hands a kernel enforcing with programs an earlier process
@@ -205,7 +214,7 @@ func (e *Engine) adoptPinned(now time.Time, p *pass) {
 	}
 	e.resolved = map[string]*resolution{}
 	defer func() { e.resolved = nil }()
-	if eps := e.changedEndpoints(e.dueEndpoints(now)); len(eps) > 0 {
+	if eps := e.endpointsToApply(e.dueEndpoints(now)); len(eps) > 0 {
 		pa.AdoptPinnedPolicies(eps)
 	}
 	p.phase("adopt_pinned")
@@ -263,7 +272,7 @@ func (e *Engine) evalEndpoint(ent *wepEntry, now time.Time, p *pass) {
 		}
 	}
 	link := e.k.Link(ent.spec.Iface)
-	if ent.force || ent.applied == nil || (ent.linkChanged && link == model.LinkUp) || !sameEndpoint(desired, ent.applied) {
+	if mustApply(ent, desired, link) {
 		p.did = true
 		if err := e.k.ApplyEndpoint(desired); err != nil {
 			ent.retry.fail(now, e.opts.RetryMin, e.opts.RetryMax)

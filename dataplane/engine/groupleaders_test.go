@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -130,4 +131,35 @@ func (h *harness) sendInOnePass(k *callLog, msgs ...*felix.ToDataplane) {
 	}
 	release()
 	h.flush()
+}
+
+// TestPreloadWhenInterfaceAppears: an endpoint whose update came before
+// its interface is applied again once the interface is up, and its
+// programs are handed to the preload for that pass, not loaded one after
+// the other inside ApplyEndpoint.
+func TestPreloadWhenInterfaceAppears(t *testing.T) {
+	var k *callLog
+	h := newHarness(t, func(o *Options) {
+		k = &callLog{Kernel: o.Kernel.(*memkernel.Kernel)}
+		o.Kernel = k
+	})
+	s := h.session()
+	h.k.SetLink("calia", model.LinkAbsent)
+	h.send(policy("p", denyPort(1)), profile("kns.default", allowFrom()), wep("a", "10.65.0.1", []string{"p"}, "kns.default"), inSync())
+	if got := fmt.Sprint(k.take()); got != "[preload 1 apply a]" {
+		t.Fatalf("before the interface: %s, want one preload and the apply that records the endpoint", got)
+	}
+	h.k.SetLink("calia", model.LinkUp)
+	s.waitFor(t, "up", func(m []Status) bool { return reflect.DeepEqual(statuses(m, "a"), []string{statusDown, statusUp}) })
+	if got := fmt.Sprint(k.take()); got != "[preload 1 apply a]" {
+		t.Fatalf("once the interface is up: %s, want the endpoint preloaded, then applied", got)
+	}
+	// A link event that changes nothing to apply preloads nothing.
+	h.k.SetLink("calia", model.LinkDown)
+	s.waitFor(t, "down", func(m []Status) bool {
+		return reflect.DeepEqual(statuses(m, "a"), []string{statusDown, statusUp, statusDown})
+	})
+	if got := fmt.Sprint(k.take()); got != "[]" {
+		t.Fatalf("after the link went down: %s, want no preload and no apply", got)
+	}
 }
