@@ -145,6 +145,11 @@ func (e *Engine) apply(now time.Time) {
 		p.phase("ipsets")
 		e.applyEndpointUpserts(now, p)
 		p.phase("endpoints")
+		// An endpoint is up once its own apply returned: its status goes
+		// out now, not after the rest of the pass (host endpoints, routes,
+		// services, EndApply), and Inspect shows it first.
+		e.publish()
+		e.flushOutbox()
 		e.applyHostEndpoints(now, p)
 		e.hostMeta.applyUpserts(e, now, p, e.k.ApplyHostMetadata)
 		e.vteps.applyUpserts(e, now, p, e.k.ApplyVTEP)

@@ -3,6 +3,7 @@ package engine
 import (
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -277,4 +278,63 @@ func wid(wl string) model.WorkloadID {
 // dropsAll: no tier and no profile in either direction, which drops.
 func dropsAll(ep *model.Endpoint) bool {
 	return len(ep.Ingress.Tiers)+len(ep.Ingress.Profiles)+len(ep.Egress.Tiers)+len(ep.Egress.Profiles) == 0
+}
+
+// endApplyGate is the memory kernel whose next EndApply, once armed,
+// waits until released.
+type endApplyGate struct {
+	*memkernel.Kernel
+	mu               sync.Mutex
+	entered, release chan struct{}
+}
+
+func (k *endApplyGate) EndApply() error {
+	k.mu.Lock()
+	entered, release := k.entered, k.release
+	k.entered, k.release = nil, nil
+	k.mu.Unlock()
+	if entered != nil {
+		close(entered)
+		<-release
+	}
+	return k.Kernel.EndApply()
+}
+
+func (k *endApplyGate) arm() (entered <-chan struct{}, release func()) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.entered, k.release = make(chan struct{}), make(chan struct{})
+	rel := k.release
+	return k.entered, sync.OnceFunc(func() { close(rel) })
+}
+
+// TestStatusBeforeEndApply: an endpoint's status goes out as soon as the
+// pass has applied it, not after the rest of the pass (EndApply here),
+// and Inspect shows the endpoint up by then.
+func TestStatusBeforeEndApply(t *testing.T) {
+	var k *endApplyGate
+	h := newHarness(t, func(o *Options) {
+		k = &endApplyGate{Kernel: o.Kernel.(*memkernel.Kernel)}
+		o.Kernel = k
+	})
+	s := h.session()
+	h.send(profile("kns.default", allowFrom()), inSync())
+	entered, release := k.arm()
+	defer release()
+	if err := h.sess.Submit(h.ctx, tr(t, wep("a", "10.65.0.1", nil, "kns.default"))); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-entered:
+	case <-time.After(waitTimeout):
+		t.Fatal("the pass never reached EndApply")
+	}
+	s.waitFor(t, "up while EndApply is held", func(m []Status) bool {
+		return reflect.DeepEqual(statuses(m, "a"), []string{statusUp})
+	})
+	if info, ok := h.e.Endpoint("k8s/a/eth0"); !ok || info.Status != statusUp {
+		t.Fatalf("Inspect shows %+v (found %v) when the endpoint was reported up", info, ok)
+	}
+	release()
+	h.flush()
 }
