@@ -79,19 +79,27 @@ func (k *Kernel) runScan(ctx context.Context, s *ctScanner, d *tcbpf.Datapath, i
 	}
 	s.mu.Unlock()
 	// The programs' clock learns its tick from two syncs a second or
-	// more apart (tcbpf.Datapath.SyncClock), then follows each scan.
+	// more apart and publishes it with the sync after that
+	// (tcbpf.Datapath.SyncClock); until then the programs call the
+	// kernel's clock helper, so the calibration syncs follow each other
+	// closely, a bounded number of times, and then each scan syncs.
 	calibrate := time.NewTimer(clockCalibration)
 	defer calibrate.Stop()
+	calibrations := 0
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-calibrate.C:
 			s.mu.Lock()
+			done := true
 			if ctx.Err() == nil {
-				k.syncClock(d)
+				done = k.syncClock(d)
 			}
 			s.mu.Unlock()
+			if calibrations++; !done && calibrations < maxClockCalibrations {
+				calibrate.Reset(clockRecalibration)
+			}
 			continue
 		case <-t.C:
 		}
@@ -145,15 +153,26 @@ func (k *Kernel) runScan(ctx context.Context, s *ctScanner, d *tcbpf.Datapath, i
 }
 
 // clockCalibration is when, after the scanner starts, the programs'
-// clock is synced a second time: over a span long enough to learn the tick.
-const clockCalibration = 1100 * time.Millisecond
+// clock is synced a second time: over a span long enough to learn the
+// tick. Until the tick is published the syncs repeat every
+// clockRecalibration, at most maxClockCalibrations times in all (a kernel
+// whose HZ fits none is left to the scans).
+const (
+	clockCalibration     = 1100 * time.Millisecond
+	clockRecalibration   = 100 * time.Millisecond
+	maxClockCalibrations = 30
+)
 
 // syncClock moves the programs' clock onto the coarse clock the scan
-// compares it with; a failure leaves the last calibration in use.
-func (k *Kernel) syncClock(d *tcbpf.Datapath) {
+// compares it with and reports whether the programs read it (its tick is
+// published); a failure leaves the last calibration in use.
+func (k *Kernel) syncClock(d *tcbpf.Datapath) bool {
 	if err := d.SyncClock(); err != nil {
 		k.log.Warn("sync the programs' clock", "err", err)
+		return false
 	}
+	c, err := d.Clock()
+	return err == nil && c.TickNs != 0
 }
 
 // ctScanSource is the datapath as the scan uses it.

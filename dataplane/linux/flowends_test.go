@@ -81,3 +81,16 @@ func TestFlowEndsKernel(t *testing.T) {
 		t.Errorf("stats %+v count no end", st)
 	}
 }
+
+// TestClockCalibratedBeforeFirstScan: the programs read the calibrated
+// clock within seconds of the start, not from the first conntrack scan
+// (here an hour away): the calibration syncs follow each other until the
+// tick is published.
+func TestClockCalibratedBeforeFirstScan(t *testing.T) {
+	k := openKernelWith(t, Options{PinDir: newPinDir(t), Flows: FlowOptions{ConntrackScan: time.Hour}})
+	d := k.datapath()
+	testutil.WaitFor(t, 10*time.Second, "the programs' clock tick published", func() bool {
+		c, err := d.Clock()
+		return err == nil && c.TickNs != 0
+	})
+}
