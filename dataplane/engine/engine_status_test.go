@@ -3,7 +3,6 @@ package engine
 import (
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -280,46 +279,25 @@ func dropsAll(ep *model.Endpoint) bool {
 	return len(ep.Ingress.Tiers)+len(ep.Ingress.Profiles)+len(ep.Egress.Tiers)+len(ep.Egress.Profiles) == 0
 }
 
-// endApplyGate is the memory kernel whose next EndApply, once armed,
-// waits until released.
+// endApplyGate is the memory kernel whose EndApply passes a gate.
 type endApplyGate struct {
 	*memkernel.Kernel
-	mu               sync.Mutex
-	entered, release chan struct{}
+	gate callGate
 }
 
 func (k *endApplyGate) EndApply() error {
-	k.mu.Lock()
-	entered, release := k.entered, k.release
-	k.entered, k.release = nil, nil
-	k.mu.Unlock()
-	if entered != nil {
-		close(entered)
-		<-release
-	}
+	k.gate.pass()
 	return k.Kernel.EndApply()
-}
-
-func (k *endApplyGate) arm() (entered <-chan struct{}, release func()) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.entered, k.release = make(chan struct{}), make(chan struct{})
-	rel := k.release
-	return k.entered, sync.OnceFunc(func() { close(rel) })
 }
 
 // TestStatusBeforeEndApply: an endpoint's status goes out as soon as the
 // pass has applied it, not after the rest of the pass (EndApply here),
 // and Inspect shows the endpoint up by then.
 func TestStatusBeforeEndApply(t *testing.T) {
-	var k *endApplyGate
-	h := newHarness(t, func(o *Options) {
-		k = &endApplyGate{Kernel: o.Kernel.(*memkernel.Kernel)}
-		o.Kernel = k
-	})
+	h, k := newWrappedHarness(t, func(m *memkernel.Kernel) *endApplyGate { return &endApplyGate{Kernel: m} })
 	s := h.session()
 	h.send(profile("kns.default", allowFrom()), inSync())
-	entered, release := k.arm()
+	entered, release := k.gate.arm()
 	defer release()
 	if err := h.sess.Submit(h.ctx, tr(t, wep("a", "10.65.0.1", nil, "kns.default"))); err != nil {
 		t.Fatal(err)

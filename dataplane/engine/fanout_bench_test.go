@@ -26,11 +26,7 @@ func (k *firstApplyKernel) ApplyEndpoint(ep *model.Endpoint) error {
 // ApplyEndpoint (with policy groups, when every endpoint of the group
 // enforces the change) and to the end of the pass.
 func BenchmarkPolicyFanOutFirstApply(b *testing.B) {
-	var k *firstApplyKernel
-	h := newHarness(b, func(o *Options) {
-		k = &firstApplyKernel{Kernel: o.Kernel.(*memkernel.Kernel)}
-		o.Kernel = k
-	})
+	h, k := newWrappedHarness(b, func(m *memkernel.Kernel) *firstApplyKernel { return &firstApplyKernel{Kernel: m} })
 	h.session()
 	h.send(fanOutSnapshot()...)
 	var first, all time.Duration

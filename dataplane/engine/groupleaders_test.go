@@ -18,33 +18,43 @@ type callLog struct {
 	*memkernel.Kernel
 	mu    sync.Mutex
 	calls []string
-	// gate, when set, holds the next UpdateIPSet until it is closed, so a
-	// test can queue several messages while the engine is inside a pass
-	// and have the next pass take them together.
-	gate    chan struct{}
-	entered chan struct{}
+	// ipsetGate holds an UpdateIPSet, so a test can queue several messages
+	// while the engine is inside a pass and have the next pass take them
+	// together.
+	ipsetGate callGate
 }
 
 func (k *callLog) UpdateIPSet(id string, added, removed []model.IPSetMember) error {
-	k.mu.Lock()
-	gate, entered := k.gate, k.entered
-	k.gate, k.entered = nil, nil
-	k.mu.Unlock()
-	if gate != nil {
-		close(entered)
-		<-gate
-	}
+	k.ipsetGate.pass()
 	return k.Kernel.UpdateIPSet(id, added, removed)
 }
 
-// holdNextIPSetUpdate arms the gate and returns a channel closed when the
-// engine has entered it and a function that releases it.
-func (k *callLog) holdNextIPSetUpdate() (entered <-chan struct{}, release func()) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	k.gate, k.entered = make(chan struct{}), make(chan struct{})
-	gate := k.gate
-	return k.entered, func() { close(gate) }
+// callGate holds the next call that passes it, once armed, until released.
+type callGate struct {
+	mu               sync.Mutex
+	entered, release chan struct{}
+}
+
+// arm makes the next pass wait; entered is closed when a call has reached
+// the gate, and release (safe to call more than once) lets it go on.
+func (g *callGate) arm() (entered <-chan struct{}, release func()) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.entered, g.release = make(chan struct{}), make(chan struct{})
+	rel := g.release
+	return g.entered, sync.OnceFunc(func() { close(rel) })
+}
+
+// pass is called by the gated method: it waits when the gate is armed.
+func (g *callGate) pass() {
+	g.mu.Lock()
+	entered, release := g.entered, g.release
+	g.entered, g.release = nil, nil
+	g.mu.Unlock()
+	if entered != nil {
+		close(entered)
+		<-release
+	}
 }
 
 func (k *callLog) PreloadPolicies(eps []*model.Endpoint) {
@@ -74,11 +84,7 @@ func (k *callLog) take() []string {
 // group's shared slot switches first; endpoints new in the pass, and
 // cold starts, keep the plain order.
 func TestGroupLeadersApplyFirst(t *testing.T) {
-	var k *callLog
-	h := newHarness(t, func(o *Options) {
-		k = &callLog{Kernel: o.Kernel.(*memkernel.Kernel)}
-		o.Kernel = k
-	})
+	h, k := newWrappedHarness(t, func(m *memkernel.Kernel) *callLog { return &callLog{Kernel: m} })
 	h.session()
 	h.send(ipset("s:0", "10.1.0.1"), policy("shared", allowFrom("s:0"), denyPort(1)), policy("other", denyPort(2)),
 		profile("kns.default", allowFrom()),
@@ -113,7 +119,7 @@ func TestGroupLeadersApplyFirst(t *testing.T) {
 // them all: submitted one by one they could otherwise be split.
 func (h *harness) sendInOnePass(k *callLog, msgs ...*felix.ToDataplane) {
 	h.t.Helper()
-	entered, release := k.holdNextIPSetUpdate()
+	entered, release := k.ipsetGate.arm()
 	if err := h.sess.Submit(h.ctx, tr(h.t, ipsetDelta("s:0", []string{"10.1.0.9"}, nil))); err != nil {
 		h.t.Fatalf("submit: %v", err)
 	}
@@ -138,11 +144,7 @@ func (h *harness) sendInOnePass(k *callLog, msgs ...*felix.ToDataplane) {
 // programs are handed to the preload for that pass, not loaded one after
 // the other inside ApplyEndpoint.
 func TestPreloadWhenInterfaceAppears(t *testing.T) {
-	var k *callLog
-	h := newHarness(t, func(o *Options) {
-		k = &callLog{Kernel: o.Kernel.(*memkernel.Kernel)}
-		o.Kernel = k
-	})
+	h, k := newWrappedHarness(t, func(m *memkernel.Kernel) *callLog { return &callLog{Kernel: m} })
 	s := h.session()
 	h.k.SetLink("calia", model.LinkAbsent)
 	h.send(policy("p", denyPort(1)), profile("kns.default", allowFrom()), wep("a", "10.65.0.1", []string{"p"}, "kns.default"), inSync())

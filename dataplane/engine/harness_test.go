@@ -77,6 +77,18 @@ func newHarness(t testing.TB, tweak ...func(*Options)) *harness {
 	return h
 }
 
+// newWrappedHarness is newHarness over its memory kernel wrapped by wrap
+// (a kernel that records or holds some calls).
+func newWrappedHarness[K Kernel](t testing.TB, wrap func(*memkernel.Kernel) K) (*harness, K) {
+	t.Helper()
+	var k K
+	h := newHarness(t, func(o *Options) {
+		k = wrap(o.Kernel.(*memkernel.Kernel))
+		o.Kernel = k
+	})
+	return h, k
+}
+
 // session starts a new session and collects its output.
 func (h *harness) session() *collector {
 	c := &collector{Session: h.e.NewSession("test")}
