@@ -94,7 +94,8 @@ func (k *Kernel) runScan(ctx context.Context, s *ctScanner, d *tcbpf.Datapath, i
 			s.mu.Lock()
 			done := true
 			if ctx.Err() == nil {
-				done = k.syncClock(d)
+				k.syncClock(d)
+				done = clockPublished(d)
 			}
 			s.mu.Unlock()
 			if calibrations++; !done && calibrations < maxClockCalibrations {
@@ -164,13 +165,16 @@ const (
 )
 
 // syncClock moves the programs' clock onto the coarse clock the scan
-// compares it with and reports whether the programs read it (its tick is
-// published); a failure leaves the last calibration in use.
-func (k *Kernel) syncClock(d *tcbpf.Datapath) bool {
+// compares it with; a failure leaves the last calibration in use.
+func (k *Kernel) syncClock(d *tcbpf.Datapath) {
 	if err := d.SyncClock(); err != nil {
 		k.log.Warn("sync the programs' clock", "err", err)
-		return false
 	}
+}
+
+// clockPublished reports whether the programs read the calibrated clock
+// (its tick is published); a failed read counts as not yet.
+func clockPublished(d *tcbpf.Datapath) bool {
 	c, err := d.Clock()
 	return err == nil && c.TickNs != 0
 }

@@ -89,8 +89,5 @@ func TestFlowEndsKernel(t *testing.T) {
 func TestClockCalibratedBeforeFirstScan(t *testing.T) {
 	k := openKernelWith(t, Options{PinDir: newPinDir(t), Flows: FlowOptions{ConntrackScan: time.Hour}})
 	d := k.datapath()
-	testutil.WaitFor(t, 10*time.Second, "the programs' clock tick published", func() bool {
-		c, err := d.Clock()
-		return err == nil && c.TickNs != 0
-	})
+	testutil.WaitFor(t, 10*time.Second, "the programs' clock tick published", func() bool { return clockPublished(d) })
 }
