@@ -189,7 +189,10 @@ func (r *Results) methodSection(w writer) {
 		"request/response is 1-byte requests over one connection (TCP_NODELAY), connection rate a new connection per "+
 		"request (connect, 1 byte each way, the server closes first), each from a source address and port not used before "+
 		"in the phase (so no connection meets an earlier one's conntrack entry), bulk one connection sending 128 KiB writes, "+
-		"timed until the server's count of the bytes arrives. Each pair of pods has a node namespace of its own, so all "+
+		"timed until the server's count of the bytes arrives. For the whole phase the driver's threads, and with them the load "+
+		"generator and the softirq work of its packets, are pinned to one CPU (the machine's last), so that a case's rate is what "+
+		"its packets cost that CPU rather than where the scheduler put a thread (unpinned, that moved the connection rate by ±5 %% "+
+		"between runs on a two-core machine); dpd keeps every CPU. Each pair of pods has a node namespace of its own, so all "+
 		"paths exist at once and none costs another anything (netfilter's connection tracking, once a ruleset needs "+
 		"it, runs for every packet of its namespace): dpd's node, a plain node, an nftables node and a floor node. Cases: no dpd (the plain pods); "+
 		"the floor (the plain pods with a program that only returns TC_ACT_OK on each of the four hooks dpd uses, attached as dpd attaches: what any "+

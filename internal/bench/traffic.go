@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"time"
@@ -243,6 +244,19 @@ func (r *runner) traffic(ctx context.Context) (err error) {
 	if err := r.trafficSetup(ctx, t); err != nil {
 		return err
 	}
+	cpu, err := trafficCPU()
+	if err != nil {
+		return err
+	}
+	if cpu >= 0 {
+		restore, perr := pinThreads(cpu)
+		if perr != nil {
+			return perr
+		}
+		defer func() { err = errors.Join(err, restore()) }()
+		tr.Pinned, tr.CPU = true, cpu
+		r.progress("P7: the load generator runs on CPU %d", cpu)
+	}
 	nftRules := newTrafficRules(s.PortRules, s.SetRules, clientAddrs(pathNFT))
 	if r.o.TrafficBPFStats {
 		var err error
@@ -261,6 +275,7 @@ func (r *runner) traffic(ctx context.Context) (err error) {
 	for i, c := range trafficCases {
 		cases[i] = TrafficCase{Key: c.key, Name: c.name}
 	}
+	before, cpuErr := sampleCPU(r.d.pid)
 	for _, cfg := range trafficConfigs {
 		if err := r.trafficConfig(ctx, t, cfg.rules, nftRules); err != nil {
 			return fmt.Errorf("rules %q: %w", cfg.rules, err)
@@ -311,6 +326,10 @@ func (r *runner) traffic(ctx context.Context) (err error) {
 					key, medianOf(v), slices.Min(v), slices.Max(v), medianOf(runsPerConn[key]))
 			}
 		}
+	}
+	if after, err := sampleCPU(r.d.pid); err == nil && cpuErr == nil && r.d.pid != 0 {
+		dpd, _, _ := loadBetween(before, after)
+		tr.DPDCores = dpd * float64(runtime.NumCPU())
 	}
 	tr.Cases = cases
 	return r.ctl.healthy()

@@ -15,7 +15,13 @@ type Traffic struct {
 	// Steady is how long every path opened new connections before the
 	// first measurement (trafficsteady.go); 0 when that was skipped.
 	Steady time.Duration
-	Cases  []TrafficCase // in trafficCases' order
+	// Pinned says the load generator ran on CPU alone (trafficpin.go).
+	Pinned bool
+	CPU    int
+	// DPDCores is dpd's CPU time during the measurements over their wall
+	// time, in cores (0 when not measured).
+	DPDCores float64
+	Cases    []TrafficCase // in trafficCases' order
 }
 
 // TrafficCase is one case's measurements, one per round. For every case but
@@ -167,6 +173,7 @@ func (r *Results) trafficDetails(w writer) {
 		}
 		w("| %s | %s | %s | %s |\n", name, cell(c, rrOf, perSec), cell(c, crrOf, perSec), cell(c, bulkOf, gbit))
 	}
+	w("\n%s\n", t.cpuNote())
 	var floor []string
 	for _, c := range t.Cases {
 		if len(c.FloorCRR) == 0 {
@@ -192,4 +199,17 @@ func (r *Results) trafficDetails(w writer) {
 			"(1 means every connection's SYN went through the policy and nothing else did): %s.\n", strings.Join(verdicts, "; "))
 	}
 	w("\n")
+}
+
+// cpuNote says where the load generator and dpd ran during P7.
+func (t Traffic) cpuNote() string {
+	where := "The load generator ran on every CPU (the machine has one, or pinning was not possible)."
+	if t.Pinned {
+		where = fmt.Sprintf("The load generator ran on CPU %d alone: client, server and their packets' softirq work on one CPU, "+
+			"so each rate is what the case's packets cost that CPU; dpd's threads ran wherever the scheduler put them.", t.CPU)
+	}
+	if t.DPDCores > 0 {
+		where += fmt.Sprintf(" dpd used %.1f %% of one core during the measurements (its flow-event reader and conntrack scanner).", 100*t.DPDCores)
+	}
+	return where
 }
