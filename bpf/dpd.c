@@ -27,7 +27,9 @@
  * described in dpd_state and tail-called into the endpoint's policy, which
  * writes its verdict and tail-calls the epilogue. No policy installed: drop.
  * A reply hitting the client's entry of a DNAT'd flow gets the frontend back
- * as its source on the way into the client.
+ * as its source on the way into the client. A packet leaving a workload that
+ * passes goes straight to the destination workload's interface when it is
+ * one of this node's (dpd_fwd.h), else to the host's stack.
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -48,6 +50,7 @@
 #include "dpd_trace.h"
 #include "dpd_hep.h"
 #include "dpd_control.h"
+#include "dpd_fwd.h"
 
 char __license[] SEC("license") = "Dual BSD/GPL";
 
@@ -120,6 +123,8 @@ static __always_inline int dpd_entry(struct __sk_buff *skb, __u32 dir)
 			dpd_ct_count(ct, 0, skb->len);
 			if (nat.hairpin)
 				return dpd_hairpin_redirect(skb, ifindex);
+			if (dir == DPD_DIR_FROM_WEP)
+				return dpd_fwd_local(skb, p.family, p.saddr6, p.daddr6, ifindex);
 			return TC_ACT_OK;
 		}
 		p.flags |= DPD_ST_CT_FWD;
@@ -130,6 +135,8 @@ static __always_inline int dpd_entry(struct __sk_buff *skb, __u32 dir)
 			if (dir == DPD_DIR_TO_WEP && (ct->flags & DPD_CT_F_NAT_FWD) &&
 			    dpd_nat_reverse(skb, &p, ct))
 				return TC_ACT_SHOT;
+			if (dir == DPD_DIR_FROM_WEP)
+				return dpd_fwd_local(skb, p.family, p.saddr6, p.daddr6, ifindex);
 			return TC_ACT_OK;
 		}
 		p.flags |= DPD_ST_CT_REV;
@@ -232,5 +239,7 @@ int dpd_epilogue(struct __sk_buff *skb)
 	/* A hairpinned request goes straight back into the workload. */
 	if (st->dir == DPD_DIR_FROM_WEP && (st->flags & DPD_ST_HAIRPIN))
 		return dpd_hairpin_redirect(skb, st->ifindex);
+	if (st->dir == DPD_DIR_FROM_WEP)
+		return dpd_fwd_local(skb, st->family, st->saddr, st->daddr, st->ifindex);
 	return TC_ACT_OK;
 }

@@ -145,6 +145,11 @@ type DpdDpdFragVal struct {
 	Pad      uint8
 }
 
+type DpdDpdFwdCfg struct {
+	_     structs.HostLayout
+	Flags uint32
+}
+
 type DpdDpdHepCfg struct {
 	_          structs.HostLayout
 	ToHost     uint32
@@ -281,6 +286,7 @@ const (
 	DpdMapDpdFailsafes    = "dpd_failsafes"
 	DpdMapDpdFailsafes6   = "dpd_failsafes6"
 	DpdMapDpdFrags        = "dpd_frags"
+	DpdMapDpdFwdCfg       = "dpd_fwd_cfg"
 	DpdMapDpdHepCfg       = "dpd_hep_cfg"
 	DpdMapDpdHepStages    = "dpd_hep_stages"
 	DpdMapDpdIfstate      = "dpd_ifstate"
@@ -380,6 +386,7 @@ type DpdMapSpecs struct {
 	DpdFailsafes  *ebpf.MapSpec `ebpf:"dpd_failsafes"`
 	DpdFailsafes6 *ebpf.MapSpec `ebpf:"dpd_failsafes6"`
 	DpdFrags      *ebpf.MapSpec `ebpf:"dpd_frags"`
+	DpdFwdCfg     *ebpf.MapSpec `ebpf:"dpd_fwd_cfg"`
 	DpdHepCfg     *ebpf.MapSpec `ebpf:"dpd_hep_cfg"`
 	DpdHepStages  *ebpf.MapSpec `ebpf:"dpd_hep_stages"`
 	DpdIfstate    *ebpf.MapSpec `ebpf:"dpd_ifstate"`
@@ -439,6 +446,7 @@ type DpdMaps struct {
 	DpdFailsafes  *ebpf.Map `ebpf:"dpd_failsafes"`
 	DpdFailsafes6 *ebpf.Map `ebpf:"dpd_failsafes6"`
 	DpdFrags      *ebpf.Map `ebpf:"dpd_frags"`
+	DpdFwdCfg     *ebpf.Map `ebpf:"dpd_fwd_cfg"`
 	DpdHepCfg     *ebpf.Map `ebpf:"dpd_hep_cfg"`
 	DpdHepStages  *ebpf.Map `ebpf:"dpd_hep_stages"`
 	DpdIfstate    *ebpf.Map `ebpf:"dpd_ifstate"`
@@ -473,6 +481,7 @@ func (m *DpdMaps) Close() error {
 		m.DpdFailsafes,
 		m.DpdFailsafes6,
 		m.DpdFrags,
+		m.DpdFwdCfg,
 		m.DpdHepCfg,
 		m.DpdHepStages,
 		m.DpdIfstate,

@@ -315,4 +315,14 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } dpd_hep_cfg SEC(".maps");
 
+/* Whether workload-to-workload packets skip the host's IP stack
+ * (dpd_fwd.h); written by userspace. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct dpd_fwd_cfg);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dpd_fwd_cfg SEC(".maps");
+
 #endif

@@ -72,7 +72,18 @@ func (s *inspectService) GetStatus(context.Context, *dpdv1.GetStatusRequest) (*d
 		LastApply:      timestamp(st.LastApply),
 		LastApplyError: st.LastApplyError,
 		Attach:         s.attachInfo(),
+
+		WorkloadForwarding: s.workloadForwarding(),
 	}, nil
+}
+
+// workloadForwarding is how packets between workloads travel; empty for
+// kernels that do not choose.
+func (s *inspectService) workloadForwarding() string {
+	if f, ok := s.kernel.(engine.ForwardingInspector); ok {
+		return f.WorkloadForwarding()
+	}
+	return ""
 }
 
 // attachInfo is the kernel's attach mode and costs; nil for kernels that

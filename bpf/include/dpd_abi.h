@@ -563,4 +563,14 @@ struct dpd_failsafe6_key {
 	__u8  addr[16]; /* 8: the peer's IPv6 address, network order */
 };                      /* sizeof == 24 */
 
+/* dpd_fwd_cfg: ARRAY[1], written by userspace. A packet a workload sends to
+ * another workload of this node is redirected by dpd_from_wep straight to
+ * the destination's host-side interface (dpd_fwd.h) unless
+ * DPD_FWD_CFG_STACK says to leave every packet to the host's IP stack. 0 (a
+ * map not written yet) is redirect. */
+struct dpd_fwd_cfg {
+	__u32 flags;
+};
+#define DPD_FWD_CFG_STACK (1u << 0)
+
 #endif

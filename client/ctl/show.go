@@ -91,6 +91,12 @@ func runStatus(g *globals, args []string, w io.Writer) error {
 			}
 		}
 	}
+	switch st.GetWorkloadForwarding() {
+	case "redirect":
+		row("workload to workload", "redirect (straight to the destination's interface, skipping the host's IP stack)")
+	case "stack":
+		row("workload to workload", "stack (routed by the host)")
+	}
 	return tw.Flush()
 }
 

@@ -55,3 +55,11 @@ type KernelInspector interface {
 type DropInspector interface {
 	Drops() ([]model.DropCount, error)
 }
+
+// ForwardingInspector is implemented by kernels that choose how packets
+// between the node's workloads travel. Optional: callers type-assert it.
+type ForwardingInspector interface {
+	// WorkloadForwarding is "redirect" (straight from one workload's
+	// host-side interface to the other's) or "stack" (routed by the host).
+	WorkloadForwarding() string
+}

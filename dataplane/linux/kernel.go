@@ -42,6 +42,10 @@ type Options struct {
 	// Epilogue is how policy programs call the epilogue (tcbpf decides
 	// by default); tests force one.
 	Epilogue tcbpf.EpilogueCall
+	// StackForwarding routes packets between this node's workloads
+	// through the host's IP stack instead of redirecting them to the
+	// destination's interface (tcbpf.Options.StackForwarding).
+	StackForwarding bool
 }
 
 // Kernel implements engine.Kernel on Linux by composing one programmer
@@ -227,11 +231,18 @@ func (k *Kernel) openBPFLocked() error {
 		Sizes:         k.sizes,
 		Log:           k.log,
 		Epilogue:      k.opts.Epilogue,
+
+		StackForwarding: k.opts.StackForwarding,
 	})
 	if err != nil {
 		return fmt.Errorf("open bpf dataplane: %w", err)
 	}
 	k.bpf = d
+	if k.opts.StackForwarding {
+		k.log.Info("packets between workloads are routed by the host's IP stack (--workload-redirect=false)")
+	} else {
+		k.log.Info("packets between workloads are redirected to the destination's interface, skipping the host's IP stack (--workload-redirect)")
+	}
 	if err := k.attachBPFLocked(realBPF(d), d.Sizes().Slots()); err != nil {
 		_ = d.Close()
 		return err

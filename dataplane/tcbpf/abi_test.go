@@ -90,6 +90,7 @@ func TestBTFLayout(t *testing.T) {
 		{"dpd_preview_st", abi.PreviewStSize, map[string]uint32{"rule_id": 0, "verdict": 8}},
 		{"dpd_ev_cfg", abi.EvCfgSize, map[string]uint32{"flags": 0, "deny_mask": 4, "deny_interval_ns": 8}},
 		{"dpd_ev_deny", abi.EvDenySize, map[string]uint32{"key": 0, "last_ns": 48, "count": 56}},
+		{"dpd_fwd_cfg", abi.FwdCfgSize, map[string]uint32{"flags": 0}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -165,7 +166,7 @@ func TestHeaderDefines(t *testing.T) {
 		"DPD_TO_HOST_ACCEPT": abi.ToHostAccept, "DPD_TO_HOST_DROP": abi.ToHostDrop, "DPD_TO_HOST_RETURN": abi.ToHostReturn, "DPD_ST_HEP_TOHOST": abi.StHepToHost, "DPD_ST_HEP_PREDNAT": abi.StHepPreDNAT,
 		"DPD_JUMP_HEP_CONT_FROM_WEP": abi.JumpHepContFromWEP, "DPD_JUMP_HEP_CONT_TO_WEP": abi.JumpHepContToWEP,
 		"DPD_EV_CFG_PREVIEW": abi.EvCfgPreview, "DPD_ST_PREVIEW": abi.StPreview,
-		"DPD_IFSTATE_ARR_ENTRIES": abi.IfStateArrEntries,
+		"DPD_IFSTATE_ARR_ENTRIES": abi.IfStateArrEntries, "DPD_FWD_CFG_STACK": abi.FwdCfgStack,
 	}
 	f, err := os.Open("../../bpf/include/dpd_abi.h")
 	if err != nil {

@@ -27,6 +27,10 @@ type Options struct {
 	// Epilogue is how policy programs call the epilogue (EpilogueAuto:
 	// measured at Open).
 	Epilogue EpilogueCall
+	// StackForwarding leaves packets between this node's workloads to the
+	// host's IP stack; by default dpd_from_wep redirects them straight to
+	// the destination's interface (bpf/dpd_fwd.h).
+	StackForwarding bool
 }
 
 // Maps are the pinned maps shared with the policy programs. The handles
@@ -217,6 +221,9 @@ func (d *Datapath) init() error {
 	}
 	// Before the epilogue, which the attached entry programs share.
 	if err := d.initCTCfg(); err != nil {
+		return err
+	}
+	if err := d.setFwdCfg(d.opts.StackForwarding); err != nil {
 		return err
 	}
 	// Before this Datapath attaches an entry program that reads it.

@@ -20,9 +20,10 @@ import (
 
 // scratchMaps hold per-packet scratch, not state: never worth migrating.
 // The flow-event maps hold nothing a restart needs: unread events and
-// rate-limit state are lost at most.
+// rate-limit state are lost at most. dpd_fwd_cfg is written at every Open.
 var scratchMaps = map[string]bool{abi.MapState: true, abi.MapTrace: true,
-	abi.MapEvents: true, abi.MapEvDrops: true, abi.MapEvCfg: true, abi.MapEvDeny: true}
+	abi.MapEvents: true, abi.MapEvDrops: true, abi.MapEvCfg: true, abi.MapEvDeny: true,
+	abi.MapFwdCfg: true} // written at every Open
 
 // MigrationReport says what migratePins did to one map.
 type MigrationReport struct {

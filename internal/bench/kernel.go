@@ -60,7 +60,8 @@ func (r *runner) readAttach(ctx context.Context) error {
 		return fmt.Errorf("dpd reports no attach mode or kernel costs")
 	}
 	r.res.Attach = attachFrom(a)
-	r.progress("attach mode %s (%s)", r.res.Attach.Mode, r.res.Attach.Reason)
+	r.res.Forwarding = st.GetWorkloadForwarding()
+	r.progress("attach mode %s (%s), workload forwarding %q", r.res.Attach.Mode, r.res.Attach.Reason, r.res.Forwarding)
 	return nil
 }
 

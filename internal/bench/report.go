@@ -70,6 +70,9 @@ func (r *Results) Markdown(notes string) string {
 	if r.Attach.Mode != "" {
 		w(", dpd in attach mode %s", r.Attach.Mode)
 	}
+	if r.Forwarding != "" {
+		w(", packets between workloads by %s", r.Forwarding)
+	}
 	w(".\n")
 	w("The targets are dpd's node-scale requirements. Regenerate with `make bench`; the analysis at the end is kept.\n\n")
 	r.machineSection(w)
@@ -202,7 +205,7 @@ func (r *Results) methodSection(w writer) {
 		"from set *i*, four addresses each; the last set holds the client's addresses); nftables enforcing the same lists on "+
 		"the nftables node's pods the way Calico's nftables dataplane writes them (forward hook; `ct state established,related accept`, "+
 		"`ct state invalid drop`, a jump on the server's host side to a chain with one rule per policy rule, then drop). "+
-		"%s"+
+		"%s%s"+
 		"Before each rule list's rounds a "+
 		"connection to a port nothing listens on must be refused without a policy and dropped with one, so each case is "+
 		"proven on its path. Each rule list is measured in rounds: in each, every metric is measured once per case, "+
@@ -210,10 +213,22 @@ func (r *Results) methodSection(w writer) {
 		"a ratio is the median over the rounds of the case against the no-dpd measurement of the same round (or, dpd "+
 		"against nftables, of the two in the same round), so the load of the shared machine, which drifts, cancels out "+
 		"of each ratio.\n\n",
-		s.PortRules, s.SetRules, steadyNote(r.Traffic.Steady), s.TrafficSlice, s.TrafficRounds)
+		s.PortRules, s.SetRules, forwardingNote(r.Forwarding), steadyNote(r.Traffic.Steady), s.TrafficSlice, s.TrafficRounds)
 }
 
 // steadyNote describes the conntrack warm-up of P7 (trafficsteady.go).
+// forwardingNote says which path dpd's pods' packets took.
+func forwardingNote(f string) string {
+	switch f {
+	case "redirect":
+		return "dpd passed packets between its pods from one host side straight to the other (`--workload-redirect`, " +
+			"its default): they skip the node's IP stack, which every other node's packets cross. "
+	case "stack":
+		return "dpd left packets between its pods to the node's IP stack (`--workload-redirect=false`), as on every other node. "
+	}
+	return ""
+}
+
 func steadyNote(d time.Duration) string {
 	if d <= 0 {
 		return ""

@@ -28,8 +28,11 @@ type Results struct {
 	Memory  Memory
 	Packets PacketCost
 	Ingest  Ingest
-	Attach  Attach  // the daemon's attach mode and kernel costs
-	Traffic Traffic // P7
+	Attach  Attach // the daemon's attach mode and kernel costs
+	// Forwarding is how the daemon passes packets between its pods:
+	// "redirect", "stack", or "" (not reported).
+	Forwarding string
+	Traffic    Traffic // P7
 }
 
 // ColdStart is P3: a fresh daemon's snapshot to DataplaneInSync.

@@ -1,11 +1,15 @@
 package e2e
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dpd-dev/dpd/internal/testutil"
+	dpdv1 "github.com/dpd-dev/dpd/proto/dpd/v1"
 	"github.com/dpd-dev/dpd/proto/felix"
 )
 
@@ -32,6 +36,7 @@ type env struct {
 	c        *Controller
 	a, b, cl *Workload
 	legacy   bool
+	stack    bool // --workload-redirect=false
 	last     Scenario
 }
 
@@ -41,23 +46,26 @@ func TestPacketMatrix(t *testing.T) {
 	modes := []struct {
 		name   string
 		legacy bool
+		stack  bool
 		args   []string
 		wire   string
 	}{
-		{"tcx", false, []string{"--attach-mode=tcx"}, WireCurrent},
-		{"legacy-tc", true, []string{"--attach-mode=tc"}, WireCurrent},
+		{"tcx", false, false, []string{"--attach-mode=tcx"}, WireCurrent},
+		{"legacy-tc", true, false, []string{"--attach-mode=tc"}, WireCurrent},
 		// The controller speaks Felix v3.28-v3.31's encoding.
-		{"tcx-felix-v3.31-wire", false, []string{"--attach-mode=tcx"}, WireLegacy},
+		{"tcx-felix-v3.31-wire", false, false, []string{"--attach-mode=tcx"}, WireLegacy},
+		// Packets between the workloads routed by the host, as without dpd.
+		{"tc-via-stack", true, true, []string{"--attach-mode=tc", "--workload-redirect=false"}, WireCurrent},
 	}
 	// Sequential on purpose: the runs use the same addresses and routes.
 	for _, m := range modes {
-		t.Run(m.name, func(t *testing.T) { runMatrix(t, m.legacy, m.args, m.wire) })
+		t.Run(m.name, func(t *testing.T) { runMatrix(t, m.legacy, m.stack, m.args, m.wire) })
 	}
 }
 
-func runMatrix(t *testing.T, legacy bool, args []string, wire string) {
+func runMatrix(t *testing.T, legacy, stack bool, args []string, wire string) {
 	testutil.RequirePrivileged(t)
-	e := &env{legacy: legacy}
+	e := &env{legacy: legacy, stack: stack}
 	e.d = StartDaemon(t, args...)
 	e.d.SetWire(wire)
 	e.a, e.b, e.cl = NewWorkload(t, 1), NewWorkload(t, 2), NewWorkload(t, 3)
@@ -76,6 +84,7 @@ func runMatrix(t *testing.T, legacy bool, args []string, wire string) {
 
 	t.Run("attach-mode", e.attachMode)
 	t.Run("inspect-attach-mode", e.inspectAttachMode)
+	t.Run("workload-forwarding", e.workloadForwarding)
 	for _, tc := range policyCases() {
 		t.Run(tc.name, func(t *testing.T) { tc.run(t, e) })
 	}
@@ -189,6 +198,36 @@ func (e *env) inspectAttachMode(t *testing.T) {
 		return
 	}
 	t.Errorf("Inspect/ListEndpoints does not list %s: %v", e.b.HostIface, eps)
+}
+
+// workloadForwarding: Inspect reports how packets between workloads
+// travel, and they do: redirected, the host's prerouting and forward hooks
+// never see A's pings to B or B's replies; via the stack they see each.
+func (e *env) workloadForwarding(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	st, err := e.d.Client(t).Inspect().GetStatus(ctx, &dpdv1.GetStatusRequest{})
+	if err != nil {
+		t.Fatalf("Inspect/GetStatus: %v", err)
+	}
+	want := map[bool]string{false: "redirect", true: "stack"}[e.stack]
+	if got := st.GetWorkloadForwarding(); got != want {
+		t.Errorf("Inspect says workload forwarding %q, want %q", got, want)
+	}
+	e.apply(t, e.base([]string{profAllowAll}, nil))
+	Expect(t, Allowed(Ping(e.a, e.b.IP)))
+	hooks := testutil.HostHooks(t, fmt.Sprintf("dpde2e_fwd_%d", os.Getpid()), e.a.IP, e.b.IP)
+	const n = 3
+	if out, err := e.a.Exec("ping", "-n", "-c", fmt.Sprint(n), "-i", "0.01", "-W", "1", e.b.IP); err != nil {
+		t.Fatalf("ping A->B: %v\n%s", err, out)
+	}
+	pre, fwd := hooks.Packets(t, "prerouted"), hooks.Packets(t, "forwarded")
+	if e.stack && (pre < 2*n || fwd < 2*n) {
+		t.Errorf("via the stack: the host's hooks saw prerouting %d, forward %d of %d pings and replies", pre, fwd, 2*n)
+	}
+	if !e.stack && (pre != 0 || fwd != 0) {
+		t.Errorf("redirected: the host's hooks saw prerouting %d, forward %d packets between A and B, want none", pre, fwd)
+	}
 }
 
 // conntrackReturn: A may send anything but accept nothing; replies to A's

@@ -78,9 +78,14 @@ type GetStatusResponse struct {
 	LastApplyError  string                 `protobuf:"bytes,10,opt,name=last_apply_error,json=lastApplyError,proto3" json:"last_apply_error,omitempty"`
 	// How entry programs are attached, why, and the kernel's costs (linux
 	// dataplane only).
-	Attach        *AttachInfo `protobuf:"bytes,11,opt,name=attach,proto3" json:"attach,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Attach *AttachInfo `protobuf:"bytes,11,opt,name=attach,proto3" json:"attach,omitempty"`
+	// How packets between this node's workloads travel (linux dataplane
+	// only): "redirect" (from one host-side interface straight to the
+	// other, skipping the host's IP stack; --workload-redirect) or "stack"
+	// (routed by the host).
+	WorkloadForwarding string `protobuf:"bytes,12,opt,name=workload_forwarding,json=workloadForwarding,proto3" json:"workload_forwarding,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *GetStatusResponse) Reset() {
@@ -188,6 +193,13 @@ func (x *GetStatusResponse) GetAttach() *AttachInfo {
 		return x.Attach
 	}
 	return nil
+}
+
+func (x *GetStatusResponse) GetWorkloadForwarding() string {
+	if x != nil {
+		return x.WorkloadForwarding
+	}
+	return ""
 }
 
 // AttachInfo is the attach mode in force and the measurements behind it.
@@ -3093,7 +3105,7 @@ var File_dpd_v1_dataplane_proto protoreflect.FileDescriptor
 const file_dpd_v1_dataplane_proto_rawDesc = "" +
 	"\n" +
 	"\x16dpd/v1/dataplane.proto\x12\x06dpd.v1\x1a\x18felix/felixbackend.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x12\n" +
-	"\x10GetStatusRequest\"\xdb\x03\n" +
+	"\x10GetStatusRequest\"\x8c\x04\n" +
 	"\x11GetStatusResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\x05R\x03pid\x124\n" +
@@ -3107,7 +3119,8 @@ const file_dpd_v1_dataplane_proto_rawDesc = "" +
 	"last_apply\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tlastApply\x12(\n" +
 	"\x10last_apply_error\x18\n" +
 	" \x01(\tR\x0elastApplyError\x12*\n" +
-	"\x06attach\x18\v \x01(\v2\x12.dpd.v1.AttachInfoR\x06attach\"b\n" +
+	"\x06attach\x18\v \x01(\v2\x12.dpd.v1.AttachInfoR\x06attach\x12/\n" +
+	"\x13workload_forwarding\x18\f \x01(\tR\x12workloadForwarding\"b\n" +
 	"\n" +
 	"AttachInfo\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x16\n" +

@@ -1,0 +1,132 @@
+/* SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause) */
+/*
+ * dpd_fwd.h: a packet a workload sends to another workload of this node,
+ * once dpd_from_wep has passed it, goes straight to the egress of the
+ * destination's host-side interface (bpf_redirect), where dpd_to_wep
+ * polices it as it would after routing. The host's IP stack (its input
+ * route, netfilter hooks, forwarding and neighbour output) is skipped:
+ * for two workloads on one node that is most of what a packet costs the
+ * host. The hop is only taken where the stack would forward the packet
+ * unchanged but for what is done here (the TTL or hop limit decremented,
+ * the Ethernet addresses of the route's neighbour); anything else goes on
+ * to the stack, which decides as before:
+ *   - addressed to the interface's own MAC, a plain IPv4 header (no
+ *     options) or an IPv6 one without a hop-by-hop header, from a
+ *     non-link-local source, a TTL or hop limit above 1;
+ *   - the node routes the source back out of the interface the packet
+ *     came in on (strict reverse path, what rp_filter and the dpd-rpf
+ *     table check: no workload sends as another past the receiver's
+ *     source-address policy);
+ *   - the route to the destination is forwarded (forwarding on for the
+ *     interface, unicast), its neighbour is known, the packet fits the
+ *     output interface, and that interface is another ready workload
+ *     interface of dpd's (so its dpd_to_wep runs; the host itself,
+ *     other nodes and unpoliced interfaces keep the stack and its
+ *     netfilter, NAT included).
+ * dpd_fwd_cfg can send everything through the stack instead.
+ */
+#ifndef DPD_FWD_H
+#define DPD_FWD_H
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/if_packet.h>
+#include <linux/pkt_cls.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "dpd_abi.h"
+#include "dpd_maps.h"
+#include "dpd_ifstate.h"
+
+#ifndef AF_INET
+#define AF_INET 2
+#endif
+#ifndef AF_INET6
+#define AF_INET6 10
+#endif
+
+/* dpd_fwd_fib fills a lookup from src to dst entering on ifindex. */
+static __always_inline void dpd_fwd_fib(struct bpf_fib_lookup *fib, __u8 family, const __u8 *src,
+					const __u8 *dst, __u32 ifindex)
+{
+	__builtin_memset(fib, 0, sizeof(*fib));
+	fib->ifindex = ifindex;
+	if (family == 6) {
+		fib->family = AF_INET6;
+		__builtin_memcpy(fib->ipv6_src, src, 16);
+		__builtin_memcpy(fib->ipv6_dst, dst, 16);
+	} else {
+		fib->family = AF_INET;
+		__builtin_memcpy(&fib->ipv4_src, src, 4);
+		__builtin_memcpy(&fib->ipv4_dst, dst, 4);
+	}
+}
+
+/* dpd_fwd_local returns the verdict for a packet dpd_from_wep passed on
+ * ifindex: a redirect to the destination workload's interface, or
+ * TC_ACT_OK (the stack). saddr and daddr are the packet's (16 bytes, IPv4
+ * in the first 4). */
+static __always_inline int dpd_fwd_local(struct __sk_buff *skb, __u8 family, const __u8 *saddr,
+					 const __u8 *daddr, __u32 ifindex)
+{
+	struct bpf_fib_lookup fib;
+	struct dpd_fwd_cfg *cfg;
+	__u32 zero = 0, oif, want = DPD_IF_READY | DPD_IF_WORKLOAD;
+	__u8 b[2], hop;
+	__u32 hop_off;
+
+	cfg = bpf_map_lookup_elem(&dpd_fwd_cfg, &zero);
+	if (!cfg || (cfg->flags & DPD_FWD_CFG_STACK))
+		return TC_ACT_OK;
+	if (skb->pkt_type != PACKET_HOST)
+		return TC_ACT_OK;
+	if (family == 6) {
+		/* b: next header, hop limit */
+		if (bpf_skb_load_bytes(skb, ETH_HLEN + 6, b, 2))
+			return TC_ACT_OK;
+		if (b[0] == 0 || (saddr[0] == 0xfe && (saddr[1] & 0xc0) == 0x80))
+			return TC_ACT_OK;
+		hop = b[1];
+		hop_off = ETH_HLEN + 7;
+	} else {
+		if (bpf_skb_load_bytes(skb, ETH_HLEN, b, 1) || b[0] != 0x45)
+			return TC_ACT_OK;
+		if (bpf_skb_load_bytes(skb, ETH_HLEN + 8, &hop, 1))
+			return TC_ACT_OK;
+		hop_off = ETH_HLEN + 8;
+	}
+	if (hop <= 1)
+		return TC_ACT_OK;
+
+	dpd_fwd_fib(&fib, family, daddr, saddr, ifindex);
+	if (bpf_fib_lookup(skb, &fib, sizeof(fib), BPF_FIB_LOOKUP_SKIP_NEIGH) != BPF_FIB_LKUP_RET_SUCCESS ||
+	    fib.ifindex != ifindex)
+		return TC_ACT_OK;
+
+	dpd_fwd_fib(&fib, family, saddr, daddr, ifindex);
+	if (bpf_fib_lookup(skb, &fib, sizeof(fib), 0) != BPF_FIB_LKUP_RET_SUCCESS)
+		return TC_ACT_OK;
+	oif = fib.ifindex;
+	if (oif == ifindex || (dpd_ifstate_get(oif).flags & (want | DPD_IF_HOST)) != want)
+		return TC_ACT_OK;
+
+	/* From here on the packet is changed: it must be redirected. */
+	if (family == 6) {
+		hop--;
+		if (bpf_skb_store_bytes(skb, hop_off, &hop, 1, 0))
+			return TC_ACT_SHOT;
+	} else {
+		if (bpf_l3_csum_replace(skb, ETH_HLEN + 10, bpf_htons((__u16)hop << 8),
+					bpf_htons((__u16)(hop - 1) << 8), 2))
+			return TC_ACT_SHOT;
+		hop--;
+		if (bpf_skb_store_bytes(skb, hop_off, &hop, 1, 0))
+			return TC_ACT_SHOT;
+	}
+	if (bpf_skb_store_bytes(skb, 0, fib.dmac, ETH_ALEN, 0) ||
+	    bpf_skb_store_bytes(skb, ETH_ALEN, fib.smac, ETH_ALEN, 0))
+		return TC_ACT_SHOT;
+	return bpf_redirect(oif, 0);
+}
+
+#endif

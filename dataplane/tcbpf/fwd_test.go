@@ -1,0 +1,109 @@
+package tcbpf
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
+	"github.com/dpd-dev/dpd/internal/testutil"
+)
+
+// TestWorkloadRedirect: a packet between two workloads of the node goes
+// from one host-side interface straight to the other, so the host's IP
+// stack (its prerouting and forward hooks) never sees it, and its TTL is
+// decremented as forwarding would; with StackForwarding it is routed by
+// the stack. Either way a workload sending from an address the node does
+// not route back to it is left to the stack, whose rp_filter drops it.
+func TestWorkloadRedirect(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	setSysctl(t, "/proc/sys/net/ipv4/ip_forward", "1")
+	for _, viaStack := range []bool{false, true} {
+		name := "redirect"
+		if viaStack {
+			name = "stack"
+		}
+		t.Run(name, func(t *testing.T) { workloadRedirect(t, viaStack) })
+	}
+}
+
+func workloadRedirect(t *testing.T, viaStack bool) {
+	d := openTest(t, Options{StackForwarding: viaStack})
+	const ipA, ipB, spoofed = "10.67.1.1", "10.67.1.2", "10.67.1.99"
+	wa, ifA := routedWorkload(t, ipA)
+	wb, ifB := routedWorkload(t, ipB)
+	allow := verdictProg(t, d, abi.VerdictAllow, 1)
+	mustNil(t, d.EnsureCounters([]uint64{1}))
+	for i, w := range []struct {
+		ifindex int
+		name    string
+	}{{ifA, wa.HostIface}, {ifB, wb.HostIface}} {
+		setSysctl(t, "/proc/sys/net/ipv4/conf/"+w.name+"/rp_filter", "1")
+		if _, err := d.Attach(w.ifindex, w.name); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = d.Detach(w.ifindex, w.name) })
+		mustNil(t, d.InstallPolicy(uint32(i), abi.DirFromWEP, allow))
+		mustNil(t, d.InstallPolicy(uint32(i), abi.DirToWEP, allow))
+		mustNil(t, d.SetIfState(w.ifindex, uint32(i), abi.IfReady|abi.IfWorkload))
+	}
+	table := fmt.Sprintf("dpdt_fwd_%d", os.Getpid())
+	host := testutil.HostHooks(t, table, ipA, ipB)
+	spoof := testutil.NewNFTCounters(t, "", table+"_spoof", fmt.Sprintf(`
+	counter spoofed {}
+	chain prerouting {
+		type filter hook prerouting priority -300;
+		ip saddr %s counter name "spoofed"
+	}`, spoofed))
+	inB := testutil.NewNFTCounters(t, wb.NS, "dpdt_in", fmt.Sprintf(`
+	counter spoofed {}
+	chain input {
+		type filter hook input priority 0;
+		ip saddr %s counter name "spoofed"
+	}`, spoofed))
+
+	// The first packets may wait for the host to learn the workloads'
+	// MACs (the redirect needs the neighbour), through the stack.
+	testutil.WaitFor(t, 10*time.Second, "ping A->B", func() bool { return ping(wa, ipB) == nil })
+	testutil.WaitFor(t, 10*time.Second, "ping B->A", func() bool { return ping(wb, ipA) == nil })
+
+	// New flows (the epilogue's path) and their established packets.
+	_, err := d.ScanConntrack(time.Now().Add(2 * time.Hour))
+	mustNil(t, err)
+	pre0, fwd0 := host.Packets(t, "prerouted"), host.Packets(t, "forwarded")
+	const n = 5
+	out, err := wa.Exec("ping", "-n", "-c", strconv.Itoa(n), "-i", "0.01", "-W", "1", ipB)
+	if err != nil {
+		t.Fatalf("ping A->B: %v\n%s", err, out)
+	}
+	if got := strings.Count(out, "ttl=63"); got != n {
+		t.Errorf("want %d replies with ttl=63 (one hop each way), got %d:\n%s", n, got, out)
+	}
+	pre, fwd := host.Packets(t, "prerouted")-pre0, host.Packets(t, "forwarded")-fwd0
+	if viaStack {
+		if pre < 2*n || fwd < 2*n {
+			t.Errorf("via the stack: the host's hooks saw prerouting %d, forward %d packets of %d requests and replies", pre, fwd, 2*n)
+		}
+	} else if pre != 0 || fwd != 0 {
+		t.Errorf("redirected: the host's hooks saw prerouting %d, forward %d packets, want none", pre, fwd)
+	}
+
+	// A spoofed source goes to the stack, which drops it; B never sees it.
+	testutil.Run(t, "ip", "-n", wa.NS, "addr", "add", spoofed+"/32", "dev", "eth0")
+	if out, err := wa.Exec("ping", "-n", "-c", "3", "-i", "0.01", "-W", "1", "-I", spoofed, ipB); err == nil {
+		t.Fatalf("ping from a spoofed source got replies:\n%s", out)
+	}
+	if got := spoof.Packets(t, "spoofed"); got == 0 {
+		t.Error("the spoofed packets never reached the host's stack")
+	}
+	// A legitimate ping after them: once it has arrived, so would they.
+	if err := ping(wa, ipB); err != nil {
+		t.Fatalf("ping A->B after the spoofed ones: %v", err)
+	}
+	if got := inB.Packets(t, "spoofed"); got != 0 {
+		t.Errorf("B received %d packets from the spoofed source", got)
+	}
+}
