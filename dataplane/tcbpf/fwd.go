@@ -24,7 +24,3 @@ func (d *Datapath) setFwdCfg(viaStack bool) error {
 	}
 	return nil
 }
-
-// StackForwarding says whether packets between workloads take the host's
-// IP stack (Options.StackForwarding) rather than the redirect.
-func (d *Datapath) StackForwarding() bool { return d.opts.StackForwarding }
