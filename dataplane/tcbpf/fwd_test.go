@@ -10,6 +10,7 @@ import (
 
 	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
 	"github.com/dpd-dev/dpd/internal/testutil"
+	"github.com/vishvananda/netlink"
 )
 
 // TestWorkloadRedirect: a packet between two workloads of the node goes
@@ -35,21 +36,10 @@ func workloadRedirect(t *testing.T, viaStack bool) {
 	const ipA, ipB, spoofed = "10.67.1.1", "10.67.1.2", "10.67.1.99"
 	wa, ifA := routedWorkload(t, ipA)
 	wb, ifB := routedWorkload(t, ipB)
-	allow := verdictProg(t, d, abi.VerdictAllow, 1)
-	mustNil(t, d.EnsureCounters([]uint64{1}))
-	for i, w := range []struct {
-		ifindex int
-		name    string
-	}{{ifA, wa.HostIface}, {ifB, wb.HostIface}} {
-		setSysctl(t, "/proc/sys/net/ipv4/conf/"+w.name+"/rp_filter", "1")
-		if _, err := d.Attach(w.ifindex, w.name); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = d.Detach(w.ifindex, w.name) })
-		mustNil(t, d.InstallPolicy(uint32(i), abi.DirFromWEP, allow))
-		mustNil(t, d.InstallPolicy(uint32(i), abi.DirToWEP, allow))
-		mustNil(t, d.SetIfState(w.ifindex, uint32(i), abi.IfReady|abi.IfWorkload))
+	for _, w := range []*testutil.Workload{wa, wb} {
+		setSysctl(t, "/proc/sys/net/ipv4/conf/"+w.HostIface+"/rp_filter", "1")
 	}
+	allowBoth(t, d, ifA, wa, ifB, wb)
 	table := fmt.Sprintf("dpdt_fwd_%d", os.Getpid())
 	host := testutil.HostHooks(t, table, ipA, ipB)
 	spoof := testutil.NewNFTCounters(t, "", table+"_spoof", fmt.Sprintf(`
@@ -64,7 +54,90 @@ func workloadRedirect(t *testing.T, viaStack bool) {
 		type filter hook input priority 0;
 		ip saddr %s counter name "spoofed"
 	}`, spoofed))
+	redirectedHops(t, d, host, wa, wb, ipA, ipB, viaStack)
 
+	// A spoofed source goes to the stack, which drops it; B never sees it.
+	testutil.Run(t, "ip", "-n", wa.NS, "addr", "add", spoofed+"/32", "dev", "eth0")
+	if out, err := wa.Exec("ping", "-n", "-c", "3", "-i", "0.01", "-W", "1", "-I", spoofed, ipB); err == nil {
+		t.Fatalf("ping from a spoofed source got replies:\n%s", out)
+	}
+	if got := spoof.Packets(t, "spoofed"); got == 0 {
+		t.Error("the spoofed packets never reached the host's stack")
+	}
+	// A legitimate ping after them: once it has arrived, so would they.
+	if err := ping(wa, ipB); err != nil {
+		t.Fatalf("ping A->B after the spoofed ones: %v", err)
+	}
+	if got := inB.Packets(t, "spoofed"); got != 0 {
+		t.Errorf("B received %d packets from the spoofed source", got)
+	}
+}
+
+// TestWorkloadRedirect6: the same over IPv6, with the workloads wired as
+// Calico's CNI plugin wires IPv6 (a /128 route, the host side's link-local
+// address as the gateway); the hop limit is decremented as forwarding
+// would.
+func TestWorkloadRedirect6(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	setSysctl(t, "/proc/sys/net/ipv6/conf/all/forwarding", "1")
+	for _, viaStack := range []bool{false, true} {
+		name := "redirect"
+		if viaStack {
+			name = "stack"
+		}
+		t.Run(name, func(t *testing.T) { workloadRedirect6(t, viaStack) })
+	}
+}
+
+func workloadRedirect6(t *testing.T, viaStack bool) {
+	d := openTest(t, Options{StackForwarding: viaStack})
+	const ipA, ipB = "fd67:1::1", "fd67:1::2"
+	wa, ifA := routedWorkload6(t, "10.67.1.11", ipA)
+	wb, ifB := routedWorkload6(t, "10.67.1.12", ipB)
+	allowBoth(t, d, ifA, wa, ifB, wb)
+	host := testutil.HostHooks(t, fmt.Sprintf("dpdt_fwd6_%d", os.Getpid()), ipA, ipB)
+	redirectedHops(t, d, host, wa, wb, ipA, ipB, viaStack)
+}
+
+// routedWorkload6 is routedWorkload with IPv6 too: ip6/128 routed to the
+// host side, which forwards IPv6.
+func routedWorkload6(t *testing.T, ip, ip6 string) (*testutil.Workload, int) {
+	t.Helper()
+	w := testutil.NewWorkload(t, "dpp", ip)
+	// AddIPv6 cycles the host side, which would drop routes through it.
+	testutil.AddIPv6(t, w, "", ip6)
+	setSysctl(t, "/proc/sys/net/ipv6/conf/"+w.HostIface+"/forwarding", "1")
+	testutil.Run(t, "ip", "-6", "route", "add", ip6+"/128", "dev", w.HostIface)
+	l, err := netlink.LinkByName(w.HostIface)
+	mustNil(t, err)
+	return w, l.Attrs().Index
+}
+
+// allowBoth attaches d to both workloads' host sides with an allow-all
+// policy each way and marks them ready workload interfaces.
+func allowBoth(t *testing.T, d *Datapath, ifA int, wa *testutil.Workload, ifB int, wb *testutil.Workload) {
+	t.Helper()
+	allow := verdictProg(t, d, abi.VerdictAllow, 1)
+	mustNil(t, d.EnsureCounters([]uint64{1}))
+	for i, w := range []struct {
+		ifindex int
+		name    string
+	}{{ifA, wa.HostIface}, {ifB, wb.HostIface}} {
+		if _, err := d.Attach(w.ifindex, w.name); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = d.Detach(w.ifindex, w.name) })
+		mustNil(t, d.InstallPolicy(uint32(i), abi.DirFromWEP, allow))
+		mustNil(t, d.InstallPolicy(uint32(i), abi.DirToWEP, allow))
+		mustNil(t, d.SetIfState(w.ifindex, uint32(i), abi.IfReady|abi.IfWorkload))
+	}
+}
+
+// redirectedHops pings ipB from wa, new flows then established ones, and
+// checks that every reply took one hop each way (TTL or hop limit 63) and
+// that the host's hooks saw the packets only via the stack.
+func redirectedHops(t *testing.T, d *Datapath, host *testutil.NFTCounters, wa, wb *testutil.Workload, ipA, ipB string, viaStack bool) {
+	t.Helper()
 	// The first packets may wait for the host to learn the workloads'
 	// MACs (the redirect needs the neighbour), through the stack.
 	testutil.WaitFor(t, 10*time.Second, "ping A->B", func() bool { return ping(wa, ipB) == nil })
@@ -89,21 +162,5 @@ func workloadRedirect(t *testing.T, viaStack bool) {
 		}
 	} else if pre != 0 || fwd != 0 {
 		t.Errorf("redirected: the host's hooks saw prerouting %d, forward %d packets, want none", pre, fwd)
-	}
-
-	// A spoofed source goes to the stack, which drops it; B never sees it.
-	testutil.Run(t, "ip", "-n", wa.NS, "addr", "add", spoofed+"/32", "dev", "eth0")
-	if out, err := wa.Exec("ping", "-n", "-c", "3", "-i", "0.01", "-W", "1", "-I", spoofed, ipB); err == nil {
-		t.Fatalf("ping from a spoofed source got replies:\n%s", out)
-	}
-	if got := spoof.Packets(t, "spoofed"); got == 0 {
-		t.Error("the spoofed packets never reached the host's stack")
-	}
-	// A legitimate ping after them: once it has arrived, so would they.
-	if err := ping(wa, ipB); err != nil {
-		t.Fatalf("ping A->B after the spoofed ones: %v", err)
-	}
-	if got := inB.Packets(t, "spoofed"); got != 0 {
-		t.Errorf("B received %d packets from the spoofed source", got)
 	}
 }
