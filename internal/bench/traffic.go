@@ -311,6 +311,9 @@ func (r *runner) traffic(ctx context.Context) (err error) {
 				}
 				if trafficCases[trafficCaseIndex(key)].path == pathDPD {
 					c.FloorRR, c.FloorCRR, c.FloorBulk = append(c.FloorRR, floor.rr), append(c.FloorCRR, floor.crr), append(c.FloorBulk, floor.bulk)
+				}
+				// Verdicts are counted over the connection-rate measurements.
+				if trafficCases[trafficCaseIndex(key)].path == pathDPD && r.o.measures("crr") {
 					c.Verdicts = append(c.Verdicts, m.verdicts)
 					if m.verdicts < 0.99 {
 						r.warn("P7 %s round %d: dpd's policy decided %.3f packets per new connection: some connections skipped it", key, round+1, m.verdicts)
