@@ -78,7 +78,10 @@ test: deps check-generated lint build check-image unit e2e
 # daemon (as root): dpd-bench starts bin/dpd, drives it, measures real
 # traffic between pods (P7; its nftables cases need nft, in APT_PACKAGES),
 # runs the P4/P5 go benchmarks here, and writes every figure of this one
-# run, with the kernel costs dpd measured, to BENCHMARKS.md.
+# run, with the kernel costs dpd measured, to BENCHMARKS.md. The daemon
+# phases run again with /sys/kernel/rcu_expedited switched (put back
+# after), so one run covers a kernel where TCX attach is slow and one
+# where it is cheap.
 bench: build
 	bin/dpd-bench --full --src . --out BENCHMARKS.md --dpd-log bin/bench-dpd.log
 

@@ -120,7 +120,7 @@ func TestFiguresCoverEveryTarget(t *testing.T) {
 		Own:     newLatencies([]time.Duration{3 * time.Millisecond, 3 * time.Millisecond}),
 		Shared:  newLatencies([]time.Duration{time.Millisecond}),
 		Fanout:  Fanout{LastFlip: 5 * time.Millisecond, Changes: []time.Duration{9 * time.Millisecond, 30 * time.Millisecond, 12 * time.Millisecond}},
-		Cold:    ColdStart{InSync: 2 * time.Second},
+		Cold:    ColdStart{InSync: 2 * time.Second, Teardown: 1200 * time.Millisecond},
 		Memory:  Memory{PeakRSS: 70 << 20},
 		Ingest:  Ingest{Stream: 30, Raw: 100},
 		Packets: PacketCost{EntryTrivial: 10, Established: 30, PolicyTrivial: 10, NewFlow: map[string]float64{"tcp-ports/n=1000/last": 50}},
@@ -133,12 +133,13 @@ func TestFiguresCoverEveryTarget(t *testing.T) {
 			missed = append(missed, f.Name)
 		}
 	}
-	for id, n := range map[string]int{"P1": 4, "P2": 2, "P3": 1, "P4": 14, "P5": 1, "P6": 1, "P7": 8} {
+	for id, n := range map[string]int{"P1": 4, "P2": 2, "P3": 1, "P4": 14, "P5": 1, "P6": 1, "P7": 8, "removal": 1} {
 		if got[id] != n {
 			t.Errorf("%d %s figures, want %d", got[id], id, n)
 		}
 	}
-	want := []string{"endpoint update → up, p50 (own policy each)", "the same, median of 3 further changes", "ingest through one stream vs raw gRPC", "peak RSS of dpd after P3"}
+	want := []string{"endpoint update → up, p50 (own policy each)", "the same, median of 3 further changes", "ingest through one stream vs raw gRPC", "peak RSS of dpd after P3",
+		"removing 0 endpoints (the slowest of P3's and P1's removals)"}
 	if !slices.Equal(missed, want) {
 		t.Errorf("missed %q, want %q", missed, want)
 	}
@@ -279,5 +280,44 @@ func TestIngestRatioOfRounds(t *testing.T) {
 	}
 	if _, ok := (Ingest{}).ratio(); ok {
 		t.Error("nothing measured, yet a ratio")
+	}
+}
+
+// With a switched pass the report gives each figure of the daemon phases
+// twice, P4 and P5 once, the second pass's misses labelled, and its
+// kernel costs and details beside the first's.
+func TestSwitchedPassReport(t *testing.T) {
+	pass := func(rcu, mode string, p1 time.Duration) *Results {
+		return &Results{
+			Scale: FullScale(), RCU: rcu,
+			Attach: Attach{Mode: mode, Reason: "because", Costs: []KernelCost{{Op: "tcx_first_attach", Probe: 110 * time.Microsecond}}},
+			Own:    newLatencies([]time.Duration{p1}), Shared: newLatencies([]time.Duration{time.Millisecond}),
+			Cold: ColdStart{InSync: time.Second, Teardown: 300 * time.Millisecond},
+		}
+	}
+	r := pass("0", "tc", time.Millisecond)
+	r.Packets = PacketCost{EntryTrivial: 10, Established: 30}
+	r.Switched = pass("1", "tcx", 3*time.Millisecond)
+	doc := r.Markdown("")
+	for _, want := range []string{
+		"| P1 | endpoint update → up, p50 (own policy each) | 1 ms | ≤ 2 ms | yes | 3 ms | **no** |",
+		"| P4 | established flow (conntrack hit) vs trivial | 3.0× | ≤ 4.0× | yes | (once) | - |",
+		"| removal | removing 1,000 endpoints (the slowest of P3's and P1's removals) | 300 ms | ≤ 1 s | yes | 300 ms | yes |",
+		"* P1 endpoint update → up, p50 (own policy each), with expedited RCU grace periods, attach mode tcx: 3 ms against ≤ 2 ms",
+		"## Details with expedited RCU grace periods, attach mode tcx",
+		"**With expedited RCU grace periods** (`/sys/kernel/rcu_expedited` = 1). Attach mode **tcx**",
+		"| attach mode, normal RCU grace periods | tc: because |",
+		"where dpd's probe read a first TCX attach at 110 µs and dpd chose attach mode tcx",
+	} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+	if strings.Contains(doc, "P4 established flow (conntrack hit) vs trivial, with") {
+		t.Error("a figure measured once is listed as a miss of the switched pass")
+	}
+	text := r.Text()
+	if !strings.Contains(text, "SWITCHED: expedited RCU grace periods, attach mode tcx (/sys/kernel/rcu_expedited=1)") {
+		t.Errorf("text output does not say what the switched column is:\n%s", text)
 	}
 }

@@ -17,7 +17,7 @@ import (
 )
 
 const usage = `usage: dpd-bench [--quick|--full] [--out FILE] [--dpd BIN [--dpd-arg FLAG]... | --socket PATH [--netns NAME]]
-                 [--src DIR] [--dpd-log FILE] [-o text|json] [--quiet]
+                 [--src DIR] [--dpd-log FILE] [-o text|json] [--quiet] [--switch-rcu=false]
                  [--only-traffic [--traffic-metrics LIST] [--traffic-bpf-stats]]
                  [--traffic-rounds N] [--traffic-slice D]
 
@@ -63,6 +63,8 @@ func runMain(args []string, w, stderr io.Writer) error {
 	trafficRounds := fs.Int("traffic-rounds", 0, "P7 rounds per rule list (0: the scale's)")
 	trafficSlice := fs.Duration("traffic-slice", 0, "length of one P7 measurement (0: the scale's)")
 	trafficBPFStats := fs.Bool("traffic-bpf-stats", false, "with --only-traffic: report the run time of dpd's entry programs per new connection (kernel BPF statistics, on for the run; they slow dpd's path slightly)")
+	switchRCU := fs.Bool("switch-rcu", true, "also measure the daemon phases (all but P4, P5) with the kernel's RCU grace periods switched "+
+		"(/sys/kernel/rcu_expedited, put back after): a TCX attach waits for one, so this is the other kind of kernel, TCX cheap or slow")
 	trafficMetrics := fs.String("traffic-metrics", "", "with --only-traffic: the P7 metrics to measure, comma-separated (rr, crr, bulk; default all)")
 	var dpdArgs []string
 	fs.Func("dpd-arg", "one more flag for the dpd the driver starts, e.g. --dpd-arg=--attach-mode=tcx (repeatable)", func(v string) error {
@@ -97,7 +99,7 @@ func runMain(args []string, w, stderr io.Writer) error {
 		return fmt.Errorf("%w: --traffic-rounds and --traffic-slice must not be negative", errUsage)
 	}
 	o := Options{Scale: FullScale(), Socket: *socket, NetNS: *netns, SourceDir: *src, DaemonLog: *dpdLog,
-		DaemonArgs: dpdArgs, OnlyTraffic: *onlyTraffic, TrafficBPFStats: *trafficBPFStats}
+		DaemonArgs: dpdArgs, OnlyTraffic: *onlyTraffic, TrafficBPFStats: *trafficBPFStats, SwitchRCU: *switchRCU}
 	if *quick {
 		o.Scale = QuickScale()
 	}
@@ -183,8 +185,9 @@ func writeResults(w io.Writer, res *Results, format string) error {
 	enc.SetIndent("", "  ")
 	return enc.Encode(struct {
 		*Results
-		Figures []Figure
-	}{res, res.Figures()})
+		Figures         []Figure
+		SwitchedFigures []Figure `json:",omitempty"`
+	}{res, res.Figures(), res.switchedFigures()})
 }
 
 // findDPD resolves the daemon binary: the flag, then dpd beside this

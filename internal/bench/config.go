@@ -126,6 +126,12 @@ type Options struct {
 	// statistics on for P7 and reports dpd's entry programs' run time per
 	// new connection (trafficstats.go).
 	TrafficBPFStats bool
+	// SwitchRCU runs the daemon phases (all but P4 and P5) a second time
+	// with the kernel's RCU grace periods switched between normal and
+	// expedited (/sys/kernel/rcu_expedited, put back after): TCX attaches
+	// cost a grace period each, so this measures dpd on the other kind of
+	// kernel, one where TCX is cheap or one where it is slow.
+	SwitchRCU bool
 	// DaemonLog, when set, receives a copy of a started dpd's log when it
 	// stops (the log is otherwise removed with the daemon's temp dir).
 	DaemonLog string

@@ -92,22 +92,38 @@ func attachFrom(a *dpdv1.AttachInfo) Attach {
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 
-// kernelSection renders the attach mode and the kernel costs.
+// kernelSection renders the attach mode and the kernel costs of each pass.
 func (r *Results) kernelSection(w writer) {
-	a := r.Attach
 	w("## Kernel costs\n\n")
-	if a.Mode == "" {
-		w("Not read: the daemon's GetStatus did not answer.\n\n")
-		return
-	}
 	w("Linux %s on %s. dpd measured these kernel operations at start (the probe: on a scratch veth, "+
-		"median of three) and times its real ones since (observed: mean and count over the whole run, read from "+
-		"`Inspect/GetStatus` at the end of the daemon phases). Attach mode **%s**: %s.\n\n", r.Machine.Kernel, r.Machine.cpuText(), a.Mode, a.Reason)
-	w("| operation | probe | observed (mean) | observed count |\n| --- | --- | --- | --- |\n")
-	for _, c := range a.Costs {
-		w("| %s | %s | %s | %s |\n", kernelOpName(c.Op), costText(c.Probe), costText(c.Observed), countText(c))
+		"median of three) and times its real ones since (observed: mean and count over the whole pass, read from "+
+		"`Inspect/GetStatus` at the end of its daemon phases).\n\n", r.Machine.Kernel, r.Machine.cpuText())
+	for _, p := range r.passes() {
+		a := p.Attach
+		if len(r.passes()) > 1 {
+			w("**With %s** (`%s` = %s). ", rcuText(p.RCU), rcuExpeditedFile, orDash(p.RCU))
+		}
+		if a.Mode == "" {
+			w("Not read: the daemon's GetStatus did not answer.\n\n")
+			continue
+		}
+		w("Attach mode **%s**: %s.\n\n", a.Mode, a.Reason)
+		w("| operation | probe | observed (mean) | observed count |\n| --- | --- | --- | --- |\n")
+		for _, c := range a.Costs {
+			w("| %s | %s | %s | %s |\n", kernelOpName(c.Op), costText(c.Probe), costText(c.Observed), countText(c))
+		}
+		w("\n")
 	}
-	w("\n")
+}
+
+// tcxFirstText is the probe's first TCX attach ("-" without one).
+func (r *Results) tcxFirstText() string {
+	for _, c := range r.Attach.Costs {
+		if c.Op == "tcx_first_attach" && c.Probe > 0 {
+			return costText(c.Probe)
+		}
+	}
+	return "-"
 }
 
 func costText(d time.Duration) string {

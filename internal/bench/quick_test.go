@@ -38,11 +38,16 @@ func TestQuickRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	s := QuickScale()
-	res, err := Run(ctx, Options{Scale: s, DPD: bin, SourceDir: root, GoBinary: goBin, Progress: testLog{t}})
+	rcu, err := readRCU(rcuExpeditedFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := Run(ctx, Options{Scale: s, DPD: bin, SourceDir: root, GoBinary: goBin, Progress: testLog{t}, SwitchRCU: true})
 	if err != nil {
 		t.Fatalf("bench run: %v", err)
 	}
 	checkLeftovers(t)
+	checkSwitchedPass(t, res, rcu)
 
 	for _, f := range res.Figures() {
 		if !f.Measured || !(f.Value > 0) || math.IsInf(f.Value, 0) {
@@ -120,6 +125,30 @@ func TestQuickRun(t *testing.T) {
 		if !strings.Contains(doc, "| "+f.ID+" | "+f.Name+" | "+f.ValueText()+" |") {
 			t.Errorf("report lacks the row of %s %s", f.ID, f.Name)
 		}
+	}
+}
+
+// checkSwitchedPass fails t unless the run measured every daemon figure
+// again with the RCU setting switched, and put the setting found back.
+func checkSwitchedPass(t *testing.T, res *Results, found string) {
+	t.Helper()
+	if got, err := readRCU(rcuExpeditedFile); got != found {
+		t.Errorf("%s is %q after the run (%v), was %s", rcuExpeditedFile, got, err, found)
+	}
+	if _, err := os.Stat(rcuMarkerFile); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("marker %s left behind (%v)", rcuMarkerFile, err)
+	}
+	sw := res.Switched
+	if res.RCU != found || sw == nil || sw.RCU == found || sw.RCU == "" {
+		t.Fatalf("passes with RCU %q then %+v, want %s then the other", res.RCU, sw, found)
+	}
+	for _, f := range sw.Figures() {
+		if daemonFigure(f) && (!f.Measured || !(f.Value > 0) || math.IsInf(f.Value, 0)) {
+			t.Errorf("switched pass: %s %s: %s", f.ID, f.Name, f.ValueText())
+		}
+	}
+	if a := sw.Attach; a.Mode == "" || len(a.Costs) < len(kernelOps) {
+		t.Errorf("switched pass's kernel costs: %+v", a)
 	}
 }
 

@@ -33,19 +33,69 @@ func Notes(doc string) string {
 // noNotes stands in for an analysis not written yet.
 const noNotes = "(No analysis written yet.)"
 
-// Text is the results table for a terminal.
+// Text is the results table for a terminal; with a switched pass, its
+// values follow in two more columns.
 func (r *Results) Text() string {
 	var b strings.Builder
 	tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-	_, _ = fmt.Fprintf(tw, "FIGURE\tWHAT\tVALUE\tTARGET\tMET\n")
-	for _, f := range r.Figures() {
-		_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", f.ID, f.Name, f.ValueText(), f.TargetText(), strings.Trim(met(f), "*"))
+	sw := r.switchedFigures()
+	if r.Switched != nil {
+		_, _ = fmt.Fprintf(tw, "%s\n%s\n", r.passLine("VALUE"), r.Switched.passLine("SWITCHED"))
+		_, _ = fmt.Fprintf(tw, "FIGURE\tWHAT\tVALUE\tTARGET\tMET\tSWITCHED\tMET\n")
+	} else {
+		_, _ = fmt.Fprintf(tw, "FIGURE\tWHAT\tVALUE\tTARGET\tMET\n")
+	}
+	for i, f := range r.Figures() {
+		_, _ = fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s", f.ID, f.Name, f.ValueText(), f.TargetText(), strings.Trim(met(f), "*"))
+		if sw != nil {
+			_, _ = fmt.Fprintf(tw, "\t%s\t%s", switchedValue(sw[i]), strings.Trim(met(sw[i]), "*"))
+		}
+		_, _ = fmt.Fprintf(tw, "\n")
 	}
 	_ = tw.Flush()
 	for _, w := range r.uniqueWarnings() {
 		b.WriteString("warning: " + w + "\n")
 	}
 	return b.String()
+}
+
+// switchedFigures are the switched pass's figures, row for row with
+// Figures (nil without a switched pass).
+func (r *Results) switchedFigures() []Figure {
+	if r.Switched == nil {
+		return nil
+	}
+	return r.Switched.Figures()
+}
+
+// switchedValue is a switched pass's value; P4 and P5 are measured once.
+func switchedValue(f Figure) string {
+	if !daemonFigure(f) {
+		return "(once)"
+	}
+	return f.ValueText()
+}
+
+// passLabel names a pass by its kernel setting and the attach mode dpd
+// chose on it.
+func (r *Results) passLabel() string {
+	label := rcuText(r.RCU)
+	if r.Attach.Mode != "" {
+		label += ", attach mode " + r.Attach.Mode
+	}
+	return label
+}
+
+// passLine says which column holds a pass, for the text table.
+func (r *Results) passLine(column string) string {
+	return fmt.Sprintf("%s: %s (%s=%s)", column, r.passLabel(), rcuExpeditedFile, orDash(r.RCU))
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 func met(f Figure) string {
@@ -70,16 +120,35 @@ func (r *Results) Markdown(notes string) string {
 	if r.Attach.Mode != "" {
 		w(", dpd in attach mode %s", r.Attach.Mode)
 	}
+	if r.RCU != "" {
+		w(" with %s", rcuText(r.RCU))
+	}
 	if r.Forwarding != "" {
 		w(", packets between workloads by %s", r.Forwarding)
 	}
-	w(".\n")
-	w("The targets are dpd's node-scale requirements. Regenerate with `make bench`; the analysis at the end is kept.\n\n")
+	w(".")
+	if sw := r.Switched; sw != nil {
+		w(" The daemon phases (every figure but P4 and P5) ran again in the same run on a fresh dpd with the kernel's %s "+
+			"(`%s` set to %s, put back after), where dpd's probe read a first TCX attach at %s and dpd chose attach mode %s. "+
+			"Those figures are in the table's last columns.", rcuText(sw.RCU), rcuExpeditedFile, sw.RCU, sw.tcxFirstText(), orDash(sw.Attach.Mode))
+	}
+	w("\nThe targets are dpd's node-scale requirements. Regenerate with `make bench`; the analysis at the end is kept.\n\n")
 	r.machineSection(w)
 
-	w("## Results\n\n| figure | what | value | target | met? |\n| --- | --- | --- | --- | --- |\n")
-	for _, f := range r.Figures() {
-		w("| %s | %s | %s | %s | %s |\n", f.ID, f.Name, f.ValueText(), f.TargetText(), met(f))
+	sw := r.switchedFigures()
+	w("## Results\n\n")
+	if sw != nil {
+		w("*value*: %s; *switched*: %s.\n\n", r.passLabel(), r.Switched.passLabel())
+		w("| figure | what | value | target | met? | switched | met? |\n| --- | --- | --- | --- | --- | --- | --- |\n")
+	} else {
+		w("| figure | what | value | target | met? |\n| --- | --- | --- | --- | --- |\n")
+	}
+	for i, f := range r.Figures() {
+		w("| %s | %s | %s | %s | %s |", f.ID, f.Name, f.ValueText(), f.TargetText(), met(f))
+		if sw != nil {
+			w(" %s | %s |", switchedValue(sw[i]), met(sw[i]))
+		}
+		w("\n")
 	}
 	for _, warn := range r.uniqueWarnings() {
 		w("\n> warning: %s\n", warn)
@@ -88,12 +157,20 @@ func (r *Results) Markdown(notes string) string {
 	r.kernelSection(w)
 	r.methodSection(w)
 	r.detailSection(w)
+	if r.Switched != nil {
+		w("## Details with %s\n\n", r.Switched.passLabel())
+		r.Switched.daemonDetails(w)
+		r.Switched.trafficDetails(w)
+	}
 
 	w("## Misses\n\n")
 	var missed []string
-	for _, f := range r.Figures() {
+	for i, f := range r.Figures() {
 		if f.Measured && !f.Met() {
 			missed = append(missed, fmt.Sprintf("* %s %s: %s against %s", f.ID, f.Name, f.ValueText(), f.TargetText()))
+		}
+		if sw != nil && daemonFigure(sw[i]) && sw[i].Measured && !sw[i].Met() {
+			missed = append(missed, fmt.Sprintf("* %s %s, with %s: %s against %s", f.ID, f.Name, r.Switched.passLabel(), sw[i].ValueText(), sw[i].TargetText()))
 		}
 	}
 	if len(missed) == 0 {
@@ -115,17 +192,39 @@ func (r *Results) machineSection(w writer) {
 	m := r.Machine
 	w("## Machine\n\n| | |\n| --- | --- |\n")
 	w("| CPU | %s |\n| memory | %.1f GiB |\n| kernel | Linux %s (`uname -r`) |\n", m.cpuText(), float64(m.MemTotal)/(1<<30), m.Kernel)
-	if a := r.Attach; a.Mode != "" {
-		w("| attach mode | %s: %s |\n", a.Mode, a.Reason)
+	for _, p := range r.passes() {
+		if a := p.Attach; a.Mode != "" {
+			w("| attach mode%s | %s: %s |\n", p.rcuSuffix(), a.Mode, a.Reason)
+		}
 	}
 	w("| Go | %s (driver)", m.Go)
 	if v := r.Packets.GoVersion; v != "" {
 		w("; benchmarks: %s", strings.TrimPrefix(v, "go version "))
 	}
 	w(" |\n")
-	l := r.Load
-	w("| load | average %s at the start; during the daemon phases dpd used %.0f %%, the driver %.0f %% and everything else "+
-		"(other processes, kernel workers) %.0f %% of the machine's CPU time |\n\n", l.LoadAvg, 100*l.DPD, 100*l.Driver, 100*l.Other)
+	for _, p := range r.passes() {
+		l := p.Load
+		w("| load%s | average %s at the start; during the daemon phases dpd used %.0f %%, the driver %.0f %% and everything else "+
+			"(other processes, kernel workers) %.0f %% of the machine's CPU time |\n", p.rcuSuffix(), l.LoadAvg, 100*l.DPD, 100*l.Driver, 100*l.Other)
+	}
+	w("\n")
+}
+
+// rcuSuffix names a pass's RCU setting after a row's name ("" unread).
+func (r *Results) rcuSuffix() string {
+	if r.RCU == "" {
+		return ""
+	}
+	return ", " + rcuText(r.RCU)
+}
+
+// passes are the run's daemon passes: the kernel as found, then the
+// switched one if any.
+func (r *Results) passes() []*Results {
+	if r.Switched != nil {
+		return []*Results{r, r.Switched}
+	}
+	return []*Results{r}
 }
 
 func (r *Results) methodSection(w writer) {
@@ -241,6 +340,15 @@ func steadyNote(d time.Duration) string {
 
 func (r *Results) detailSection(w writer) {
 	w("## Details\n\n")
+	r.daemonDetails(w)
+	r.packetDetails(w)
+	in := r.Ingest
+	w("**P5**: %.0f msgs/s through dpd, %.0f msgs/s raw gRPC (medians); ratio of each round %s.\n\n", in.Stream, in.Raw, percents(in.Ratios))
+	r.trafficDetails(w)
+}
+
+// daemonDetails are the details of P1, P2, P3 and P6.
+func (r *Results) daemonDetails(w writer) {
 	w("**P1** per endpoint (nearest-rank quantiles; *down first*: reported `down` before `up`, i.e. dpd had the update " +
 		"before it knew the interface was up; *never up*: no `up` within the wait):\n\n| variant | endpoints | policies | pace | down first | never up | min | p50 | p90 | p99 | max | removing them |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, v := range []struct {
@@ -292,10 +400,6 @@ func (r *Results) detailSection(w writer) {
 	w("**P3**: DataplaneInSync %s, last endpoint up %s after the first message; removing the %d endpoints later took %s.\n\n",
 		fmtDur(c.InSync), fmtDur(c.AllUp), c.Endpoints, fmtDur(c.Teardown))
 	w("**P6**: peak RSS %.1f MiB, RSS %.1f MiB when read.\n\n", float64(r.Memory.PeakRSS)/(1<<20), float64(r.Memory.RSS)/(1<<20))
-	r.packetDetails(w)
-	in := r.Ingest
-	w("**P5**: %.0f msgs/s through dpd, %.0f msgs/s raw gRPC (medians); ratio of each round %s.\n\n", in.Stream, in.Raw, percents(in.Ratios))
-	r.trafficDetails(w)
 }
 
 func (r *Results) packetDetails(w writer) {

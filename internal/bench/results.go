@@ -33,6 +33,13 @@ type Results struct {
 	// "redirect", "stack", or "" (not reported).
 	Forwarding string
 	Traffic    Traffic // P7
+
+	// RCU is /sys/kernel/rcu_expedited during the daemon phases: "0"
+	// (normal grace periods), "1" (expedited) or "" (not read).
+	RCU string `json:",omitempty"`
+	// Switched is the daemon phases measured again with RCU switched
+	// (Options.SwitchRCU); nil when they were not.
+	Switched *Results `json:",omitempty"`
 }
 
 // ColdStart is P3: a fresh daemon's snapshot to DataplaneInSync.
@@ -42,7 +49,7 @@ type ColdStart struct {
 	Bytes                                   int           // their encoded size
 	InSync                                  time.Duration // first message sent -> DataplaneInSync received
 	AllUp                                   time.Duration // first message sent -> the last endpoint's "up"
-	Teardown                                time.Duration // removing the endpoints later (not a target)
+	Teardown                                time.Duration // removing the endpoints later (removalFigure)
 }
 
 // Fanout is P2: one policy change used by every endpoint.
@@ -98,7 +105,7 @@ type Latencies struct {
 	// update before it knew the interface was up.
 	DownFirst int
 	Waited    time.Duration
-	Teardown  time.Duration // removing them again (not a target)
+	Teardown  time.Duration // removing them again (removalFigure)
 }
 
 // Quantile is the nearest-rank q-quantile over the samples and the
@@ -308,5 +315,19 @@ func (r *Results) Figures() []Figure {
 		r.ipv6Figure("new IPv6 flow, last of 100 IPv6 IP-set rules", "ipsets6/n=100/last", 30),
 		{ID: "P5", Name: "ingest through one stream vs raw gRPC", Value: 100 * ing, Unit: "%", Limit: 60, AtLeast: true, Measured: ingOK},
 		{ID: "P6", Name: "peak RSS of dpd after P3", Value: float64(r.Memory.PeakRSS) / (1 << 20), Unit: "MiB", Limit: 64, Measured: r.Memory.PeakRSS > 0},
+		r.removalFigure(),
 	}, r.trafficFigures()...)
 }
+
+// removalFigure is the slowest removal of a phase's endpoints, P3's or
+// either P1 variant's, each as many as the scale's endpoints, held to 1 s.
+func (r *Results) removalFigure() Figure {
+	d := max(r.Cold.Teardown, r.Own.Teardown, r.Shared.Teardown)
+	return Figure{ID: "removal", Name: fmt.Sprintf("removing %s endpoints (the slowest of P3's and P1's removals)", thousands(r.Scale.Endpoints)),
+		Value: ms(d), Unit: "ms", Limit: 1000, Measured: d > 0}
+}
+
+// daemonFigure says whether a figure is measured by the daemon phases,
+// and so by a switched pass; P4 and P5 are go benchmarks that attach
+// nothing and are measured once.
+func daemonFigure(f Figure) bool { return f.ID != "P4" && f.ID != "P5" }

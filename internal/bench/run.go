@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/dpd-dev/dpd/proto/felix"
@@ -59,15 +61,21 @@ func Run(ctx context.Context, o Options) (res *Results, err error) {
 	for _, what := range removeLeftovers(o.PinRoot) {
 		r.progress("removed a killed run's %s", what)
 	}
-	phaseErr := r.daemonPhases(ctx)
-	if phaseErr != nil && r.d != nil && r.d.proc != nil {
-		phaseErr = fmt.Errorf("%w\n%s", phaseErr, r.d.logTail(30))
+	if found, err := restoreKilledRCU(rcuExpeditedFile, rcuMarkerFile); err != nil {
+		r.warn("a killed run's RCU setting: %v", err)
+	} else if found != "" {
+		r.progress("put back a killed run's RCU setting: %s=%s", rcuExpeditedFile, found)
 	}
-	if err := r.cleanup(); err != nil { // free the machine for the go benchmarks
-		r.warn("stopping dpd after the daemon phases: %v", err)
-	}
+	r.res.RCU, _ = readRCU(rcuExpeditedFile) // "" where the kernel has no such switch
+	phaseErr := r.daemonPass(ctx)
 	if ctx.Err() != nil { // interrupted: measure nothing more
 		return r.res, errors.Join(phaseErr, context.Cause(ctx))
+	}
+	if o.SwitchRCU && o.Socket == "" {
+		phaseErr = errors.Join(phaseErr, r.switchedPass(ctx))
+		if ctx.Err() != nil {
+			return r.res, errors.Join(phaseErr, context.Cause(ctx))
+		}
 	}
 	if o.OnlyTraffic {
 		return r.res, phaseErr
@@ -79,6 +87,60 @@ func Run(ctx context.Context, o Options) (res *Results, err error) {
 	// P4 and P5 do not need the daemon: they are measured even when a
 	// daemon phase failed.
 	return r.res, errors.Join(phaseErr, r.goBenchmarks(ctx))
+}
+
+// daemonPass runs the daemon phases and stops the daemon, freeing the
+// machine for what follows.
+func (r *runner) daemonPass(ctx context.Context) error {
+	err := r.daemonPhases(ctx)
+	if err != nil && r.d != nil && r.d.proc != nil {
+		err = fmt.Errorf("%w\n%s", err, r.d.logTail(30))
+	}
+	if cerr := r.cleanup(); cerr != nil {
+		r.warn("stopping dpd after the daemon phases: %v", cerr)
+	}
+	return err
+}
+
+// switchedPass runs the daemon phases again, on a fresh daemon, with the
+// kernel's RCU grace periods switched (rcu.go), and puts the setting back.
+// Its figures go to Results.Switched, its warnings to the run's.
+func (r *runner) switchedPass(ctx context.Context) (err error) {
+	sw, err := switchRCU(rcuExpeditedFile, rcuMarkerFile)
+	if err != nil {
+		r.warn("the daemon phases were not measured with the RCU setting switched: %v", err)
+		return nil
+	}
+	defer func() {
+		if rerr := sw.restore(); rerr != nil {
+			err = errors.Join(err, rerr)
+		}
+	}()
+	o := r.o
+	if o.DaemonLog != "" {
+		ext := filepath.Ext(o.DaemonLog)
+		o.DaemonLog = strings.TrimSuffix(o.DaemonLog, ext) + "-rcu_expedited" + sw.switched() + ext
+	}
+	sub := &runner{o: o, res: &Results{
+		Scale: o.Scale, Machine: r.res.Machine, Started: time.Now(), RCU: sw.switched(),
+		Load: Load{LoadAvg: loadAvg()},
+	}}
+	r.res.Switched = sub.res
+	if normal, _ := readRCU(rcuNormalFile); normal == "1" {
+		r.warn("%s=1 makes every grace period a normal one: the switched pass runs on the same kind of kernel", rcuNormalFile)
+	}
+	label := rcuText(sw.switched())
+	r.progress("the daemon phases again with %s (%s=%s)", label, rcuExpeditedFile, sw.switched())
+	err = sub.daemonPass(ctx)
+	sub.res.Elapsed = time.Since(sub.res.Started)
+	for _, w := range sub.res.Warnings {
+		r.res.Warnings = append(r.res.Warnings, "with "+label+": "+w)
+	}
+	sub.res.Warnings = nil
+	if err != nil {
+		return fmt.Errorf("with %s: %w", label, err)
+	}
+	return nil
 }
 
 func (r *runner) daemonPhases(ctx context.Context) error {
