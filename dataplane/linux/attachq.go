@@ -48,33 +48,27 @@ func (q *attachQueue) put(name string, ifindex int) {
 }
 
 // next takes the oldest queued job that is not running, if any (one
-// that is waits for that attach to end).
+// that is waits for that attach to end). Names no longer queued (taken
+// over by an apply, or a second entry of a name taken since) are dropped
+// on the way, in place: at a start that finds every interface there the
+// apply takes most jobs over while the worker runs, and a set of the
+// names seen, built for every job, made the cold start's heap peak.
 func (q *attachQueue) next() (string, int, bool) {
-	q.compact()
-	for i, name := range q.order {
-		if q.running[name] {
-			continue
+	for i := 0; i < len(q.order); {
+		name := q.order[i]
+		ifindex, ok := q.queued[name]
+		switch {
+		case !ok:
+			q.order = slices.Delete(q.order, i, i+1)
+		case q.running[name]:
+			i++
+		default:
+			q.order = slices.Delete(q.order, i, i+1)
+			delete(q.queued, name)
+			return name, ifindex, true
 		}
-		ifindex := q.queued[name]
-		q.order = slices.Delete(q.order, i, i+1)
-		delete(q.queued, name)
-		return name, ifindex, true
 	}
 	return "", 0, false
-}
-
-// compact drops from order the names no longer queued (taken over by an
-// apply, or queued twice).
-func (q *attachQueue) compact() {
-	seen := map[string]bool{}
-	keep := q.order[:0]
-	for _, n := range q.order {
-		if _, ok := q.queued[n]; ok && !seen[n] {
-			seen[n] = true
-			keep = append(keep, n)
-		}
-	}
-	q.order = keep
 }
 
 // take removes name's queued job, if any: its apply attaches instead.

@@ -2,6 +2,7 @@ package linux
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -282,4 +283,36 @@ func TestAttachWorkerRealKernel(t *testing.T) {
 		t.Errorf("re-adding the endpoint attached: %+v", d)
 	}
 	testutil.WaitFor(t, 5*time.Second, "peer pings w again", func() bool { return pingsQuick(peer, w.IP) })
+}
+
+// The queue hands each queued name out once, oldest first, at its latest
+// ifindex: a name an apply took over and the monitor queued again comes
+// once, and one being attached waits.
+func TestAttachQueueOrder(t *testing.T) {
+	q := newAttachQueue()
+	q.put("a", 1)
+	q.put("b", 2)
+	q.put("c", 3)
+	q.take("a")
+	q.put("a", 4) // again after the take: handed out once
+	q.put("b", 5) // the latest ifindex wins, in its old place
+	q.running["c"] = true
+	var got []string
+	for {
+		name, ifindex, ok := q.next()
+		if !ok {
+			break
+		}
+		got = append(got, fmt.Sprintf("%s=%d", name, ifindex))
+	}
+	if want := []string{"a=4", "b=5"}; !slices.Equal(got, want) {
+		t.Errorf("handed out %q, want %q", got, want)
+	}
+	delete(q.running, "c")
+	if name, ifindex, ok := q.next(); !ok || name != "c" || ifindex != 3 {
+		t.Errorf("after its attach ended: %q %d %v, want c 3", name, ifindex, ok)
+	}
+	if _, _, ok := q.next(); ok || len(q.order) != 0 {
+		t.Errorf("queue not empty: %q", q.order)
+	}
 }
