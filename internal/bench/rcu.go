@@ -60,11 +60,7 @@ func switchRCU(file, marker string) (*rcuSwitch, error) {
 		return nil, fmt.Errorf("write marker: %w", err)
 	}
 	s := &rcuSwitch{file: file, marker: marker, found: found}
-	other := "1"
-	if found == "1" {
-		other = "0"
-	}
-	if err := os.WriteFile(file, []byte(other+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(file, []byte(s.switched()+"\n"), 0o644); err != nil {
 		return nil, errors.Join(fmt.Errorf("write %s: %w", file, err), s.restore())
 	}
 	return s, nil
