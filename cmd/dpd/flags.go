@@ -86,7 +86,7 @@ func parseInto(lo *linux.Options, mem *memorySize, gc *gcPercent, st *startFlags
 	fs.BoolVar(&lo.Flows.StagedPreview, "staged-preview", false, "with --flow-events, evaluate staged policies on every packet the policy decides and report what they would have decided beside the verdict (never enforced); costs such packets a second policy evaluation")
 	fs.StringVar(&cfg.FlowLog, "flow-log", "", "write flow logs (JSON lines aggregated per --flow-log-interval) to this file, or - for stdout")
 	fs.DurationVar(&cfg.FlowLogInterval, "flow-log-interval", server.DefaultFlowLogInterval, "aggregation interval of --flow-log")
-	fs.Var(mem, "memory-limit", "soft memory limit of the Go runtime, which collects more often near it: a `size` as GOMEMLIMIT takes (48MiB, 1GiB), 0 or off for none; if neither this flag nor DPD_MEMORY_LIMIT is given and GOMEMLIMIT is set, GOMEMLIMIT applies; lifted with a warning if the live heap outgrows it")
+	fs.Var(mem, "memory-limit", "soft memory limit of the Go runtime, which collects more often near it: a `size` as GOMEMLIMIT takes (44MiB, 1GiB), 0 or off for none; if neither this flag nor DPD_MEMORY_LIMIT is given and GOMEMLIMIT is set, GOMEMLIMIT applies; lifted with a warning if the live heap outgrows it")
 	st.register(fs)
 	fs.Var(gc, "gc-percent", "the Go collector's GOGC: heap growth between collections in percent of the live heap, -1 for off; if neither this flag nor DPD_GC_PERCENT is given and GOGC is set, GOGC applies")
 

@@ -42,26 +42,14 @@ func (monitorLinks) LinkName(ifindex int) (string, error) {
 	return l.Attrs().Name, nil
 }
 
-// linkDumpTries bounds the retries of a link dump that the kernel
-// interrupted because links changed meanwhile (common while pods churn);
-// a listing still interrupted after them is an error, never taken as
-// complete: GC decides removals from it.
-const linkDumpTries = 5
-
 func (monitorLinks) Links() ([]linkRef, error) {
-	var ls []netlink.Link
-	var err error
-	for range linkDumpTries {
-		if ls, err = netlink.LinkList(); !errors.Is(err, netlink.ErrDumpInterrupted) {
-			break
-		}
-	}
+	refs, err := nl.ListLinkRefs()
 	if err != nil {
-		return nil, fmt.Errorf("list links: %w", err)
+		return nil, err
 	}
-	out := make([]linkRef, 0, len(ls))
-	for _, l := range ls {
-		out = append(out, linkRef{Name: l.Attrs().Name, Ifindex: l.Attrs().Index})
+	out := make([]linkRef, len(refs))
+	for i, r := range refs {
+		out[i] = linkRef{Name: r.Name, Ifindex: r.Index}
 	}
 	return out, nil
 }

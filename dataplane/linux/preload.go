@@ -183,7 +183,7 @@ func (p *policyProgrammer) addPreload(key progKey, prog loadedProgram, collected
 			p.log.Warn("recreate rule counters of a preloaded policy program", "program", key, "err", err)
 		}
 	}
-	p.addLoaded(key, prog).preloaded = true
+	p.setPreloaded(p.addLoaded(key, prog), true)
 }
 
 // releaseLeftovers drops the preloads of an earlier batch that no
@@ -191,12 +191,15 @@ func (p *policyProgrammer) addPreload(key progKey, prog loadedProgram, collected
 // apply failed and is retried): a safety net should an apply pass end
 // without releaseUnusedPreloads.
 func (p *policyProgrammer) releaseLeftovers(jobs []preloadJob) {
+	if len(p.unclaimed) == 0 {
+		return
+	}
 	want := make(map[progKey]bool, len(jobs))
 	for _, j := range jobs {
 		want[j.key] = true
 	}
-	for key, sp := range p.progs {
-		if sp.preloaded && sp.refs == 0 && !want[key] {
+	for key, sp := range p.unclaimed {
+		if sp.refs == 0 && !want[key] {
 			p.drop(sp)
 		}
 	}
@@ -213,8 +216,8 @@ func (p *policyProgrammer) releaseUnusedPreloads() { p.releasePreloadsBefore(tim
 // a pass that did not reach EndApply.
 func (p *policyProgrammer) releasePreloadsBefore(t time.Time) {
 	n := 0
-	for _, sp := range p.progs {
-		if sp.preloaded && sp.refs == 0 && !sp.loadedAt.After(t) {
+	for _, sp := range p.unclaimed {
+		if sp.refs == 0 && !sp.loadedAt.After(t) {
 			p.drop(sp)
 			n++
 		}

@@ -35,6 +35,7 @@ func TestPreloadCountsLoads(t *testing.T) {
 	if n := len(sortedOps(f.take(), "Load ")); n != 0 {
 		t.Fatalf("applying the preloaded batch loaded %d programs", n)
 	}
+	checkUnclaimed(t, k, 0)
 	if err := k.EndApply(); err != nil {
 		t.Fatal(err)
 	}
@@ -48,6 +49,7 @@ func TestPreloadCountsLoads(t *testing.T) {
 	if got := sortedOps(f.take(), "Load "); !slices.Equal(got, []string{"Load ingress:web-v2"}) {
 		t.Fatalf("second preload loaded %q", got)
 	}
+	checkUnclaimed(t, k, 1)
 	if err := k.EndApply(); err != nil {
 		t.Fatal(err)
 	}
@@ -56,6 +58,30 @@ func TestPreloadCountsLoads(t *testing.T) {
 	}
 	if strings.Contains(f.dump(), "web-v2") {
 		t.Fatalf("the unused preload is still in the kernel:\n%s", f.dump())
+	}
+	checkUnclaimed(t, k, 0)
+}
+
+// checkUnclaimed: the programmer's list of untaken preloads, which the
+// releases walk instead of every program, is exactly its preloaded
+// programs, n of them.
+func checkUnclaimed(t *testing.T, k *Kernel, n int) {
+	t.Helper()
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var preloaded []progKey
+	for key, sp := range k.pols.progs {
+		if sp.preloaded {
+			preloaded = append(preloaded, key)
+		}
+	}
+	if len(preloaded) != n || len(k.pols.unclaimed) != n {
+		t.Fatalf("%d preloaded programs, %d unclaimed, want %d", len(preloaded), len(k.pols.unclaimed), n)
+	}
+	for _, key := range preloaded {
+		if k.pols.unclaimed[key] != k.pols.progs[key] {
+			t.Fatalf("preloaded program %s is not listed as unclaimed", key)
+		}
 	}
 }
 

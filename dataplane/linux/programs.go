@@ -33,7 +33,10 @@ type policyProgrammer struct {
 
 	progs  map[progKey]*sharedProg // loaded (or verified) by this process
 	pinned map[progKey]*sharedProg // pinned by an earlier dpd, not yet claimed
-	stale  []*sharedProg           // pinned programs found out of date, still in some slot
+	// unclaimed holds the preloaded programs of progs no endpoint took
+	// yet, so that releasing them costs the preloads, not every program.
+	unclaimed map[progKey]*sharedProg
+	stale     []*sharedProg // pinned programs found out of date, still in some slot
 	// reloadQ holds the programs in use that wait for the direct reloader
 	// (directreload.go), oldest first.
 	reloadQ []*sharedProg
@@ -43,7 +46,8 @@ type policyProgrammer struct {
 }
 
 func newPolicyProgrammer(fac programFacility, log *slog.Logger, ops *Ops) *policyProgrammer {
-	return &policyProgrammer{fac: fac, log: log, ops: ops, progs: map[progKey]*sharedProg{}, pinned: map[progKey]*sharedProg{}}
+	return &policyProgrammer{fac: fac, log: log, ops: ops, progs: map[progKey]*sharedProg{}, pinned: map[progKey]*sharedProg{},
+		unclaimed: map[progKey]*sharedProg{}}
 }
 
 // sharedProg is one policy program and how many endpoint slots run it.
@@ -78,7 +82,7 @@ func (p *policyProgrammer) acquire(pol *model.DirectionPolicy, dir model.Directi
 	key := progKey{hash: pol.Hash(), dir: dir}
 	if sp, ok := p.progs[key]; ok {
 		sp.refs++
-		sp.preloaded = false
+		p.setPreloaded(sp, false)
 		p.taken(sp, pol)
 		return sp, nil
 	}
@@ -159,6 +163,17 @@ func (p *policyProgrammer) addLoaded(key progKey, prog loadedProgram) *sharedPro
 	return sp
 }
 
+// setPreloaded marks sp as preloaded and not taken, or not.
+func (p *policyProgrammer) setPreloaded(sp *sharedProg, on bool) {
+	sp.preloaded = on
+	switch {
+	case on:
+		p.unclaimed[sp.key] = sp
+	case p.unclaimed[sp.key] == sp:
+		delete(p.unclaimed, sp.key)
+	}
+}
+
 // pin pins sp's program for the next restart.
 func (p *policyProgrammer) pin(sp *sharedProg) {
 	if err := sp.prog.Pin(filepath.Join(p.fac.ProgsDir(), sp.key.pinName())); err != nil {
@@ -189,6 +204,7 @@ func (p *policyProgrammer) drop(sp *sharedProg) {
 	if p.pinned[sp.key] == sp {
 		delete(p.pinned, sp.key)
 	}
+	p.setPreloaded(sp, false)
 	for i, s := range p.stale {
 		if s == sp {
 			p.stale = append(p.stale[:i], p.stale[i+1:]...)

@@ -155,12 +155,11 @@ func (d *Datapath) tcxCurrent(ifindex int, ifname string, host bool) (n int, ok 
 }
 
 // tcCurrent counts the hooks with a current dpd filter; ok is false when a
-// hook has a stale dpd filter or cannot be read.
+// hook has a stale dpd filter or cannot be read. The dumps need the index
+// only (see readAttached); a device gone meanwhile has no filters, and
+// tcxCurrent fails on it.
 func (d *Datapath) tcCurrent(ifindex int, host bool) (n int, ok bool) {
-	l, err := d.nl.LinkByIndex(ifindex)
-	if err != nil {
-		return 0, false
-	}
+	l := indexLink(ifindex)
 	for _, h := range d.hooks() {
 		filters, err := listFilters(d.nl, l, h.parent)
 		if err != nil {
@@ -189,15 +188,9 @@ func (d *Datapath) attachedPrograms(ifindex int) ([]ebpf.ProgramID, error) {
 	return readAttached(link.QueryPrograms, d.nl, ifindex)
 }
 
-// attachReader is the part of a netlink handle readAttached reads through.
-type attachReader interface {
-	filterLister
-	LinkByIndex(index int) (netlink.Link, error)
-}
-
 // readAttached is attachedPrograms over its two sources, so that the
 // handling of each answer is testable without a kernel.
-func readAttached(queryTCX func(link.QueryOptions) (*link.QueryResult, error), nl attachReader, ifindex int) ([]ebpf.ProgramID, error) {
+func readAttached(queryTCX func(link.QueryOptions) (*link.QueryResult, error), nl filterLister, ifindex int) ([]ebpf.ProgramID, error) {
 	var out []ebpf.ProgramID
 	for _, at := range []ebpf.AttachType{ebpf.AttachTCXIngress, ebpf.AttachTCXEgress} {
 		res, err := queryTCX(link.QueryOptions{Target: ifindex, Attach: at})
@@ -214,13 +207,11 @@ func readAttached(queryTCX func(link.QueryOptions) (*link.QueryResult, error), n
 			out = append(out, p.ID)
 		}
 	}
-	l, err := nl.LinkByIndex(ifindex)
-	if isGone(err) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("link %d: %w", ifindex, err)
-	}
+	// The filter dumps need the index only (a device gone by now answers
+	// with none). A link lookup first parsed every attribute of the link
+	// (~8 KiB of garbage) for each interface a start fails closed, beside
+	// the cold start's snapshot, where the heap peaks.
+	l := indexLink(ifindex)
 	for _, parent := range []uint32{tcParentIngress, tcParentEgress} {
 		filters, err := listFilters(nl, l, parent)
 		if err != nil {

@@ -61,23 +61,9 @@ func TestListFiltersErrorsAreNotAbsence(t *testing.T) {
 	}
 }
 
-// fakeLinks is a netlink handle for readAttached: one link's filters, or
-// an error from the link lookup.
-type fakeLinks struct {
-	fakeLister
-	linkErr error
-}
-
-func (f fakeLinks) LinkByIndex(index int) (netlink.Link, error) {
-	if f.linkErr != nil {
-		return nil, f.linkErr
-	}
-	return &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "cali1", Index: index}}, nil
-}
-
 // What is attached decides what dpd detaches and releases: a failed TCX
-// query, link lookup or filter dump is an error, never "nothing
-// attached"; only a vanished interface reads as empty.
+// query or filter dump is an error, never "nothing attached"; only a
+// vanished interface reads as empty.
 func TestReadAttachedErrorsAreNotAbsence(t *testing.T) {
 	filter := &netlink.BpfFilter{FilterAttrs: netlink.FilterAttrs{Priority: tcPriority, Handle: tcHandle}, Id: 9}
 	tcx := func(err error, ids ...ebpf.ProgramID) func(link.QueryOptions) (*link.QueryResult, error) {
@@ -95,18 +81,17 @@ func TestReadAttachedErrorsAreNotAbsence(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		query   func(link.QueryOptions) (*link.QueryResult, error)
-		nl      fakeLinks
+		nl      fakeLister
 		want    []ebpf.ProgramID
 		wantErr error
 	}{
-		{"tcx and legacy", tcx(nil, 4), fakeLinks{fakeLister: fakeLister{filters: []netlink.Filter{filter}}}, []ebpf.ProgramID{4, 4, 9, 9}, nil},
-		{"nothing attached", tcx(nil), fakeLinks{}, nil, nil},
-		{"interface gone at the tcx query", tcx(unix.ENODEV), fakeLinks{}, nil, nil},
-		{"interface gone at the link lookup", tcx(nil, 4), fakeLinks{linkErr: netlink.LinkNotFoundError{}}, nil, nil},
-		{"tcx query refused", tcx(unix.EPERM), fakeLinks{}, nil, unix.EPERM},
-		{"tcx query out of memory", tcx(unix.ENOMEM), fakeLinks{}, nil, unix.ENOMEM},
-		{"link lookup failed", tcx(nil), fakeLinks{linkErr: unix.ENOBUFS}, nil, unix.ENOBUFS},
-		{"filter dump failed", tcx(nil, 4), fakeLinks{fakeLister: fakeLister{err: netlink.ErrDumpInterrupted}}, nil, netlink.ErrDumpInterrupted},
+		{"tcx and legacy", tcx(nil, 4), fakeLister{filters: []netlink.Filter{filter}}, []ebpf.ProgramID{4, 4, 9, 9}, nil},
+		{"nothing attached", tcx(nil), fakeLister{}, nil, nil},
+		{"interface gone at the tcx query", tcx(unix.ENODEV), fakeLister{}, nil, nil},
+		{"tcx query refused", tcx(unix.EPERM), fakeLister{}, nil, unix.EPERM},
+		{"tcx query out of memory", tcx(unix.ENOMEM), fakeLister{}, nil, unix.ENOMEM},
+		{"filter dump failed", tcx(nil, 4), fakeLister{err: netlink.ErrDumpInterrupted}, nil, netlink.ErrDumpInterrupted},
+		{"filter dump out of memory", tcx(nil), fakeLister{err: unix.ENOBUFS}, nil, unix.ENOBUFS},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := readAttached(tc.query, tc.nl, 7)

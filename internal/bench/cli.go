@@ -60,6 +60,7 @@ func runMain(args []string, w, stderr io.Writer) error {
 	format := fs.String("o", "text", "output format: text or json")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
 	onlyTraffic := fs.Bool("only-traffic", false, "measure P7 (real traffic) alone, on a fresh daemon; not with --out")
+	noTraffic := fs.Bool("no-traffic", false, "leave P7 (real traffic) out: P1, P2, P3 and P6 in about a minute; not with --out")
 	trafficRounds := fs.Int("traffic-rounds", 0, "P7 rounds per rule list (0: the scale's)")
 	trafficSlice := fs.Duration("traffic-slice", 0, "length of one P7 measurement (0: the scale's)")
 	trafficBPFStats := fs.Bool("traffic-bpf-stats", false, "with --only-traffic: report the run time of dpd's entry programs per new connection (kernel BPF statistics, on for the run; they slow dpd's path slightly)")
@@ -93,13 +94,15 @@ func runMain(args []string, w, stderr io.Writer) error {
 		return fmt.Errorf("%w: --dpd-arg goes with a dpd the driver starts, not --socket", errUsage)
 	case *onlyTraffic && *outFile != "":
 		return fmt.Errorf("%w: --only-traffic measures one figure: no report to write with --out", errUsage)
+	case *noTraffic && (*outFile != "" || *onlyTraffic):
+		return fmt.Errorf("%w: --no-traffic goes with neither --out nor --only-traffic", errUsage)
 	case (*trafficMetrics != "" || *trafficBPFStats) && !*onlyTraffic:
 		return fmt.Errorf("%w: --traffic-metrics and --traffic-bpf-stats go with --only-traffic", errUsage)
 	case *trafficRounds < 0 || *trafficSlice < 0:
 		return fmt.Errorf("%w: --traffic-rounds and --traffic-slice must not be negative", errUsage)
 	}
 	o := Options{Scale: FullScale(), Socket: *socket, NetNS: *netns, SourceDir: *src, DaemonLog: *dpdLog,
-		DaemonArgs: dpdArgs, OnlyTraffic: *onlyTraffic, TrafficBPFStats: *trafficBPFStats, SwitchRCU: *switchRCU}
+		DaemonArgs: dpdArgs, OnlyTraffic: *onlyTraffic, NoTraffic: *noTraffic, TrafficBPFStats: *trafficBPFStats, SwitchRCU: *switchRCU}
 	if *quick {
 		o.Scale = QuickScale()
 	}

@@ -29,6 +29,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"--dpd"}, "flag needs an argument"},
 		{[]string{"--bogus"}, "flag provided but not defined"},
 		{[]string{"--only-traffic", "--out", "B.md"}, "no report to write"},
+		{[]string{"--no-traffic", "--out", "B.md"}, "--no-traffic goes with neither"},
+		{[]string{"--no-traffic", "--only-traffic"}, "--no-traffic goes with neither"},
 		{[]string{"--traffic-metrics", "crr"}, "go with --only-traffic"},
 		{[]string{"--traffic-bpf-stats"}, "go with --only-traffic"},
 		{[]string{"--only-traffic", "--traffic-metrics", "crr,tput"}, `no metric "tput"`},

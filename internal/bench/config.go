@@ -119,6 +119,9 @@ type Options struct {
 	// else (no P1-P3 endpoints before it, no go benchmarks after): a quick
 	// loop for work on the per-connection path.
 	OnlyTraffic bool
+	// NoTraffic leaves P7 out: a quick loop for work on the endpoint and
+	// policy paths (P1-P3, P6).
+	NoTraffic bool
 	// TrafficMetrics, when not empty, are the only P7 metrics measured
 	// ("rr", "crr", "bulk"); the others read zero.
 	TrafficMetrics []string

@@ -189,6 +189,9 @@ func (r *runner) daemonPhases(ctx context.Context) error {
 	} else if err := r.scalePhases(ctx); err != nil {
 		return err
 	}
+	if r.o.NoTraffic {
+		return nil
+	}
 	// P7 loads the machine with traffic of its own: it runs after the
 	// window the load figures cover.
 	if err := r.traffic(ctx); err != nil {

@@ -285,7 +285,7 @@ func (d *daemon) openFDs(t *testing.T) int {
 }
 
 // rssBound is the most resident memory any case may leave dpd with
-// (memory dataplane, Go soft limit 48 MiB by default; the
+// (memory dataplane, Go soft limit 44 MiB by default; the
 // project's budget is 64 MiB of RSS).
 const rssBound = 64 << 20
 
