@@ -84,6 +84,10 @@ type endpointState struct {
 	// configuration writes without reading. configured: that happened.
 	fresh      bool
 	configured bool
+	// earlyNets is the endpoint whose routes and neighbours an apply
+	// wrote while its policy programs loaded (apply); the apply that
+	// installs them does not write them again.
+	earlyNets *model.Endpoint
 	// epIfindex is the interface index ep was last programmed on: the
 	// interface may be re-created (a new ifindex, failed closed) before
 	// the endpoint's removal arrives.
@@ -156,8 +160,12 @@ func (e *endpointProgrammer) details(iface string) (EndpointDetails, bool) {
 //
 // When the entry programs must be attached first, apply returns the plan
 // for it and writes nothing more: the caller attaches without the lock
-// (attachq.go), records the result and applies again.
-func (e *endpointProgrammer) apply(ep *model.Endpoint) (*attachPlan, error) {
+// (attachq.go), records the result and applies again. When a policy
+// program of ep is still being preloaded, apply returns a plan to wait for
+// it; an interface that drops everything meanwhile (attached, not ready)
+// gets its routes and neighbours first, so that they are written while
+// the programs load.
+func (e *endpointProgrammer) apply(ep *model.Endpoint) (applyPlan, error) {
 	st := e.eps[ep.Iface]
 	if st == nil {
 		st = e.newState()
@@ -167,7 +175,10 @@ func (e *endpointProgrammer) apply(ep *model.Endpoint) (*attachPlan, error) {
 	st.ep, st.adopted = ep, false
 	ifindex, ok := e.links.Ifindex(ep.Iface)
 	if ok && st.verified && st.ifindex == ifindex && prev.SameInterface(ep) {
-		return nil, e.installPlaced(st)
+		if e.pols.loadingFor(ep) {
+			return applyPlan{loads: true}, nil
+		}
+		return applyPlan{}, e.installPlaced(st)
 	}
 	st.verified = false
 	if !ok {
@@ -179,7 +190,7 @@ func (e *endpointProgrammer) apply(ep *model.Endpoint) (*attachPlan, error) {
 			}
 		}
 		e.forgetIfindex(st)
-		return nil, nil
+		return applyPlan{}, nil
 	}
 	if st.ifindex != 0 && st.ifindex != ifindex {
 		// The interface was recreated: the old ifindex's state is stale.
@@ -190,14 +201,24 @@ func (e *endpointProgrammer) apply(ep *model.Endpoint) (*attachPlan, error) {
 		// Attach now, whether or not the worker has it queued: this
 		// endpoint must not wait behind other interfaces.
 		e.queue.take(ep.Iface)
-		return &attachPlan{st: st, name: ep.Iface, ifindex: ifindex, query: !st.fresh || st.mode != ""}, nil
+		return applyPlan{attach: &attachPlan{st: st, name: ep.Iface, ifindex: ifindex, query: !st.fresh || st.mode != ""}}, nil
 	}
 	if e.afterAttach != nil {
 		e.afterAttach(ep.Iface)
 	}
+	if e.pols.loadingFor(ep) {
+		if !st.ready && st.earlyNets != ep {
+			// The interface drops everything until ready.
+			if gone, err := e.configure(st, ep, ifindex); gone || err != nil {
+				return applyPlan{}, err
+			}
+			st.earlyNets = ep
+		}
+		return applyPlan{loads: true}, nil
+	}
 	old, err := e.placeSlot(st, groupOf(ep))
 	if err != nil {
-		return nil, err
+		return applyPlan{}, err
 	}
 	defer func() { e.undoMove(ep.Iface, st, old) }() // nil once switched
 	if !st.ready && !st.closed {
@@ -205,21 +226,52 @@ func (e *endpointProgrammer) apply(ep *model.Endpoint) (*attachPlan, error) {
 		// interface failed closed drops already, whatever slot its entry
 		// names.
 		if err := e.setIfState(st, abi.IfWorkload); err != nil {
-			return nil, fmt.Errorf("ifstate %s: %w", ep.Iface, err)
+			return applyPlan{}, fmt.Errorf("ifstate %s: %w", ep.Iface, err)
 		}
 	}
 	if err := e.installBoth(st); err != nil {
-		return nil, err
+		return applyPlan{}, err
 	}
 	if !st.ready || st.ifsSlot != st.slot {
 		// Ready, or moved to another slot (an adopted entry whose slot
 		// another interface held): the entry switches atomically.
 		if err := e.setIfState(st, abi.IfWorkload|abi.IfReady); err != nil {
-			return nil, fmt.Errorf("ifstate %s: %w", ep.Iface, err)
+			return applyPlan{}, fmt.Errorf("ifstate %s: %w", ep.Iface, err)
 		}
 	}
 	e.finishMove(ep.Iface, old)
 	old = nil
+	early := st.earlyNets == ep && st.epIfindex == ifindex
+	st.earlyNets = nil
+	if !early {
+		if gone, err := e.configure(st, ep, ifindex); gone || err != nil {
+			return applyPlan{}, err
+		}
+	}
+	st.verified = true
+	st.lastApply = time.Now()
+	return applyPlan{}, nil
+}
+
+// endApply ends an ApplyEndpoint of iface: routes written early count for
+// that call only.
+func (e *endpointProgrammer) endApply(iface string) {
+	if st := e.eps[iface]; st != nil {
+		st.earlyNets = nil
+	}
+}
+
+// applyPlan is what ApplyEndpoint does before applying again: attach the
+// entry programs, or wait for policy programs being preloaded; neither:
+// the apply is complete.
+type applyPlan struct {
+	attach *attachPlan
+	loads  bool
+}
+
+// configure writes ep's routes and neighbours on ifindex. An interface
+// that vanished meanwhile is no error but gone: the monitor will say so.
+func (e *endpointProgrammer) configure(st *endpointState, ep *model.Endpoint, ifindex int) (gone bool, err error) {
 	configure := e.net.ConfigureEndpoint
 	if st.fresh && !st.configured {
 		configure = e.net.ConfigureNewEndpoint // nothing to read back
@@ -229,13 +281,12 @@ func (e *endpointProgrammer) apply(ep *model.Endpoint) (*attachPlan, error) {
 	}
 	if err := configure(ep.Iface, ifindex, ep.MAC, endpointNets(ep)); err != nil {
 		if errors.Is(err, nl.ErrNoLink) {
-			return nil, nil // vanished meanwhile; the monitor will say so
+			return true, nil
 		}
-		return nil, fmt.Errorf("configure %s: %w", ep.Iface, err)
+		return false, fmt.Errorf("configure %s: %w", ep.Iface, err)
 	}
-	st.configured, st.verified, st.epIfindex = true, true, ifindex
-	st.lastApply = time.Now()
-	return nil, nil
+	st.configured, st.epIfindex = true, ifindex
+	return false, nil
 }
 
 // installPlaced is the apply of an endpoint whose interface this process

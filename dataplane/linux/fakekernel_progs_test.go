@@ -47,6 +47,9 @@ func (f *fakeKernel) pinProg(dir model.Direction, policy string) *fakeProg {
 }
 
 func (f *fakeKernel) Load(pol *model.DirectionPolicy, dir model.Direction) (loadedProgram, error) {
+	if f.loadHook != nil {
+		f.loadHook(pol)
+	}
 	return f.load("Load", pol, dir)
 }
 

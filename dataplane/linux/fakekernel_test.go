@@ -58,6 +58,9 @@ type fakeKernel struct {
 	// loadMu serialises what preloading workers reach concurrently (Load,
 	// and the recording of a program under the kernel's lock).
 	loadMu sync.Mutex
+	// loadHook, when set, runs at the start of every Load (without
+	// loadMu).
+	loadHook func(pol *model.DirectionPolicy)
 	// direct: the datapath calls the epilogue directly (LoadDirect works);
 	// loadDirectHook, when set, runs at the start of every LoadDirect.
 	direct         bool

@@ -93,10 +93,12 @@ type Kernel struct {
 
 	// attachQ holds the interfaces waiting for the attach worker and the
 	// attaches running without mu; it outlives a reopen of the datapath.
-	// attachCond (over mu) is broadcast when an attach or a direct
-	// reload's load ends.
+	// attachCond (over mu) is broadcast when an attach, a direct
+	// reload's load or a preload ends.
 	attachQ    *attachQueue
 	attachCond *sync.Cond
+	// preloadWorkers counts the preload workers running (preload.go).
+	preloadWorkers int
 
 	applied    bool          // the first apply after InSync has ended; guarded by mu
 	ops        Ops           // shared by the programmers; guarded by mu
@@ -292,6 +294,7 @@ func (k *Kernel) Close() error {
 	}
 	k.closed = true
 	k.waitAllAttachesLocked() // they use the datapath's programs
+	k.waitPreloadsLocked()    // and its maps
 	k.stopReloaderLocked()
 	k.stopFlowsLocked()
 	k.stopScanLocked()
@@ -363,6 +366,7 @@ func (k *Kernel) Configure(cfg map[string]string) error {
 	k.sizes = sizes
 	k.stopReloaderLocked()    // before the attaches: its wait releases mu
 	k.waitAllAttachesLocked() // they use the datapath about to close
+	k.waitPreloadsLocked()
 	k.pols.abandon()
 	k.stopFlowsLocked()
 	k.stopScanLocked()
@@ -413,6 +417,7 @@ func (k *Kernel) EndApply() error {
 	if err := k.svcs.flushFlows(); err != nil {
 		errs = append(errs, err)
 	}
+	k.waitPreloadsLocked() // an endpoint not applied after all may leave some
 	k.pols.releaseUnusedPreloads()
 	k.wakeReloaderLocked()
 	if !k.applied {

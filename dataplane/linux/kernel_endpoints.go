@@ -20,23 +20,28 @@ func (k *Kernel) ApplyEndpoint(ep *model.Endpoint) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	defer k.noteApplyLocked() // at the end: the call may let go of mu to attach
-	for range maxAttachRounds {
+	defer k.eps.endApply(ep.Iface)
+	for range maxApplyRounds {
 		k.waitAttachLocked(ep.Iface)
 		if k.closed {
 			return errKernelClosed
 		}
 		p, err := k.eps.apply(ep)
-		if p == nil || err != nil {
-			if err == nil {
-				k.applyPreviewLocked(ep)
-			}
+		switch {
+		case err != nil:
 			return err
+		case p.loads:
+			k.waitLoadsLocked(ep)
+			continue
+		case p.attach == nil:
+			k.applyPreviewLocked(ep)
+			return nil
 		}
-		r := k.runAttachLocked(p)
+		r := k.runAttachLocked(p.attach)
 		if k.closed {
 			return errKernelClosed
 		}
-		k.eps.record(p, r)
+		k.eps.record(p.attach, r)
 		if r.err != nil {
 			return r.err
 		}
@@ -44,9 +49,10 @@ func (k *Kernel) ApplyEndpoint(ep *model.Endpoint) error {
 	return fmt.Errorf("attach %s: the interface changed under every attempt", ep.Iface)
 }
 
-// maxAttachRounds bounds how often one apply attaches an interface that
-// keeps changing (re-created, or reported anew) while it is attached.
-const maxAttachRounds = 3
+// maxApplyRounds bounds how often one apply attaches an interface that
+// keeps changing (re-created, or reported anew) while it is attached,
+// with one more round for waiting on the endpoint's preloads.
+const maxApplyRounds = 4
 
 var errKernelClosed = errors.New("linux dataplane closed")
 

@@ -2,7 +2,6 @@ package linux
 
 import (
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -13,13 +12,19 @@ import (
 // Preloading: a batch of endpoints with policies of their own (a cold
 // start, a burst of new pods) would have acquire compile and load
 // their programs one at a time on the engine's goroutine, and the load
-// (verifier and JIT) dominates. PreloadPolicies loads the missing programs
-// of the whole batch on every CPU first, without holding k.mu meanwhile
-// (Inspect, fail-close and garbage collection must not wait for it). The
-// programs join the policy programmer without references; acquire then takes them
-// as it takes any loaded program, and EndApply releases the ones no
+// (verifier and JIT) dominates. PreloadPolicies starts loading the missing
+// programs of the whole batch on every CPU and returns: the engine goes
+// on applying the batch's endpoints meanwhile. An endpoint whose program
+// is still loading waits for it in its ApplyEndpoint with k.mu released
+// (applyPlan.loads), after writing what does not need the program (the
+// routes of an interface that drops until ready). So the first endpoint
+// is up after its own two loads, not after the batch's, and its routes
+// cost no time of their own. The programs join the policy programmer
+// without references; acquire then takes them as it takes any loaded
+// program, and EndApply waits for the workers and releases the ones no
 // endpoint took (its apply failed, its interface went away); the next
-// batch does if an apply pass ended without that.
+// batch does if an apply pass ended without that. Close and a reopen of
+// the datapath wait for the workers too: they use its maps.
 //
 // Measured on the 2-vCPU development VM, two workers load little faster
 // than one: the kernel serialises much of a load (the JIT copies the image
@@ -44,31 +49,37 @@ type preloadEnv struct {
 	gcMark uint64
 }
 
-// PreloadPolicies compiles and loads, in parallel, the policy programs the
-// endpoints will need and that are neither loaded nor pinned by an earlier
-// dpd (those are adopted, which loads nothing). Endpoints whose interface
-// does not exist yet are skipped: their apply would not take the programs.
-// Failures are only logged: applying the endpoint loads the program again
-// and reports the error. Call it from the engine's goroutine, like
-// ApplyEndpoint, before applying eps.
+// PreloadPolicies starts compiling and loading, in parallel, the policy
+// programs the endpoints will need and that are neither loaded, loading
+// nor pinned by an earlier dpd (those are adopted, which loads nothing).
+// Endpoints whose interface does not exist yet are skipped: their apply
+// would not take the programs. Failures are only logged: applying the
+// endpoint loads the program again and reports the error. Call it from the
+// engine's goroutine, like ApplyEndpoint, before applying eps.
 func (k *Kernel) PreloadPolicies(eps []*model.Endpoint) {
-	k.preload(k.preloadCandidates(eps))
+	k.startPreload(k.preloadCandidates(eps))
 }
 
-// preload loads the programs of jobs on min(GOMAXPROCS, jobs) workers.
+// preload loads the programs of jobs and returns when they are loaded.
 func (k *Kernel) preload(jobs []preloadJob) {
+	k.startPreload(jobs)
+	k.awaitPreloads()
+}
+
+// startPreload starts loading the programs of jobs on min(GOMAXPROCS,
+// jobs) workers.
+func (k *Kernel) startPreload(jobs []preloadJob) {
 	if len(jobs) == 0 {
 		return
 	}
-	env, jobs, ok := k.planPreload(jobs)
-	if !ok || len(jobs) == 0 {
+	env, jobs, workers := k.planPreload(jobs)
+	if workers == 0 {
 		return
 	}
-	workers := min(runtime.GOMAXPROCS(0), len(jobs))
-	var next atomic.Int64
-	var wg sync.WaitGroup
+	next := new(atomic.Int64)
 	for range workers {
-		wg.Go(func() {
+		go func() {
+			defer k.preloadWorkerDone()
 			for {
 				i := int(next.Add(1)) - 1
 				if i >= len(jobs) {
@@ -76,9 +87,39 @@ func (k *Kernel) preload(jobs []preloadJob) {
 				}
 				k.preloadOne(env, jobs[i])
 			}
-		})
+		}()
 	}
-	wg.Wait()
+}
+
+// preloadWorkerDone counts a worker out.
+func (k *Kernel) preloadWorkerDone() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.preloadWorkers--
+	k.attachCond.Broadcast()
+}
+
+// awaitPreloads returns when no preload worker runs.
+func (k *Kernel) awaitPreloads() {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.waitPreloadsLocked()
+}
+
+// waitPreloadsLocked waits, releasing k.mu meanwhile, until no preload
+// worker runs.
+func (k *Kernel) waitPreloadsLocked() {
+	for k.preloadWorkers > 0 {
+		k.attachCond.Wait()
+	}
+}
+
+// waitLoadsLocked waits, releasing k.mu meanwhile, until no program of ep
+// is being preloaded.
+func (k *Kernel) waitLoadsLocked(ep *model.Endpoint) {
+	for !k.closed && k.pols.loadingFor(ep) {
+		k.attachCond.Wait()
+	}
 }
 
 // preloadCandidates lists the distinct programs of eps whose interfaces
@@ -105,17 +146,24 @@ func (k *Kernel) preloadCandidates(eps []*model.Endpoint) []preloadJob {
 	return jobs
 }
 
-// planPreload drops the jobs whose programs are loaded or pinned already
-// and captures the workers' environment. Unused preloads of an earlier
-// batch go first.
-func (k *Kernel) planPreload(jobs []preloadJob) (*preloadEnv, []preloadJob, bool) {
+// planPreload drops the jobs whose programs are loaded, loading or pinned
+// already, marks the others loading and counts their workers in, and
+// captures the workers' environment. Unused preloads of an earlier batch
+// go first.
+func (k *Kernel) planPreload(jobs []preloadJob) (*preloadEnv, []preloadJob, int) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.closed || k.pols == nil {
-		return nil, nil, false
+		return nil, nil, 0
 	}
 	k.noteApplyLocked()
-	return &preloadEnv{pols: k.pols, fac: k.pols.fac, gcMark: k.ops.GCRemovals}, k.pols.planPreload(jobs), true
+	jobs = k.pols.planPreload(jobs)
+	for _, j := range jobs {
+		k.pols.loading[j.key] = true
+	}
+	workers := min(runtime.GOMAXPROCS(0), len(jobs))
+	k.preloadWorkers += workers
+	return &preloadEnv{pols: k.pols, fac: k.pols.fac, gcMark: k.ops.GCRemovals}, jobs, workers
 }
 
 // planPreload drops the jobs whose programs are loaded or pinned already,
@@ -130,20 +178,26 @@ func (p *policyProgrammer) planPreload(jobs []preloadJob) []preloadJob {
 		if _, ok := p.pinned[j.key]; ok {
 			continue // acquire adopts it (or replaces it if stale)
 		}
+		if p.loading[j.key] {
+			continue
+		}
 		out = append(out, j)
 	}
 	return out
 }
 
-// preloadOne compiles and loads one program without k.mu, then records it.
+// preloadOne compiles and loads one program without k.mu, then records it
+// and wakes the applies waiting for it.
 func (k *Kernel) preloadOne(env *preloadEnv, j preloadJob) {
 	prog, err := env.fac.Load(j.pol, j.key.dir)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	delete(env.pols.loading, j.key)
+	k.attachCond.Broadcast()
 	if err != nil {
 		k.log.Debug("preload policy program failed; the endpoint's apply loads it again", "program", j.key, "err", err)
 		return
 	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
 	k.addPreloadLocked(env, j.key, prog)
 }
 
@@ -228,3 +282,16 @@ func (p *policyProgrammer) releasePreloadsBefore(t time.Time) {
 }
 
 var _ engine.PolicyPreloader = (*Kernel)(nil)
+
+// loadingFor reports whether a program of ep is being preloaded.
+func (p *policyProgrammer) loadingFor(ep *model.Endpoint) bool {
+	if len(p.loading) == 0 {
+		return false
+	}
+	for _, dir := range []model.Direction{model.Ingress, model.Egress} {
+		if p.loading[progKey{hash: ep.Policy(dir).Hash(), dir: dir}] {
+			return true
+		}
+	}
+	return false
+}

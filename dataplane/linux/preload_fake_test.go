@@ -1,9 +1,11 @@
 package linux
 
 import (
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/dpd-dev/dpd/dataplane/model"
 )
@@ -24,6 +26,7 @@ func TestPreloadCountsLoads(t *testing.T) {
 	f.take()
 
 	k.PreloadPolicies(eps)
+	k.awaitPreloads()
 	if got, want := sortedOps(f.take(), "Load "), []string{"Load egress:all", "Load ingress:db", "Load ingress:web"}; !slices.Equal(got, want) {
 		t.Fatalf("preload loaded %q, want %q", got, want)
 	}
@@ -46,6 +49,7 @@ func TestPreloadCountsLoads(t *testing.T) {
 	// cali1 is going to change policy, but its apply never comes.
 	changed := f.endpoint("cali1", 1, "web-v2", "all")
 	k.PreloadPolicies([]*model.Endpoint{changed})
+	k.awaitPreloads()
 	if got := sortedOps(f.take(), "Load "); !slices.Equal(got, []string{"Load ingress:web-v2"}) {
 		t.Fatalf("second preload loaded %q", got)
 	}
@@ -96,4 +100,80 @@ func sortedOps(ops []string, prefix string) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// An endpoint whose programs are still loading when its apply comes
+// waits for them, not loading them again, and its fresh interface (which
+// drops until ready) gets its routes meanwhile, once: the routes cost the
+// endpoint no time of their own, and nothing is ready before its policy.
+func TestApplyWaitsForItsPreload(t *testing.T) {
+	f := newFakeKernel(t)
+	k := f.kernel()
+	if err := k.EndApply(); err != nil { // later interfaces are fresh
+		t.Fatal(err)
+	}
+	f.addLink("cali1")
+	k.onLink(linkUp("cali1"))
+	ep := f.endpoint("cali1", 1, "web", "all")
+	gate := make(chan struct{})
+	f.loadHook = func(*model.DirectionPolicy) { <-gate }
+	f.take()
+
+	k.PreloadPolicies([]*model.Endpoint{ep})
+	done := make(chan error, 1)
+	go func() { done <- k.ApplyEndpoint(ep) }()
+	var before []string
+	deadline := time.Now().Add(10 * time.Second)
+	for !slices.ContainsFunc(before, func(op string) bool { return strings.HasPrefix(op, "ConfigureNewEndpoint cali1") }) {
+		if time.Now().After(deadline) {
+			close(gate)
+			t.Fatalf("no routes while the programs loaded; operations: %q", before)
+		}
+		before = append(before, f.take()...)
+		runtime.Gosched()
+	}
+	select {
+	case err := <-done:
+		close(gate)
+		t.Fatalf("the apply returned (%v) before its programs were loaded", err)
+	default:
+	}
+	close(gate)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the apply did not end once its programs were loaded")
+	}
+	ops := append(before, f.take()...)
+	configured := slices.IndexFunc(ops, func(op string) bool { return strings.HasPrefix(op, "ConfigureNewEndpoint cali1") })
+	ready := slices.IndexFunc(ops, func(op string) bool {
+		return strings.HasPrefix(op, "SetIfState cali1 ") && strings.HasSuffix(op, " flags=0x3")
+	})
+	if ready < 0 || ready < configured {
+		t.Errorf("cali1 ready (at %d) before its routes (at %d): %q", ready, configured, ops)
+	}
+	count := func(prefix string) int {
+		return len(sortedOps(ops, prefix))
+	}
+	if got := sortedOps(ops, "Load "); !slices.Equal(got, []string{"Load egress:all", "Load ingress:web"}) {
+		t.Errorf("loads %q, want each program once, by the preload", got)
+	}
+	if n := count("ConfigureNewEndpoint"); n != 1 || count("ConfigureEndpoint") != 0 {
+		t.Errorf("routes written %d times (and read back %d times), want once: %q", n, count("ConfigureEndpoint"), ops)
+	}
+	if n := count("InstallPolicy"); n != 2 {
+		t.Errorf("%d policy installs, want 2: %q", n, ops)
+	}
+	if !strings.Contains(f.dump(), "link cali1 attached=tcx ready egress:all ingress:web nets=[10.0.0.1/32]") {
+		t.Errorf("cali1 not programmed:\n%s", f.dump())
+	}
+	if err := k.EndApply(); err != nil {
+		t.Fatal(err)
+	}
+	if got := sortedOps(f.take(), "Close "); len(got) != 0 {
+		t.Errorf("released programs the endpoint took: %q", got)
+	}
 }

@@ -166,6 +166,7 @@ func TestPreloadSameStateAsSerial(t *testing.T) {
 		ws, eps := preloadBatch(t, i+1)
 		if preload {
 			k.PreloadPolicies(eps)
+			k.awaitPreloads()
 			if got := k.Ops().ProgramLoads; got != 8 {
 				t.Errorf("preloading loaded %d programs, want 8 (4 endpoints' own, none for the absent interface)", got)
 			}
@@ -206,6 +207,7 @@ func TestPreloadReleasesUnused(t *testing.T) {
 	epC := ownEndpoint(c, 3, true)
 	epC.Ingress.Tiers[0].Policies[0].Rules[1].SrcIPSets = []string{"no-such-set"}
 	k.PreloadPolicies([]*model.Endpoint{epA, epB, epC})
+	k.awaitPreloads()
 	if got, n := k.Ops().ProgramLoads, k.ProgramCount(); got != 5 || n != 5 {
 		t.Fatalf("preload: %d loads, %d programs; want 5 (c's ingress cannot compile)", got, n)
 	}
@@ -241,6 +243,7 @@ func TestPreloadNextBatchReleasesLeftovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	k.PreloadPolicies([]*model.Endpoint{epB}) // b retried; c gone
+	k.awaitPreloads()
 	if got, n, pins := k.Ops().ProgramLoads, k.ProgramCount(), len(progPins(t, k)); got != 6 || n != 4 || pins != 4 {
 		t.Errorf("second batch: %d loads, %d programs, %d pins; want 6 and a's and b's 4", got, n, pins)
 	}
