@@ -38,7 +38,7 @@ type policyProgrammer struct {
 	unclaimed map[progKey]*sharedProg
 	// loading holds the programs preload workers are loading now.
 	loading map[progKey]bool
-	stale     []*sharedProg // pinned programs found out of date, still in some slot
+	stale   []*sharedProg // pinned programs found out of date, still in some slot
 	// reloadQ holds the programs in use that wait for the direct reloader
 	// (directreload.go), oldest first.
 	reloadQ []*sharedProg
