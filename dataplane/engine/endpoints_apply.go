@@ -294,7 +294,8 @@ func (e *Engine) evalEndpoint(ent *wepEntry, now time.Time, p *pass) {
 	}
 	e.setStatus(ent, statusUp, "")
 	if !ent.receivedAt.IsZero() {
-		e.met.latency.Observe(now.Sub(ent.receivedAt).Seconds())
+		// Up now, not at the pass's start: the apply is part of it.
+		e.met.latency.Observe(e.now().Sub(ent.receivedAt).Seconds())
 		ent.receivedAt = time.Time{}
 	}
 }
