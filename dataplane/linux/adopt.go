@@ -173,6 +173,8 @@ func (p *policyProgrammer) abandon() {
 	}
 	p.progs = map[progKey]*sharedProg{}
 	p.pinned = map[progKey]*sharedProg{}
+	p.unclaimed = map[progKey]*sharedProg{}
+	p.loading = map[progKey]bool{}
 	p.stale = nil
 }
 

@@ -168,10 +168,11 @@ func (k *Kernel) waitAttachLocked(name string) {
 	}
 }
 
-// waitAllAttachesLocked waits until no attach runs at all: before the
-// datapath is closed or reopened.
-func (k *Kernel) waitAllAttachesLocked() {
-	for len(k.attachQ.running) > 0 {
+// waitWorkersLocked waits until no attach and no preload runs at all,
+// both at once (each wait releases mu, and the attach worker may start
+// an attach meanwhile): before the datapath is closed or reopened.
+func (k *Kernel) waitWorkersLocked() {
+	for len(k.attachQ.running) > 0 || k.preloadWorkers > 0 {
 		k.attachCond.Wait()
 	}
 }

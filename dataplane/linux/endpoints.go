@@ -106,6 +106,13 @@ type endpointState struct {
 	stagesKnown bool
 }
 
+// unverify forgets what this process knows of the interface without
+// asking the kernel: the next apply verifies everything, routes written
+// early included (a link that went down lost them).
+func (st *endpointState) unverify() {
+	st.attachOK, st.verified, st.earlyNets = false, false, nil
+}
+
 // newState is the state of an interface first seen now.
 func (e *endpointProgrammer) newState() *endpointState {
 	return &endpointState{fresh: e.applied}
@@ -115,7 +122,7 @@ func (e *endpointProgrammer) newState() *endpointState {
 // instead of trusting what this process did.
 func (e *endpointProgrammer) resync() {
 	for _, st := range e.eps {
-		st.attachOK, st.verified = false, false
+		st.unverify()
 	}
 }
 
@@ -387,7 +394,8 @@ func (e *endpointProgrammer) forgetIfindex(st *endpointState) {
 	st.ready = false
 	st.closed = false
 	st.mode = ""
-	st.attachOK, st.verified, st.configured = false, false, false
+	st.unverify()
+	st.configured = false
 }
 
 // remove takes back what apply added for ep, and never detaches: an

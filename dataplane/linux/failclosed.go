@@ -73,7 +73,7 @@ func (e *endpointProgrammer) onLink(u model.LinkUpdate) {
 		// came back under the same ifindex (moved to another namespace and
 		// back: the monitor may report only the return) lost its
 		// attachments too. The next apply verifies everything.
-		st.verified, st.attachOK = false, false
+		st.unverify()
 	}
 	if !e.links.Matches(u.Name) {
 		return

@@ -293,8 +293,7 @@ func (k *Kernel) Close() error {
 		return nil
 	}
 	k.closed = true
-	k.waitAllAttachesLocked() // they use the datapath's programs
-	k.waitPreloadsLocked()    // and its maps
+	k.waitWorkersLocked() // they use the datapath's programs and maps
 	k.stopReloaderLocked()
 	k.stopFlowsLocked()
 	k.stopScanLocked()
@@ -365,8 +364,7 @@ func (k *Kernel) Configure(cfg map[string]string) error {
 	}
 	k.sizes = sizes
 	k.stopReloaderLocked()    // before the attaches: its wait releases mu
-	k.waitAllAttachesLocked() // they use the datapath about to close
-	k.waitPreloadsLocked()
+	k.waitWorkersLocked() // they use the datapath about to close
 	k.pols.abandon()
 	k.stopFlowsLocked()
 	k.stopScanLocked()

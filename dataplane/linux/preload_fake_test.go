@@ -107,47 +107,8 @@ func sortedOps(ops []string, prefix string) []string {
 // drops until ready) gets its routes meanwhile, once: the routes cost the
 // endpoint no time of their own, and nothing is ready before its policy.
 func TestApplyWaitsForItsPreload(t *testing.T) {
-	f := newFakeKernel(t)
-	k := f.kernel()
-	if err := k.EndApply(); err != nil { // later interfaces are fresh
-		t.Fatal(err)
-	}
-	f.addLink("cali1")
-	k.onLink(linkUp("cali1"))
-	ep := f.endpoint("cali1", 1, "web", "all")
-	gate := make(chan struct{})
-	f.loadHook = func(*model.DirectionPolicy) { <-gate }
-	f.take()
-
-	k.PreloadPolicies([]*model.Endpoint{ep})
-	done := make(chan error, 1)
-	go func() { done <- k.ApplyEndpoint(ep) }()
-	var before []string
-	deadline := time.Now().Add(10 * time.Second)
-	for !slices.ContainsFunc(before, func(op string) bool { return strings.HasPrefix(op, "ConfigureNewEndpoint cali1") }) {
-		if time.Now().After(deadline) {
-			close(gate)
-			t.Fatalf("no routes while the programs loaded; operations: %q", before)
-		}
-		before = append(before, f.take()...)
-		runtime.Gosched()
-	}
-	select {
-	case err := <-done:
-		close(gate)
-		t.Fatalf("the apply returned (%v) before its programs were loaded", err)
-	default:
-	}
-	close(gate)
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the apply did not end once its programs were loaded")
-	}
-	ops := append(before, f.take()...)
+	f, k, ep := preloadGateSetup(t)
+	ops := applyDuringPreload(t, f, k, ep, nil)
 	configured := slices.IndexFunc(ops, func(op string) bool { return strings.HasPrefix(op, "ConfigureNewEndpoint cali1") })
 	ready := slices.IndexFunc(ops, func(op string) bool {
 		return strings.HasPrefix(op, "SetIfState cali1 ") && strings.HasSuffix(op, " flags=0x3")
@@ -176,4 +137,82 @@ func TestApplyWaitsForItsPreload(t *testing.T) {
 	if got := sortedOps(f.take(), "Close "); len(got) != 0 {
 		t.Errorf("released programs the endpoint took: %q", got)
 	}
+}
+
+// A link event while the apply waits (the interface went down and up: its
+// routes went with it) makes the apply attach again and write the routes
+// again, not trust the ones it wrote before the wait.
+func TestApplyAfterLinkEventDuringPreload(t *testing.T) {
+	f, k, ep := preloadGateSetup(t)
+	ops := applyDuringPreload(t, f, k, ep, func() {
+		k.mu.Lock() // the fake's routes are written under it
+		delete(f.nets, "cali1") // what a link going down does
+		k.mu.Unlock()
+		k.onLink(model.LinkUpdate{Name: "cali1", State: model.LinkDown})
+		k.onLink(linkUp("cali1"))
+	})
+	if n := len(sortedOps(ops, "ConfigureEndpoint")); n != 1 {
+		t.Errorf("routes written again %d times after the link event, want 1: %q", n, ops)
+	}
+	if !strings.Contains(f.dump(), "link cali1 attached=tcx ready egress:all ingress:web nets=[10.0.0.1/32]") {
+		t.Errorf("cali1 not programmed:\n%s", f.dump())
+	}
+}
+
+// preloadGateSetup is a kernel after its first apply with a fresh cali1
+// and its endpoint, whose program loads block until applyDuringPreload
+// lets them go.
+func preloadGateSetup(t *testing.T) (*fakeKernel, *Kernel, *model.Endpoint) {
+	t.Helper()
+	f := newFakeKernel(t)
+	k := f.kernel()
+	if err := k.EndApply(); err != nil { // later interfaces are fresh
+		t.Fatal(err)
+	}
+	f.addLink("cali1")
+	k.onLink(linkUp("cali1"))
+	return f, k, f.endpoint("cali1", 1, "web", "all")
+}
+
+// applyDuringPreload preloads ep's programs with their loads held back,
+// applies ep meanwhile, waits for the apply to write its routes early and
+// checks that it does not return, runs during (if any), lets the loads go
+// and returns every operation once the apply has returned.
+func applyDuringPreload(t *testing.T, f *fakeKernel, k *Kernel, ep *model.Endpoint, during func()) []string {
+	t.Helper()
+	gate := make(chan struct{})
+	f.loadHook = func(*model.DirectionPolicy) { <-gate }
+	f.take()
+	k.PreloadPolicies([]*model.Endpoint{ep})
+	done := make(chan error, 1)
+	go func() { done <- k.ApplyEndpoint(ep) }()
+	var ops []string
+	deadline := time.Now().Add(10 * time.Second)
+	for !slices.ContainsFunc(ops, func(op string) bool { return strings.HasPrefix(op, "ConfigureNewEndpoint "+ep.Iface) }) {
+		if time.Now().After(deadline) {
+			close(gate)
+			t.Fatalf("no routes while the programs loaded; operations: %q", ops)
+		}
+		ops = append(ops, f.take()...)
+		runtime.Gosched()
+	}
+	select {
+	case err := <-done:
+		close(gate)
+		t.Fatalf("the apply returned (%v) before its programs were loaded", err)
+	default:
+	}
+	if during != nil {
+		during()
+	}
+	close(gate)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the apply did not end once its programs were loaded")
+	}
+	return append(ops, f.take()...)
 }
