@@ -363,8 +363,8 @@ func (k *Kernel) Configure(cfg map[string]string) error {
 		return nil
 	}
 	k.sizes = sizes
-	k.stopReloaderLocked()    // before the attaches: its wait releases mu
-	k.waitWorkersLocked() // they use the datapath about to close
+	k.stopReloaderLocked() // before the attaches: its wait releases mu
+	k.waitWorkersLocked()  // they use the datapath about to close
 	k.pols.abandon()
 	k.stopFlowsLocked()
 	k.stopScanLocked()

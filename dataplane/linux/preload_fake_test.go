@@ -145,7 +145,7 @@ func TestApplyWaitsForItsPreload(t *testing.T) {
 func TestApplyAfterLinkEventDuringPreload(t *testing.T) {
 	f, k, ep := preloadGateSetup(t)
 	ops := applyDuringPreload(t, f, k, ep, func() {
-		k.mu.Lock() // the fake's routes are written under it
+		k.mu.Lock()             // the fake's routes are written under it
 		delete(f.nets, "cali1") // what a link going down does
 		k.mu.Unlock()
 		k.onLink(model.LinkUpdate{Name: "cali1", State: model.LinkDown})
