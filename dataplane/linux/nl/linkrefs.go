@@ -2,10 +2,8 @@ package nl
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 
-	"github.com/vishvananda/netlink"
 	vnl "github.com/vishvananda/netlink/nl"
 	"golang.org/x/sys/unix"
 )
@@ -29,17 +27,11 @@ const rtextFilterSkipStats = 1 << 3
 // the sweep after the first apply paid at the end of a cold start, when
 // the live heap is at its largest.
 func ListLinkRefs() ([]LinkRef, error) {
-	var err error
-	for range dumpRetries {
-		var refs []LinkRef
-		if refs, err = dumpLinkRefs(); err == nil {
-			return refs, nil
-		}
-		if !errors.Is(err, netlink.ErrDumpInterrupted) {
-			break
-		}
+	refs, err := retryDump(dumpLinkRefs)
+	if err != nil {
+		return nil, fmt.Errorf("list links: %w", err)
 	}
-	return nil, fmt.Errorf("list links: %w", err)
+	return refs, nil
 }
 
 func dumpLinkRefs() ([]LinkRef, error) {

@@ -380,3 +380,22 @@ func (m *Monitor) resyncOrRetry() <-chan time.Time {
 	}
 	return time.After(resyncRetry)
 }
+
+// retryDump runs dump until the kernel does not flag it interrupted (links,
+// routes or neighbours changed meanwhile), at most dumpRetries times. A
+// dump still interrupted after them is an error, never taken as complete:
+// removals are decided from these listings.
+func retryDump[T any](dump func() (T, error)) (T, error) {
+	var zero T
+	var err error
+	for range dumpRetries {
+		var out T
+		if out, err = dump(); err == nil {
+			return out, nil
+		}
+		if !errors.Is(err, netlink.ErrDumpInterrupted) {
+			break
+		}
+	}
+	return zero, err
+}

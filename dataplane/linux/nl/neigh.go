@@ -22,19 +22,14 @@ import (
 // serialises only this interface's entries (BenchmarkNeighbourDump). The
 // results are filtered here too, for kernels without the filter.
 func (c *Configurer) neighboursOn(family, ifindex int) ([]netlink.Neigh, error) {
-	var err error
-	for range dumpRetries {
+	ns, err := retryDump(func() ([]netlink.Neigh, error) {
 		c.stats.neighDumps.Add(1)
-		var ns []netlink.Neigh
-		ns, err = c.dumpNeighbours(family, ifindex)
-		if err == nil {
-			return ns, nil
-		}
-		if !errors.Is(err, netlink.ErrDumpInterrupted) {
-			break
-		}
+		return c.dumpNeighbours(family, ifindex)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list neighbours: %w", err)
 	}
-	return nil, fmt.Errorf("list neighbours: %w", err)
+	return ns, nil
 }
 
 // dumpNeighbours makes one RTM_GETNEIGH dump of ifindex's entries of family.

@@ -68,19 +68,14 @@ func (c *Configurer) isDesired(r *netlink.Route, dst netip.Prefix, ifindex int) 
 // listRoutes dumps routes through the strict handle, retrying interrupted
 // dumps, which may be incomplete.
 func (c *Configurer) listRoutes(family int, filter *netlink.Route, mask uint64) ([]netlink.Route, error) {
-	var err error
-	for range dumpRetries {
+	routes, err := retryDump(func() ([]netlink.Route, error) {
 		c.stats.routeDumps.Add(1)
-		var routes []netlink.Route
-		routes, err = c.dumps.RouteListFiltered(family, filter, mask)
-		if err == nil {
-			return routes, nil
-		}
-		if !errors.Is(err, netlink.ErrDumpInterrupted) {
-			break
-		}
+		return c.dumps.RouteListFiltered(family, filter, mask)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list routes: %w", noLink(err))
 	}
-	return nil, fmt.Errorf("list routes: %w", noLink(err))
+	return routes, nil
 }
 
 // routesVia lists the main-table routes of family through ifindex.
