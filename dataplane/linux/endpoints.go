@@ -248,9 +248,7 @@ func (e *endpointProgrammer) apply(ep *model.Endpoint) (applyPlan, error) {
 	}
 	e.finishMove(ep.Iface, old)
 	old = nil
-	early := st.earlyNets == ep && st.epIfindex == ifindex
-	st.earlyNets = nil
-	if !early {
+	if early := st.earlyNets == ep && st.epIfindex == ifindex; !early {
 		if gone, err := e.configure(st, ep, ifindex); gone || err != nil {
 			return applyPlan{}, err
 		}

@@ -67,24 +67,18 @@ func TestPreloadCountsLoads(t *testing.T) {
 }
 
 // checkUnclaimed: the programmer's list of untaken preloads, which the
-// releases walk instead of every program, is exactly its preloaded
-// programs, n of them.
+// releases walk instead of every program, holds n loaded programs no
+// endpoint runs.
 func checkUnclaimed(t *testing.T, k *Kernel, n int) {
 	t.Helper()
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	var preloaded []progKey
-	for key, sp := range k.pols.progs {
-		if sp.preloaded {
-			preloaded = append(preloaded, key)
-		}
+	if len(k.pols.unclaimed) != n {
+		t.Fatalf("%d unclaimed preloads, want %d", len(k.pols.unclaimed), n)
 	}
-	if len(preloaded) != n || len(k.pols.unclaimed) != n {
-		t.Fatalf("%d preloaded programs, %d unclaimed, want %d", len(preloaded), len(k.pols.unclaimed), n)
-	}
-	for _, key := range preloaded {
-		if k.pols.unclaimed[key] != k.pols.progs[key] {
-			t.Fatalf("preloaded program %s is not listed as unclaimed", key)
+	for key, sp := range k.pols.unclaimed {
+		if k.pols.progs[key] != sp || sp.refs != 0 {
+			t.Fatalf("unclaimed preload %s: loaded %v, %d references", key, k.pols.progs[key] == sp, sp.refs)
 		}
 	}
 }

@@ -56,17 +56,16 @@ func newPolicyProgrammer(fac programFacility, log *slog.Logger, ops *Ops) *polic
 // Exactly one of prog and pinned is set: prog for a program this process
 // loaded or verified, pinned for one an earlier dpd left in a slot and that
 // no endpoint has claimed yet (it keeps running until replaced).
-// preloaded marks a program PreloadPolicies loaded that no endpoint has
-// taken yet (refs 0); EndApply, or else the next batch, or else a periodic
-// collection once it is older than the collection interval, releases it
-// if none does.
+// A program PreloadPolicies loaded that no endpoint has taken yet (refs
+// 0) is in the programmer's unclaimed map; EndApply, or else the next
+// batch, or else a periodic collection once it is older than the
+// collection interval, releases it if none does.
 type sharedProg struct {
-	key       progKey
-	prog      loadedProgram
-	pinned    pinnedProgram
-	refs      int
-	preloaded bool
-	loadedAt  time.Time
+	key      progKey
+	prog     loadedProgram
+	pinned   pinnedProgram
+	refs     int
+	loadedAt time.Time
 	// pol is the policy acquire compiled prog from (nil for adopted
 	// programs until an endpoint acquires them); the kernel keeps what an
 	// endpoint was applied with unchanged.
@@ -165,9 +164,8 @@ func (p *policyProgrammer) addLoaded(key progKey, prog loadedProgram) *sharedPro
 	return sp
 }
 
-// setPreloaded marks sp as preloaded and not taken, or not.
+// setPreloaded lists sp as preloaded and not taken, or not.
 func (p *policyProgrammer) setPreloaded(sp *sharedProg, on bool) {
-	sp.preloaded = on
 	switch {
 	case on:
 		p.unclaimed[sp.key] = sp
