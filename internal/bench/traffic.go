@@ -45,6 +45,10 @@ const (
 	trafficSources      = 16
 	trafficPolicyPorts  = "p7-ports"
 	trafficPolicyIPSets = "p7-ipsets"
+	// trafficProcs is GOMAXPROCS during P7 at least: more than the threads
+	// that can block in the generator's system calls at once (a client and
+	// a server per path, every path at once while the phase warms up).
+	trafficProcs = 16
 )
 
 // The three paths, by index.
@@ -257,6 +261,13 @@ func (r *runner) traffic(ctx context.Context) (err error) {
 		tr.Pinned, tr.CPU = true, cpu
 		r.progress("P7: the load generator runs on CPU %d", cpu)
 	}
+	// Every thread of the load generator blocks in system calls, each
+	// holding a P while it does. With no P idle, sysmon takes one back from
+	// a blocked thread every 20 µs, waking on the generator's CPU each time,
+	// and the thread that returns first must find one again: enough Ps that
+	// one is always idle keep the Go scheduler out of what is measured.
+	prevProcs := runtime.GOMAXPROCS(max(runtime.GOMAXPROCS(0), trafficProcs))
+	defer runtime.GOMAXPROCS(prevProcs)
 	nftRules := newTrafficRules(s.PortRules, s.SetRules, clientAddrs(pathNFT))
 	if r.o.TrafficBPFStats {
 		var err error

@@ -82,6 +82,9 @@ func Listen(addr netip.AddrPort) (*Server, error) {
 	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {
 		return fail("reuseaddr", err)
 	}
+	if err := setTimeouts(fd, Timeout); err != nil {
+		return fail("socket timeout", err)
+	}
 	if err := unix.Bind(fd, sockaddr(addr)); err != nil {
 		return fail("bind", err)
 	}
@@ -123,6 +126,14 @@ func (s *Server) Close() error {
 	return err
 }
 
+// acceptLoop serves one connection at a time, in the accepting goroutine:
+// each server has one client at a time, and a goroutine per connection put
+// the Go scheduler into what is measured (the new goroutine waited in the
+// run queue of a P whose thread had gone back into accept until sysmon took
+// that P back: tens of microseconds to milliseconds per connection, with
+// the CPU idle meanwhile). A client that connects and then says nothing
+// holds the server for at most Timeout (the listener's socket timeouts,
+// which accepted connections inherit).
 func (s *Server) acceptLoop() {
 	defer s.wg.Done()
 	for {
@@ -131,7 +142,6 @@ func (s *Server) acceptLoop() {
 		closed := s.closed
 		if err == nil && !closed {
 			s.conns[fd] = true
-			s.wg.Add(1)
 		}
 		s.mu.Unlock()
 		switch {
@@ -139,10 +149,10 @@ func (s *Server) acceptLoop() {
 			_ = unix.Close(fd)
 			return
 		case err == nil:
-			go s.serve(fd)
+			s.serve(fd)
 		case closed:
 			return
-		case errors.Is(err, unix.EINTR), errors.Is(err, unix.ECONNABORTED):
+		case errors.Is(err, unix.EINTR), errors.Is(err, unix.ECONNABORTED), errors.Is(err, unix.EAGAIN):
 		default:
 			// Out of descriptors or memory: clients see refused or
 			// stalled connections and fail their measurement.
@@ -152,7 +162,6 @@ func (s *Server) acceptLoop() {
 }
 
 func (s *Server) serve(fd int) {
-	defer s.wg.Done()
 	defer func() {
 		s.mu.Lock()
 		delete(s.conns, fd)
@@ -376,14 +385,22 @@ func socket(timeout time.Duration) (int, error) {
 	if err != nil {
 		return -1, fmt.Errorf("socket: %w", err)
 	}
+	if err := setTimeouts(fd, timeout); err != nil {
+		_ = unix.Close(fd)
+		return -1, fmt.Errorf("socket timeout: %w", err)
+	}
+	return fd, nil
+}
+
+// setTimeouts bounds fd's blocking receives and sends.
+func setTimeouts(fd int, timeout time.Duration) error {
 	tv := unix.NsecToTimeval(timeout.Nanoseconds())
 	for _, opt := range []int{unix.SO_RCVTIMEO, unix.SO_SNDTIMEO} {
 		if err := unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, opt, &tv); err != nil {
-			_ = unix.Close(fd)
-			return -1, fmt.Errorf("socket timeout: %w", err)
+			return err
 		}
 	}
-	return fd, nil
+	return nil
 }
 
 // dial connects from src (the zero value lets the kernel choose) to dst.

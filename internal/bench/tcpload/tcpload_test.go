@@ -115,3 +115,39 @@ func TestSourcesNeverRepeat(t *testing.T) {
 }
 
 func closeFD(fd int) { _ = unix.Close(fd) }
+
+// TestSilentClientReleasesServer: the server serves one connection at a
+// time, so a client that connects and sends nothing must hold it only until
+// the socket timeout its accepted connection inherits from the listener; a
+// later client is then served.
+func TestSilentClientReleasesServer(t *testing.T) {
+	dst := serve(t)
+	fd, err := dial(netip.AddrPort{}, dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFD(fd)
+	// The silent connection is accepted first: one made after it waits
+	// behind it, longer than a client's own timeout, so this one waits
+	// longer.
+	late, err := socket(3 * Timeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFD(late)
+	if err := connect(late, dst); err != nil {
+		t.Fatal(err)
+	}
+	buf := []byte{modeCRR}
+	if err := writeAll(late, buf); err != nil {
+		t.Fatal(err)
+	}
+	if err := readFull(late, buf); err != nil || buf[0] != modeCRR {
+		t.Fatalf("connection after a silent one: %q, %v", buf, err)
+	}
+	// The silent connection was closed by the server: its read sees EOF.
+	var b [1]byte
+	if n, err := unix.Read(fd, b[:]); n != 0 || err != nil {
+		t.Errorf("silent connection: read %d, %v; want EOF", n, err)
+	}
+}
