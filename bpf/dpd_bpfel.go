@@ -145,6 +145,19 @@ type DpdDpdFragVal struct {
 	Pad      uint8
 }
 
+type DpdDpdFwdCacheEnt struct {
+	_       structs.HostLayout
+	Saddr   [16]uint8
+	Daddr   [16]uint8
+	Ifindex uint32
+	Oif     uint32
+	Dmac    [6]uint8
+	Smac    [6]uint8
+	Family  uint8
+	Pad     [3]uint8
+	Expires uint64
+}
+
 type DpdDpdFwdCfg struct {
 	_     structs.HostLayout
 	Flags uint32
@@ -286,6 +299,7 @@ const (
 	DpdMapDpdFailsafes    = "dpd_failsafes"
 	DpdMapDpdFailsafes6   = "dpd_failsafes6"
 	DpdMapDpdFrags        = "dpd_frags"
+	DpdMapDpdFwdCache     = "dpd_fwd_cache"
 	DpdMapDpdFwdCfg       = "dpd_fwd_cfg"
 	DpdMapDpdHepCfg       = "dpd_hep_cfg"
 	DpdMapDpdHepStages    = "dpd_hep_stages"
@@ -386,6 +400,7 @@ type DpdMapSpecs struct {
 	DpdFailsafes  *ebpf.MapSpec `ebpf:"dpd_failsafes"`
 	DpdFailsafes6 *ebpf.MapSpec `ebpf:"dpd_failsafes6"`
 	DpdFrags      *ebpf.MapSpec `ebpf:"dpd_frags"`
+	DpdFwdCache   *ebpf.MapSpec `ebpf:"dpd_fwd_cache"`
 	DpdFwdCfg     *ebpf.MapSpec `ebpf:"dpd_fwd_cfg"`
 	DpdHepCfg     *ebpf.MapSpec `ebpf:"dpd_hep_cfg"`
 	DpdHepStages  *ebpf.MapSpec `ebpf:"dpd_hep_stages"`
@@ -446,6 +461,7 @@ type DpdMaps struct {
 	DpdFailsafes  *ebpf.Map `ebpf:"dpd_failsafes"`
 	DpdFailsafes6 *ebpf.Map `ebpf:"dpd_failsafes6"`
 	DpdFrags      *ebpf.Map `ebpf:"dpd_frags"`
+	DpdFwdCache   *ebpf.Map `ebpf:"dpd_fwd_cache"`
 	DpdFwdCfg     *ebpf.Map `ebpf:"dpd_fwd_cfg"`
 	DpdHepCfg     *ebpf.Map `ebpf:"dpd_hep_cfg"`
 	DpdHepStages  *ebpf.Map `ebpf:"dpd_hep_stages"`
@@ -481,6 +497,7 @@ func (m *DpdMaps) Close() error {
 		m.DpdFailsafes,
 		m.DpdFailsafes6,
 		m.DpdFrags,
+		m.DpdFwdCache,
 		m.DpdFwdCfg,
 		m.DpdHepCfg,
 		m.DpdHepStages,

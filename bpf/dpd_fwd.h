@@ -24,6 +24,15 @@
  *     other nodes and unpoliced interfaces keep the stack and its
  *     netfilter, NAT included).
  * dpd_fwd_cfg can send everything through the stack instead.
+ *
+ * The two FIB lookups are most of what the hop costs, and a pair of
+ * workloads exchanges many packets: their outcome is kept per CPU in
+ * dpd_fwd_cache for DPD_FWD_CACHE_NS, keyed by the interface the packet
+ * entered on and its two addresses. A hit still checks, per packet, what
+ * the lookups do not decide for a pair (the packet's own header, its size
+ * against the output interface's MTU) and that the output interface is
+ * still a ready workload interface of dpd's, so a removed endpoint's
+ * interface stops receiving at once.
  */
 #ifndef DPD_FWD_H
 #define DPD_FWD_H
@@ -37,6 +46,7 @@
 #include "dpd_abi.h"
 #include "dpd_maps.h"
 #include "dpd_ifstate.h"
+#include "dpd_clock.h"
 
 #ifndef AF_INET
 #define AF_INET 2
@@ -62,6 +72,52 @@ static __always_inline void dpd_fwd_fib(struct bpf_fib_lookup *fib, __u8 family,
 	}
 }
 
+/* dpd_fwd_cache_slot is this CPU's cache entry for a packet entering on
+ * ifindex from saddr to daddr (16 bytes each; an IPv4 address in the first
+ * 4, the rest zero). */
+static __always_inline struct dpd_fwd_cache_ent *dpd_fwd_cache_slot(const __u8 *saddr, const __u8 *daddr,
+								     __u32 ifindex)
+{
+	__u32 s[4], d[4], h, idx;
+
+	__builtin_memcpy(s, saddr, 16);
+	__builtin_memcpy(d, daddr, 16);
+	h = (s[0] ^ s[1] ^ s[2] ^ s[3]) * 0x9e3779b1u;
+	h ^= (d[0] ^ d[1] ^ d[2] ^ d[3]) * 0x85ebca6bu;
+	h ^= ifindex * 0xc2b2ae35u;
+	idx = (h * 0x9e3779b1u) >> (32 - DPD_FWD_CACHE_BITS);
+	return bpf_map_lookup_elem(&dpd_fwd_cache, &idx);
+}
+
+/* dpd_fwd_cache_hit says e holds the outcome for the pair, still live. */
+static __always_inline int dpd_fwd_cache_hit(const struct dpd_fwd_cache_ent *e, __u8 family, const __u8 *saddr,
+					     const __u8 *daddr, __u32 ifindex, __u64 now)
+{
+	__u64 a[4], b[4];
+
+	if (!e->oif || e->ifindex != ifindex || e->family != family || now >= e->expires)
+		return 0;
+	__builtin_memcpy(a, e->saddr, 32);
+	__builtin_memcpy(b, saddr, 16);
+	__builtin_memcpy(&b[2], daddr, 16);
+	return a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3];
+}
+
+/* dpd_fwd_cache_fill keeps a lookup's outcome: macs is the new Ethernet
+ * header's destination and source. */
+static __always_inline void dpd_fwd_cache_fill(struct dpd_fwd_cache_ent *e, __u8 family, const __u8 *saddr,
+					       const __u8 *daddr, __u32 ifindex, __u32 oif, const __u8 *macs,
+					       __u64 now)
+{
+	__builtin_memcpy(e->saddr, saddr, 16);
+	__builtin_memcpy(e->daddr, daddr, 16);
+	__builtin_memcpy(e->dmac, macs, 12);
+	e->ifindex = ifindex;
+	e->family = family;
+	e->expires = now + DPD_FWD_CACHE_NS;
+	e->oif = oif;
+}
+
 /* dpd_fwd_local returns the verdict for a packet dpd_from_wep passed on
  * ifindex: a redirect to the destination workload's interface, or
  * TC_ACT_OK (the stack). saddr and daddr are the packet's (16 bytes, IPv4
@@ -69,11 +125,13 @@ static __always_inline void dpd_fwd_fib(struct bpf_fib_lookup *fib, __u8 family,
 static __always_inline int dpd_fwd_local(struct __sk_buff *skb, __u8 family, const __u8 *saddr,
 					 const __u8 *daddr, __u32 ifindex)
 {
+	struct dpd_fwd_cache_ent *e;
 	struct bpf_fib_lookup fib;
 	struct dpd_fwd_cfg *cfg;
-	__u32 zero = 0, oif, want = DPD_IF_READY | DPD_IF_WORKLOAD;
-	__u8 b[2], hop;
+	__u32 zero = 0, oif, mtu = 0, want = DPD_IF_READY | DPD_IF_WORKLOAD;
+	__u8 b[2], hop, macs[12];
 	__u32 hop_off;
+	__u64 now;
 
 	cfg = bpf_map_lookup_elem(&dpd_fwd_cfg, &zero);
 	if (!cfg || (cfg->flags & DPD_FWD_CFG_STACK))
@@ -98,6 +156,21 @@ static __always_inline int dpd_fwd_local(struct __sk_buff *skb, __u8 family, con
 	if (hop <= 1)
 		return TC_ACT_OK;
 
+	now = dpd_now();
+	e = dpd_fwd_cache_slot(saddr, daddr, ifindex);
+	if (e && dpd_fwd_cache_hit(e, family, saddr, daddr, ifindex, now)) {
+		oif = e->oif;
+		__builtin_memcpy(macs, e->dmac, 12);
+		if ((dpd_ifstate_get(oif).flags & (want | DPD_IF_HOST)) != want) {
+			e->oif = 0;
+			return TC_ACT_OK;
+		}
+		/* What the forward lookup checks of the packet itself. */
+		if (bpf_check_mtu(skb, oif, &mtu, 0, 0) != BPF_MTU_CHK_RET_SUCCESS)
+			return TC_ACT_OK;
+		goto rewrite;
+	}
+
 	dpd_fwd_fib(&fib, family, daddr, saddr, ifindex);
 	if (bpf_fib_lookup(skb, &fib, sizeof(fib), BPF_FIB_LOOKUP_SKIP_NEIGH) != BPF_FIB_LKUP_RET_SUCCESS ||
 	    fib.ifindex != ifindex)
@@ -109,7 +182,12 @@ static __always_inline int dpd_fwd_local(struct __sk_buff *skb, __u8 family, con
 	oif = fib.ifindex;
 	if (oif == ifindex || (dpd_ifstate_get(oif).flags & (want | DPD_IF_HOST)) != want)
 		return TC_ACT_OK;
+	__builtin_memcpy(macs, fib.dmac, ETH_ALEN);
+	__builtin_memcpy(macs + ETH_ALEN, fib.smac, ETH_ALEN);
+	if (e)
+		dpd_fwd_cache_fill(e, family, saddr, daddr, ifindex, oif, macs, now);
 
+rewrite:
 	/* From here on the packet is changed: it must be redirected. */
 	if (family == 6) {
 		hop--;
@@ -123,8 +201,7 @@ static __always_inline int dpd_fwd_local(struct __sk_buff *skb, __u8 family, con
 		if (bpf_skb_store_bytes(skb, hop_off, &hop, 1, 0))
 			return TC_ACT_SHOT;
 	}
-	if (bpf_skb_store_bytes(skb, 0, fib.dmac, ETH_ALEN, 0) ||
-	    bpf_skb_store_bytes(skb, ETH_ALEN, fib.smac, ETH_ALEN, 0))
+	if (bpf_skb_store_bytes(skb, 0, macs, 2 * ETH_ALEN, 0))
 		return TC_ACT_SHOT;
 	return bpf_redirect(oif, 0);
 }

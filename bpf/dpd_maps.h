@@ -325,4 +325,14 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } dpd_fwd_cfg SEC(".maps");
 
+/* The outcome of recent workload-to-workload FIB lookups, per CPU
+ * (dpd_fwd.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, DPD_FWD_CACHE_ENTRIES);
+	__type(key, __u32);
+	__type(value, struct dpd_fwd_cache_ent);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} dpd_fwd_cache SEC(".maps");
+
 #endif

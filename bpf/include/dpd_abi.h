@@ -573,4 +573,26 @@ struct dpd_fwd_cfg {
 };
 #define DPD_FWD_CFG_STACK (1u << 0)
 
+/* dpd_fwd_cache: PERCPU_ARRAY of DPD_FWD_CACHE_ENTRIES, direct-mapped by a
+ * hash of (ifindex, saddr, daddr): the outcome of dpd_fwd_local's two FIB
+ * lookups for a packet entering on ifindex from saddr to daddr, so that the
+ * packets after a pair's first skip them. Written by the programs alone. */
+struct dpd_fwd_cache_ent {
+	__u8  saddr[16];  /* 0 */
+	__u8  daddr[16];  /* 16 */
+	__u32 ifindex;    /* 32: the interface the packet entered on */
+	__u32 oif;        /* 36: the destination's interface; 0 = empty */
+	__u8  dmac[6];    /* 40: the destination workload's */
+	__u8  smac[6];    /* 46: oif's own */
+	__u8  family;     /* 52: 4 or 6 */
+	__u8  pad[3];     /* 53 */
+	__u64 expires;    /* 56: dpd_now() past which the entry is not used */
+};                        /* sizeof == 64 */
+#define DPD_FWD_CACHE_BITS    10
+#define DPD_FWD_CACHE_ENTRIES (1u << 10) /* 1 << DPD_FWD_CACHE_BITS */
+/* How long an entry stands for the FIB: a route or neighbour change made by
+ * anyone reaches a pair's packets within this (a destination interface that
+ * stops being a ready workload one does at once: every hit checks it). */
+#define DPD_FWD_CACHE_NS 20000000 /* 20 ms */
+
 #endif

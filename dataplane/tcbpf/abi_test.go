@@ -91,6 +91,9 @@ func TestBTFLayout(t *testing.T) {
 		{"dpd_ev_cfg", abi.EvCfgSize, map[string]uint32{"flags": 0, "deny_mask": 4, "deny_interval_ns": 8}},
 		{"dpd_ev_deny", abi.EvDenySize, map[string]uint32{"key": 0, "last_ns": 48, "count": 56}},
 		{"dpd_fwd_cfg", abi.FwdCfgSize, map[string]uint32{"flags": 0}},
+		{"dpd_fwd_cache_ent", abi.FwdCacheEntSize, map[string]uint32{
+			"saddr": 0, "daddr": 16, "ifindex": 32, "oif": 36, "dmac": 40, "smac": 46, "family": 52, "expires": 56,
+		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -167,6 +170,7 @@ func TestHeaderDefines(t *testing.T) {
 		"DPD_JUMP_HEP_CONT_FROM_WEP": abi.JumpHepContFromWEP, "DPD_JUMP_HEP_CONT_TO_WEP": abi.JumpHepContToWEP,
 		"DPD_EV_CFG_PREVIEW": abi.EvCfgPreview, "DPD_ST_PREVIEW": abi.StPreview,
 		"DPD_IFSTATE_ARR_ENTRIES": abi.IfStateArrEntries, "DPD_FWD_CFG_STACK": abi.FwdCfgStack,
+		"DPD_FWD_CACHE_BITS": abi.FwdCacheBits, "DPD_FWD_CACHE_ENTRIES": abi.FwdCacheEntries, "DPD_FWD_CACHE_NS": abi.FwdCacheNS,
 	}
 	f, err := os.Open("../../bpf/include/dpd_abi.h")
 	if err != nil {

@@ -2,12 +2,17 @@ package tcbpf
 
 import (
 	"fmt"
+	"math"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+
+	"github.com/dpd-dev/dpd/bpf"
 	"github.com/dpd-dev/dpd/dataplane/tcbpf/abi"
 	"github.com/dpd-dev/dpd/internal/testutil"
 	"github.com/vishvananda/netlink"
@@ -163,4 +168,85 @@ func redirectedHops(t *testing.T, d *Datapath, host *testutil.NFTCounters, wa, w
 	} else if pre != 0 || fwd != 0 {
 		t.Errorf("redirected: the host's hooks saw prerouting %d, forward %d packets, want none", pre, fwd)
 	}
+}
+
+// TestWorkloadRedirectCache: the outcome of a pair's FIB lookups is kept in
+// dpd_fwd_cache; an entry never sends a packet to an interface that has
+// stopped being a ready workload interface, however long it has left, and
+// a route change reaches the pair's packets once entries expire.
+func TestWorkloadRedirectCache(t *testing.T) {
+	testutil.RequirePrivileged(t)
+	setSysctl(t, "/proc/sys/net/ipv4/ip_forward", "1")
+	d := openTest(t, Options{})
+	const ipA, ipB = "10.67.2.1", "10.67.2.2"
+	wa, ifA := routedWorkload(t, ipA)
+	wb, ifB := routedWorkload(t, ipB)
+	allowBoth(t, d, ifA, wa, ifB, wb)
+	table := fmt.Sprintf("dpdt_fwdc_%d", os.Getpid())
+	host := testutil.HostHooks(t, table, ipA, ipB)
+	testutil.WaitFor(t, 10*time.Second, "ping A->B", func() bool { return ping(wa, ipB) == nil })
+	testutil.WaitFor(t, 10*time.Second, "ping B->A", func() bool { return ping(wb, ipA) == nil })
+	if err := ping(wa, ipB); err != nil {
+		t.Fatal(err)
+	}
+	// The lookups of A->B are kept; from now on they would stand for the
+	// FIB for good.
+	if n := pinFwdCache(t, d, ifA, ifB, math.MaxUint64); n == 0 {
+		t.Fatalf("no cache entry from interface %d to %d after a redirected ping", ifA, ifB)
+	}
+	pre := host.Packets(t, "prerouted")
+	if err := ping(wa, ipB); err != nil {
+		t.Fatal(err)
+	}
+	if got := host.Packets(t, "prerouted"); got != pre {
+		t.Fatalf("a cached pair's ping reached the host's stack (%d packets)", got-pre)
+	}
+
+	// B stops being ready: A's packets to it go to the stack (which routes
+	// them to B's interface, where they are dropped), not by the entry.
+	mustNil(t, d.SetIfState(ifB, 1, abi.IfWorkload))
+	if err := ping(wa, ipB); err == nil {
+		t.Fatal("ping A->B answered while B is not ready")
+	}
+	if got := host.Packets(t, "prerouted"); got == pre {
+		t.Error("with B not ready, A's packets to it were still redirected by the cache")
+	}
+	mustNil(t, d.SetIfState(ifB, 1, abi.IfReady|abi.IfWorkload))
+	testutil.WaitFor(t, 10*time.Second, "ping A->B with B ready again", func() bool { return ping(wa, ipB) == nil })
+
+	// A route change: B's address is sent nowhere. Once the entries expire
+	// the packets meet the FIB again, which sends them to the stack.
+	if n := pinFwdCache(t, d, ifA, ifB, 0); n == 0 {
+		t.Fatal("no cache entry after B was ready again")
+	}
+	testutil.Run(t, "ip", "route", "replace", "blackhole", ipB+"/32")
+	t.Cleanup(func() { _ = exec.Command("ip", "route", "del", "blackhole", ipB+"/32").Run() })
+	pre = host.Packets(t, "prerouted")
+	testutil.WaitFor(t, 10*time.Second, "A's packets to B through the stack after the route change", func() bool {
+		_ = ping(wa, ipB)
+		return host.Packets(t, "prerouted") > pre
+	})
+}
+
+// pinFwdCache sets the expiry of every CPU's dpd_fwd_cache entries from
+// ifIn to oif (0: already expired) and says how many there were.
+func pinFwdCache(t *testing.T, d *Datapath, ifIn, oif int, expires uint64) int {
+	t.Helper()
+	n := 0
+	for i := range uint32(abi.FwdCacheEntries) {
+		var per []bpf.DpdDpdFwdCacheEnt
+		mustNil(t, d.objs.DpdFwdCache.Lookup(i, &per))
+		hit := false
+		for c := range per {
+			if per[c].Ifindex == uint32(ifIn) && per[c].Oif == uint32(oif) {
+				per[c].Expires = expires
+				hit = true
+				n++
+			}
+		}
+		if hit {
+			mustNil(t, d.objs.DpdFwdCache.Update(i, per, ebpf.UpdateExist))
+		}
+	}
+	return n
 }

@@ -20,10 +20,11 @@ import (
 
 // scratchMaps hold per-packet scratch, not state: never worth migrating.
 // The flow-event maps hold nothing a restart needs: unread events and
-// rate-limit state are lost at most. dpd_fwd_cfg is written at every Open.
+// rate-limit state are lost at most. dpd_fwd_cfg is written at every Open,
+// and dpd_fwd_cache refills itself from the FIB.
 var scratchMaps = map[string]bool{abi.MapState: true, abi.MapTrace: true,
 	abi.MapEvents: true, abi.MapEvDrops: true, abi.MapEvCfg: true, abi.MapEvDeny: true,
-	abi.MapFwdCfg: true} // written at every Open
+	abi.MapFwdCfg: true, abi.MapFwdCache: true}
 
 // MigrationReport says what migratePins did to one map.
 type MigrationReport struct {

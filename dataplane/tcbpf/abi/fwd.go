@@ -9,3 +9,15 @@ const (
 	// workloads take the host's IP stack instead of the redirect.
 	FwdCfgStack = 1 << 0
 )
+
+// The programs' cache of workload-to-workload FIB lookups (bpf/dpd_fwd.h):
+// userspace only pins it, and never migrates it.
+const (
+	// MapFwdCache: PERCPU_ARRAY[FwdCacheEntries] struct dpd_fwd_cache_ent.
+	MapFwdCache     = "dpd_fwd_cache"
+	FwdCacheEntSize = 64
+	FwdCacheBits    = 10
+	FwdCacheEntries = 1 << FwdCacheBits
+	// FwdCacheNS: how long an entry stands for the FIB.
+	FwdCacheNS = 20_000_000
+)
