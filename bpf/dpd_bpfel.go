@@ -151,8 +151,7 @@ type DpdDpdFwdCacheEnt struct {
 	Daddr   [16]uint8
 	Ifindex uint32
 	Oif     uint32
-	Dmac    [6]uint8
-	Smac    [6]uint8
+	Macs    [12]uint8
 	Family  uint8
 	Pad     [3]uint8
 	Expires uint64

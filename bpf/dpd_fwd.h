@@ -46,7 +46,6 @@
 #include "dpd_abi.h"
 #include "dpd_maps.h"
 #include "dpd_ifstate.h"
-#include "dpd_clock.h"
 
 #ifndef AF_INET
 #define AF_INET 2
@@ -73,15 +72,15 @@ static __always_inline void dpd_fwd_fib(struct bpf_fib_lookup *fib, __u8 family,
 }
 
 /* dpd_fwd_cache_slot is this CPU's cache entry for a packet entering on
- * ifindex from saddr to daddr (16 bytes each; an IPv4 address in the first
- * 4, the rest zero). */
+ * ifindex from saddr to daddr (16 bytes each, 4-byte aligned; an IPv4
+ * address in the first 4, the rest zero). */
 static __always_inline struct dpd_fwd_cache_ent *dpd_fwd_cache_slot(const __u8 *saddr, const __u8 *daddr,
 								     __u32 ifindex)
 {
 	__u32 s[4], d[4], h, idx;
 
-	__builtin_memcpy(s, saddr, 16);
-	__builtin_memcpy(d, daddr, 16);
+	__builtin_memcpy(s, __builtin_assume_aligned(saddr, 4), 16);
+	__builtin_memcpy(d, __builtin_assume_aligned(daddr, 4), 16);
 	h = (s[0] ^ s[1] ^ s[2] ^ s[3]) * 0x9e3779b1u;
 	h ^= (d[0] ^ d[1] ^ d[2] ^ d[3]) * 0x85ebca6bu;
 	h ^= ifindex * 0xc2b2ae35u;
@@ -93,25 +92,25 @@ static __always_inline struct dpd_fwd_cache_ent *dpd_fwd_cache_slot(const __u8 *
 static __always_inline int dpd_fwd_cache_hit(const struct dpd_fwd_cache_ent *e, __u8 family, const __u8 *saddr,
 					     const __u8 *daddr, __u32 ifindex, __u64 now)
 {
-	__u64 a[4], b[4];
+	__u32 a[8], b[8];
 
 	if (!e->oif || e->ifindex != ifindex || e->family != family || now >= e->expires)
 		return 0;
 	__builtin_memcpy(a, e->saddr, 32);
-	__builtin_memcpy(b, saddr, 16);
-	__builtin_memcpy(&b[2], daddr, 16);
-	return a[0] == b[0] && a[1] == b[1] && a[2] == b[2] && a[3] == b[3];
+	__builtin_memcpy(b, __builtin_assume_aligned(saddr, 4), 16);
+	__builtin_memcpy(&b[4], __builtin_assume_aligned(daddr, 4), 16);
+	return ((a[0] ^ b[0]) | (a[1] ^ b[1]) | (a[2] ^ b[2]) | (a[3] ^ b[3]) | (a[4] ^ b[4]) | (a[5] ^ b[5]) |
+		(a[6] ^ b[6]) | (a[7] ^ b[7])) == 0;
 }
 
-/* dpd_fwd_cache_fill keeps a lookup's outcome: macs is the new Ethernet
- * header's destination and source. */
+/* dpd_fwd_cache_fill keeps a lookup's outcome. */
 static __always_inline void dpd_fwd_cache_fill(struct dpd_fwd_cache_ent *e, __u8 family, const __u8 *saddr,
 					       const __u8 *daddr, __u32 ifindex, __u32 oif, const __u8 *macs,
 					       __u64 now)
 {
-	__builtin_memcpy(e->saddr, saddr, 16);
-	__builtin_memcpy(e->daddr, daddr, 16);
-	__builtin_memcpy(e->dmac, macs, 12);
+	__builtin_memcpy(e->saddr, __builtin_assume_aligned(saddr, 4), 16);
+	__builtin_memcpy(e->daddr, __builtin_assume_aligned(daddr, 4), 16);
+	__builtin_memcpy(e->macs, macs, sizeof(e->macs));
 	e->ifindex = ifindex;
 	e->family = family;
 	e->expires = now + DPD_FWD_CACHE_NS;
@@ -121,9 +120,9 @@ static __always_inline void dpd_fwd_cache_fill(struct dpd_fwd_cache_ent *e, __u8
 /* dpd_fwd_local returns the verdict for a packet dpd_from_wep passed on
  * ifindex: a redirect to the destination workload's interface, or
  * TC_ACT_OK (the stack). saddr and daddr are the packet's (16 bytes, IPv4
- * in the first 4). */
+ * in the first 4, 4-byte aligned); now is dpd_now(). */
 static __always_inline int dpd_fwd_local(struct __sk_buff *skb, __u8 family, const __u8 *saddr,
-					 const __u8 *daddr, __u32 ifindex)
+					 const __u8 *daddr, __u32 ifindex, __u64 now)
 {
 	struct dpd_fwd_cache_ent *e;
 	struct bpf_fib_lookup fib;
@@ -131,7 +130,6 @@ static __always_inline int dpd_fwd_local(struct __sk_buff *skb, __u8 family, con
 	__u32 zero = 0, oif, mtu = 0, want = DPD_IF_READY | DPD_IF_WORKLOAD;
 	__u8 b[2], hop, macs[12];
 	__u32 hop_off;
-	__u64 now;
 
 	cfg = bpf_map_lookup_elem(&dpd_fwd_cfg, &zero);
 	if (!cfg || (cfg->flags & DPD_FWD_CFG_STACK))
@@ -156,16 +154,17 @@ static __always_inline int dpd_fwd_local(struct __sk_buff *skb, __u8 family, con
 	if (hop <= 1)
 		return TC_ACT_OK;
 
-	now = dpd_now();
 	e = dpd_fwd_cache_slot(saddr, daddr, ifindex);
 	if (e && dpd_fwd_cache_hit(e, family, saddr, daddr, ifindex, now)) {
 		oif = e->oif;
-		__builtin_memcpy(macs, e->dmac, 12);
+		__builtin_memcpy(macs, e->macs, sizeof(macs));
 		if ((dpd_ifstate_get(oif).flags & (want | DPD_IF_HOST)) != want) {
 			e->oif = 0;
 			return TC_ACT_OK;
 		}
-		/* What the forward lookup checks of the packet itself. */
+		/* What the forward lookup checks of the packet itself, its size
+		 * (without the lookup's VLAN allowance: a packet within 4 bytes
+		 * of the MTU goes to the stack, which decides). */
 		if (bpf_check_mtu(skb, oif, &mtu, 0, 0) != BPF_MTU_CHK_RET_SUCCESS)
 			return TC_ACT_OK;
 		goto rewrite;

@@ -582,8 +582,8 @@ struct dpd_fwd_cache_ent {
 	__u8  daddr[16];  /* 16 */
 	__u32 ifindex;    /* 32: the interface the packet entered on */
 	__u32 oif;        /* 36: the destination's interface; 0 = empty */
-	__u8  dmac[6];    /* 40: the destination workload's */
-	__u8  smac[6];    /* 46: oif's own */
+	__u8  macs[12];   /* 40: the new Ethernet header's destination (the
+			   * workload's) and source (oif's own) */
 	__u8  family;     /* 52: 4 or 6 */
 	__u8  pad[3];     /* 53 */
 	__u64 expires;    /* 56: dpd_now() past which the entry is not used */
@@ -591,8 +591,10 @@ struct dpd_fwd_cache_ent {
 #define DPD_FWD_CACHE_BITS    10
 #define DPD_FWD_CACHE_ENTRIES (1u << 10) /* 1 << DPD_FWD_CACHE_BITS */
 /* How long an entry stands for the FIB: a route or neighbour change made by
- * anyone reaches a pair's packets within this (a destination interface that
- * stops being a ready workload one does at once: every hit checks it). */
+ * anyone reaches a pair's packets within this, plus a tick of dpd_now's
+ * clock (a destination interface that stops being a ready workload one
+ * does at once: every hit checks it). A change of the entry's layout must
+ * rename the map: a pinned map of the same sizes is reused as it is. */
 #define DPD_FWD_CACHE_NS 20000000 /* 20 ms */
 
 #endif

@@ -92,7 +92,7 @@ func TestBTFLayout(t *testing.T) {
 		{"dpd_ev_deny", abi.EvDenySize, map[string]uint32{"key": 0, "last_ns": 48, "count": 56}},
 		{"dpd_fwd_cfg", abi.FwdCfgSize, map[string]uint32{"flags": 0}},
 		{"dpd_fwd_cache_ent", abi.FwdCacheEntSize, map[string]uint32{
-			"saddr": 0, "daddr": 16, "ifindex": 32, "oif": 36, "dmac": 40, "smac": 46, "family": 52, "expires": 56,
+			"saddr": 0, "daddr": 16, "ifindex": 32, "oif": 36, "macs": 40, "family": 52, "expires": 56,
 		}},
 	}
 	for _, tc := range tests {

@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -171,9 +172,10 @@ func redirectedHops(t *testing.T, d *Datapath, host *testutil.NFTCounters, wa, w
 }
 
 // TestWorkloadRedirectCache: the outcome of a pair's FIB lookups is kept in
-// dpd_fwd_cache; an entry never sends a packet to an interface that has
-// stopped being a ready workload interface, however long it has left, and
-// a route change reaches the pair's packets once entries expire.
+// dpd_fwd_cache and stands for them (a route change does not reach the
+// pair's packets while it lives); it never sends a packet to an interface
+// that has stopped being a ready workload interface, however long it has
+// left; and it expires by itself, so a route change reaches the pair.
 func TestWorkloadRedirectCache(t *testing.T) {
 	testutil.RequirePrivileged(t)
 	setSysctl(t, "/proc/sys/net/ipv4/ip_forward", "1")
@@ -182,28 +184,40 @@ func TestWorkloadRedirectCache(t *testing.T) {
 	wa, ifA := routedWorkload(t, ipA)
 	wb, ifB := routedWorkload(t, ipB)
 	allowBoth(t, d, ifA, wa, ifB, wb)
-	table := fmt.Sprintf("dpdt_fwdc_%d", os.Getpid())
-	host := testutil.HostHooks(t, table, ipA, ipB)
+	// Only A->B: B's replies may take the stack when B's route is gone.
+	host := testutil.NewNFTCounters(t, "", fmt.Sprintf("dpdt_fwdc_%d", os.Getpid()), fmt.Sprintf(`
+	counter prerouted {}
+	chain prerouting {
+		type filter hook prerouting priority -300;
+		ip saddr %s ip daddr %s counter name "prerouted"
+	}`, ipA, ipB))
 	testutil.WaitFor(t, 10*time.Second, "ping A->B", func() bool { return ping(wa, ipB) == nil })
 	testutil.WaitFor(t, 10*time.Second, "ping B->A", func() bool { return ping(wb, ipA) == nil })
-	if err := ping(wa, ipB); err != nil {
-		t.Fatal(err)
+	blackhole := func() {
+		testutil.Run(t, "ip", "route", "replace", "blackhole", ipB+"/32")
 	}
-	// The lookups of A->B are kept; from now on they would stand for the
-	// FIB for good.
-	if n := pinFwdCache(t, d, ifA, ifB, math.MaxUint64); n == 0 {
-		t.Fatalf("no cache entry from interface %d to %d after a redirected ping", ifA, ifB)
+	restore := func() {
+		testutil.Run(t, "ip", "route", "replace", ipB+"/32", "dev", wb.HostIface)
 	}
+	t.Cleanup(func() { _ = exec.Command("ip", "route", "del", "blackhole", ipB+"/32").Run() })
+
+	// The pair's entries (A's for B, B's for A: its replies' reverse-path
+	// check would fail without a route to B), on every CPU, for good: B's
+	// route is taken away, and A's packets still reach B, by the entry.
+	mustNil(t, ping(wa, ipB))
+	spreadFwdCache(t, d, ifA, ifB, math.MaxUint64)
+	spreadFwdCache(t, d, ifB, ifA, math.MaxUint64)
+	blackhole()
 	pre := host.Packets(t, "prerouted")
 	if err := ping(wa, ipB); err != nil {
-		t.Fatal(err)
+		t.Fatalf("ping A->B by a cached entry after B's route went: %v", err)
 	}
 	if got := host.Packets(t, "prerouted"); got != pre {
 		t.Fatalf("a cached pair's ping reached the host's stack (%d packets)", got-pre)
 	}
 
-	// B stops being ready: A's packets to it go to the stack (which routes
-	// them to B's interface, where they are dropped), not by the entry.
+	// B stops being ready: A's packets to it go to the stack, which drops
+	// them (no route), not to B by the entry.
 	mustNil(t, d.SetIfState(ifB, 1, abi.IfWorkload))
 	if err := ping(wa, ipB); err == nil {
 		t.Fatal("ping A->B answered while B is not ready")
@@ -211,16 +225,15 @@ func TestWorkloadRedirectCache(t *testing.T) {
 	if got := host.Packets(t, "prerouted"); got == pre {
 		t.Error("with B not ready, A's packets to it were still redirected by the cache")
 	}
+	restore()
 	mustNil(t, d.SetIfState(ifB, 1, abi.IfReady|abi.IfWorkload))
+	clearFwdCache(t, d)
 	testutil.WaitFor(t, 10*time.Second, "ping A->B with B ready again", func() bool { return ping(wa, ipB) == nil })
 
-	// A route change: B's address is sent nowhere. Once the entries expire
-	// the packets meet the FIB again, which sends them to the stack.
-	if n := pinFwdCache(t, d, ifA, ifB, 0); n == 0 {
-		t.Fatal("no cache entry after B was ready again")
-	}
-	testutil.Run(t, "ip", "route", "replace", "blackhole", ipB+"/32")
-	t.Cleanup(func() { _ = exec.Command("ip", "route", "del", "blackhole", ipB+"/32").Run() })
+	// A fresh entry on every CPU, with the expiry it was given: once it
+	// passes, the route change reaches A's packets.
+	spreadFwdCache(t, d, ifA, ifB, 0)
+	blackhole()
 	pre = host.Packets(t, "prerouted")
 	testutil.WaitFor(t, 10*time.Second, "A's packets to B through the stack after the route change", func() bool {
 		_ = ping(wa, ipB)
@@ -228,25 +241,38 @@ func TestWorkloadRedirectCache(t *testing.T) {
 	})
 }
 
-// pinFwdCache sets the expiry of every CPU's dpd_fwd_cache entries from
-// ifIn to oif (0: already expired) and says how many there were.
-func pinFwdCache(t *testing.T, d *Datapath, ifIn, oif int, expires uint64) int {
+// spreadFwdCache copies the dpd_fwd_cache entry from ifIn to oif that some
+// CPU holds into every CPU's slot, with expires (0: the entry's own), so
+// that a packet of the pair hits it on whichever CPU it is processed.
+func spreadFwdCache(t *testing.T, d *Datapath, ifIn, oif int, expires uint64) {
 	t.Helper()
-	n := 0
 	for i := range uint32(abi.FwdCacheEntries) {
 		var per []bpf.DpdDpdFwdCacheEnt
 		mustNil(t, d.objs.DpdFwdCache.Lookup(i, &per))
-		hit := false
-		for c := range per {
-			if per[c].Ifindex == uint32(ifIn) && per[c].Oif == uint32(oif) {
-				per[c].Expires = expires
-				hit = true
-				n++
-			}
+		c := slices.IndexFunc(per, func(e bpf.DpdDpdFwdCacheEnt) bool {
+			return e.Ifindex == uint32(ifIn) && e.Oif == uint32(oif)
+		})
+		if c < 0 {
+			continue
 		}
-		if hit {
-			mustNil(t, d.objs.DpdFwdCache.Update(i, per, ebpf.UpdateExist))
+		e := per[c]
+		if expires != 0 {
+			e.Expires = expires
 		}
+		for j := range per {
+			per[j] = e
+		}
+		mustNil(t, d.objs.DpdFwdCache.Update(i, per, ebpf.UpdateExist))
+		return
 	}
-	return n
+	t.Fatalf("no cache entry from interface %d to %d", ifIn, oif)
+}
+
+// clearFwdCache empties every CPU's dpd_fwd_cache.
+func clearFwdCache(t *testing.T, d *Datapath) {
+	t.Helper()
+	empty := make([]bpf.DpdDpdFwdCacheEnt, ebpf.MustPossibleCPU())
+	for i := range uint32(abi.FwdCacheEntries) {
+		mustNil(t, d.objs.DpdFwdCache.Update(i, empty, ebpf.UpdateExist))
+	}
 }
