@@ -52,7 +52,7 @@ func FullScale() Scale {
 		Name: "full", Endpoints: 1000, Policies: 1000, IPSets: 100, SetMembers: 1000,
 		TraceSample: 20, FanoutChanges: 10, Pace: 20 * time.Millisecond, PhaseTimeout: 3 * time.Minute,
 		BPFBenchTime: "1000000x", IngestBenchTime: "2s", BenchCount: 3,
-		TrafficSlice: 250 * time.Millisecond, TrafficRounds: 12, PortRules: 1000, SetRules: 100,
+		TrafficSlice: 250 * time.Millisecond, TrafficRounds: 20, PortRules: 1000, SetRules: 100,
 		TrafficSteady: 45 * time.Second, // well past a closed flow's timeout (10 s) and a scan interval (10 s)
 	}
 }

@@ -287,7 +287,10 @@ func (r *Results) methodSection(w writer) {
 		"namespace): a client and a server in dpd's node namespace on `cali` host sides that dpd programs, and a client and a server "+
 		"in each of three other node namespaces, routed by plain kernel routes, with the same sysctls (proxy ARP, forwarding, strict rp_filter) "+
 		"and permanent neighbour entries dpd writes. The load generator (`internal/bench/tcpload`) runs in the driver: blocking "+
-		"system calls on sockets created inside each pod's namespace, the server in the server pod, the client in the client pod; "+
+		"system calls on sockets created inside each pod's namespace, the server in the server pod (one connection at a time, in the "+
+		"accepting thread: a goroutine per connection made the Go scheduler part of what was measured, and with it the connection "+
+		"rate a third of what it is), the client in the client pod, the driver with more Ps than threads that can block at once "+
+		"(so that sysmon never takes one back from a blocked thread); "+
 		"request/response is 1-byte requests over one connection (TCP_NODELAY), connection rate a new connection per "+
 		"request (connect, 1 byte each way, the server closes first), each from a source address and port not used before "+
 		"in the phase (so no connection meets an earlier one's conntrack entry), bulk one connection sending 128 KiB writes, "+
@@ -308,11 +311,12 @@ func (r *Results) methodSection(w writer) {
 		"Before each rule list's rounds a "+
 		"connection to a port nothing listens on must be refused without a policy and dropped with one, so each case is "+
 		"proven on its path. Each rule list is measured in rounds: in each, every metric is measured once per case, "+
-		"the cases back to back, starting with a different case each round (%s per measurement, %d rounds); "+
+		"%s per measurement taken in %d equal turns, the cases taking turns (so the machine's speed, which drifts over "+
+		"hundreds of milliseconds, lands on every case alike), starting with a different case each round (%d rounds); "+
 		"a ratio is the median over the rounds of the case against the no-dpd measurement of the same round (or, dpd "+
 		"against nftables, of the two in the same round), so the load of the shared machine, which drifts, cancels out "+
 		"of each ratio.\n\n",
-		s.PortRules, s.SetRules, forwardingNote(r.Forwarding), steadyNote(r.Traffic.Steady), s.TrafficSlice, s.TrafficRounds)
+		s.PortRules, s.SetRules, forwardingNote(r.Forwarding), steadyNote(r.Traffic.Steady), s.TrafficSlice, trafficPasses, s.TrafficRounds)
 }
 
 // steadyNote describes the conntrack warm-up of P7 (trafficsteady.go).

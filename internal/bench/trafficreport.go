@@ -58,8 +58,8 @@ func medianOf(v []float64) float64 {
 }
 
 // medianRatio is the median over rounds of num[i]/den[i], in percent: each
-// round's pair was measured back to back, so the machine's load, which
-// drifts, cancels out of each ratio.
+// round's pair took turns, so the machine's load, which drifts, cancels out
+// of each ratio.
 func medianRatio(num, den []float64) (float64, bool) {
 	if len(num) == 0 || len(num) != len(den) {
 		return 0, false
