@@ -293,7 +293,7 @@ func (r *Results) methodSection(w writer) {
 		"(so that sysmon never takes one back from a blocked thread); "+
 		"request/response is 1-byte requests over one connection (TCP_NODELAY), connection rate a new connection per "+
 		"request (connect, 1 byte each way, the server closes first), each from a source address and port not used before "+
-		"in the phase (so no connection meets an earlier one's conntrack entry), bulk one connection sending 128 KiB writes, "+
+		"in the phase (so no connection meets an earlier one's conntrack entry), bulk one connection sending 128 KiB writes through fixed 8 MiB socket buffers (autotuned ones moved one path's rate more than the paths differ), "+
 		"timed until the server's count of the bytes arrives. For the whole phase the driver's threads, and with them the load "+
 		"generator and the softirq work of its packets, are pinned to one CPU (the machine's last), so that a case's rate is what "+
 		"its packets cost that CPU rather than where the scheduler put a thread (unpinned, that moved the connection rate by ±5 %% "+

@@ -30,6 +30,12 @@ const (
 	modeBulk = 'b' // then data until the client's FIN, answered by the byte count
 )
 
+// bulkBuffer is both ends' socket buffer in bulk mode, fixed (which takes
+// CAP_NET_ADMIN beyond net.core's maximums): TCP's buffer autotuning
+// reacts to timing, so it made measurements of one path differ by more than
+// the paths do.
+const bulkBuffer = 8 << 20
+
 // Timeout bounds every blocking client call (connect, read, write), so a
 // path that drops packets ends a measurement with an error, not a hang.
 const Timeout = 2 * time.Second
@@ -185,6 +191,9 @@ func (s *Server) serve(fd int) {
 	case modeCRR:
 		_ = writeAll(fd, buf)
 	case modeBulk:
+		if unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, bulkBuffer) != nil {
+			return // the client's count read fails its measurement
+		}
 		big := make([]byte, 256<<10)
 		var total uint64
 		for {
@@ -280,6 +289,9 @@ func Bulk(dst netip.AddrPort, d time.Duration) (Result, error) {
 		return Result{}, err
 	}
 	defer func() { _ = unix.Close(fd) }()
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, bulkBuffer); err != nil {
+		return Result{}, fmt.Errorf("send buffer: %w", err)
+	}
 	if err := writeAll(fd, []byte{modeBulk}); err != nil {
 		return Result{}, err
 	}
