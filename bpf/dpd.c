@@ -124,7 +124,7 @@ static __always_inline int dpd_entry(struct __sk_buff *skb, __u32 dir)
 			if (nat.hairpin)
 				return dpd_hairpin_redirect(skb, ifindex);
 			if (dir == DPD_DIR_FROM_WEP)
-				return dpd_fwd_local(skb, p.family, p.saddr6, p.daddr6, ifindex, now);
+				return dpd_fwd_local(skb, p.family, p.saddr6, p.daddr6, ifindex, now, &p);
 			return TC_ACT_OK;
 		}
 		p.flags |= DPD_ST_CT_FWD;
@@ -136,7 +136,7 @@ static __always_inline int dpd_entry(struct __sk_buff *skb, __u32 dir)
 			    dpd_nat_reverse(skb, &p, ct))
 				return TC_ACT_SHOT;
 			if (dir == DPD_DIR_FROM_WEP)
-				return dpd_fwd_local(skb, p.family, p.saddr6, p.daddr6, ifindex, now);
+				return dpd_fwd_local(skb, p.family, p.saddr6, p.daddr6, ifindex, now, &p);
 			return TC_ACT_OK;
 		}
 		p.flags |= DPD_ST_CT_REV;
@@ -240,6 +240,6 @@ int dpd_epilogue(struct __sk_buff *skb)
 	if (st->dir == DPD_DIR_FROM_WEP && (st->flags & DPD_ST_HAIRPIN))
 		return dpd_hairpin_redirect(skb, st->ifindex);
 	if (st->dir == DPD_DIR_FROM_WEP)
-		return dpd_fwd_local(skb, st->family, st->saddr, st->daddr, st->ifindex, dpd_now());
+		return dpd_fwd_local(skb, st->family, st->saddr, st->daddr, st->ifindex, dpd_now(), 0);
 	return TC_ACT_OK;
 }

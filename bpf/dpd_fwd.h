@@ -25,6 +25,20 @@
  *     netfilter, NAT included).
  * dpd_fwd_cfg can send everything through the stack instead.
  *
+ * A packet of an established flow whose destination hook has a live
+ * conntrack entry for it (dpd_to_wep would pass it on that entry and do
+ * nothing else) goes further: bpf_redirect_peer puts it straight into the
+ * destination workload's namespace, on the ingress of the peer of its
+ * host-side interface, and the entry's refresh and counts that dpd_to_wep
+ * would have made are made here. That skips the host-side interface's
+ * egress (dpd_to_wep's run, the veth's transmit) and a backlog queue: for
+ * two workloads on one node, what the host's stack costs a packet without
+ * dpd. Only where dpd_to_wep would have done no more: not a fragment (its
+ * hook tracks them), not a reply that gets a service frontend back
+ * (DPD_CT_F_NAT_FWD), not the policy's first packet of a flow. What it
+ * costs is visibility: a capture on the host-side interface does not see
+ * these packets (DPD_FWD_CFG_NO_PEER turns it off).
+ *
  * The two FIB lookups are most of what the hop costs, and a pair of
  * workloads exchanges many packets: their outcome is kept per CPU in
  * dpd_fwd_cache for DPD_FWD_CACHE_NS, keyed by the interface the packet
@@ -46,6 +60,8 @@
 #include "dpd_abi.h"
 #include "dpd_maps.h"
 #include "dpd_ifstate.h"
+#include "dpd_parse_types.h"
+#include "dpd_ct.h"
 
 #ifndef AF_INET
 #define AF_INET 2
@@ -117,12 +133,33 @@ static __always_inline void dpd_fwd_cache_fill(struct dpd_fwd_cache_ent *e, __u8
 	e->oif = oif;
 }
 
+/* dpd_fwd_peer says whether a packet p, going to oif, may skip oif's
+ * dpd_to_wep: that hook has a live entry that passes it, and the entry is
+ * refreshed and counted as that hook would have. */
+static __always_inline int dpd_fwd_peer(const struct dpd_pkt *p, __u32 oif, __u32 len, __u64 now)
+{
+	struct dpd_ct_key k;
+	struct dpd_ct_val *v;
+	int reply = 0;
+
+	if (p->frag != DPD_FRAG_NONE)
+		return 0;
+	v = dpd_ct_find_pkt(&k, p, DPD_DIR_TO_WEP, oif, now, &reply);
+	if (!v || (reply && (v->flags & DPD_CT_F_NAT_FWD)))
+		return 0;
+	dpd_ct_refresh(v, p, reply, now);
+	dpd_ct_count(v, reply, len);
+	return 1;
+}
+
 /* dpd_fwd_local returns the verdict for a packet dpd_from_wep passed on
  * ifindex: a redirect to the destination workload's interface, or
  * TC_ACT_OK (the stack). saddr and daddr are the packet's (16 bytes, IPv4
- * in the first 4, 4-byte aligned); now is dpd_now(). */
+ * in the first 4, 4-byte aligned); now is dpd_now(). p is the packet when
+ * it passed on a conntrack entry of ifindex's hook, and may then take the
+ * peer (0: the policy just passed it). */
 static __always_inline int dpd_fwd_local(struct __sk_buff *skb, __u8 family, const __u8 *saddr,
-					 const __u8 *daddr, __u32 ifindex, __u64 now)
+					 const __u8 *daddr, __u32 ifindex, __u64 now, const struct dpd_pkt *p)
 {
 	struct dpd_fwd_cache_ent *e;
 	struct bpf_fib_lookup fib;
@@ -130,6 +167,7 @@ static __always_inline int dpd_fwd_local(struct __sk_buff *skb, __u8 family, con
 	__u32 zero = 0, oif, mtu = 0, want = DPD_IF_READY | DPD_IF_WORKLOAD;
 	__u8 b[2], hop, macs[12];
 	__u32 hop_off;
+	int peer;
 
 	cfg = bpf_map_lookup_elem(&dpd_fwd_cfg, &zero);
 	if (!cfg || (cfg->flags & DPD_FWD_CFG_STACK))
@@ -187,6 +225,7 @@ static __always_inline int dpd_fwd_local(struct __sk_buff *skb, __u8 family, con
 		dpd_fwd_cache_fill(e, family, saddr, daddr, ifindex, oif, macs, now);
 
 rewrite:
+	peer = p && !(cfg->flags & DPD_FWD_CFG_NO_PEER) && dpd_fwd_peer(p, oif, skb->len, now);
 	/* From here on the packet is changed: it must be redirected. */
 	if (family == 6) {
 		hop--;
@@ -202,6 +241,8 @@ rewrite:
 	}
 	if (bpf_skb_store_bytes(skb, 0, macs, 2 * ETH_ALEN, 0))
 		return TC_ACT_SHOT;
+	if (peer)
+		return bpf_redirect_peer(oif, 0);
 	return bpf_redirect(oif, 0);
 }
 

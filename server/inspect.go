@@ -41,6 +41,7 @@ func (s *inspectService) GetStatus(context.Context, *dpdv1.GetStatusRequest) (*d
 	if name == "" {
 		name = s.dpName
 	}
+	forwarding, peer := s.workloadForwarding()
 	return &dpdv1.GetStatusResponse{
 		Version:   s.version,
 		Pid:       int32(os.Getpid()),
@@ -73,17 +74,19 @@ func (s *inspectService) GetStatus(context.Context, *dpdv1.GetStatusRequest) (*d
 		LastApplyError: st.LastApplyError,
 		Attach:         s.attachInfo(),
 
-		WorkloadForwarding: s.workloadForwarding(),
+		WorkloadForwarding:   forwarding,
+		WorkloadRedirectPeer: peer,
 	}, nil
 }
 
-// workloadForwarding is how packets between workloads travel; empty for
+// workloadForwarding is how packets between workloads travel and whether
+// established flows' go into the destination's namespace; empty for
 // kernels that do not choose.
-func (s *inspectService) workloadForwarding() string {
+func (s *inspectService) workloadForwarding() (string, bool) {
 	if f, ok := s.kernel.(engine.ForwardingInspector); ok {
-		return f.WorkloadForwarding()
+		return f.WorkloadForwarding(), f.WorkloadRedirectPeer()
 	}
-	return ""
+	return "", false
 }
 
 // attachInfo is the kernel's attach mode and costs; nil for kernels that

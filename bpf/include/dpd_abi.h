@@ -566,12 +566,15 @@ struct dpd_failsafe6_key {
 /* dpd_fwd_cfg: ARRAY[1], written by userspace. A packet a workload sends to
  * another workload of this node is redirected by dpd_from_wep straight to
  * the destination's host-side interface (dpd_fwd.h) unless
- * DPD_FWD_CFG_STACK says to leave every packet to the host's IP stack. 0 (a
- * map not written yet) is redirect. */
+ * DPD_FWD_CFG_STACK says to leave every packet to the host's IP stack; one
+ * of a flow the destination's dpd_to_wep already passes goes into the
+ * destination's namespace (its peer) unless DPD_FWD_CFG_NO_PEER. 0 (a map
+ * not written yet) is redirect, to the peer where it may. */
 struct dpd_fwd_cfg {
 	__u32 flags;
 };
-#define DPD_FWD_CFG_STACK (1u << 0)
+#define DPD_FWD_CFG_STACK   (1u << 0)
+#define DPD_FWD_CFG_NO_PEER (1u << 1)
 
 /* dpd_fwd_cache: PERCPU_ARRAY of DPD_FWD_CACHE_ENTRIES, direct-mapped by a
  * hash of (ifindex, saddr, daddr): the outcome of dpd_fwd_local's two FIB

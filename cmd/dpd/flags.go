@@ -69,6 +69,7 @@ func parseInto(lo *linux.Options, mem *memorySize, gc *gcPercent, st *startFlags
 	fs.StringVar(&lo.PinDir, "bpf-pin-dir", abi.PinDir, "bpffs directory for dpd's pinned maps and links (kept across restarts)")
 	fs.StringVar(&lo.AttachMode, "attach-mode", tcbpf.AttachAuto, "how entry programs attach: auto (measure the kernel at start: TCX unless its first attach costs a grace period), tcx, or tc (clsact + cls_bpf)")
 	redirect := fs.Bool("workload-redirect", true, "send a packet from one of this node's workloads to another straight to the destination's interface, where its ingress policy runs, skipping the host's IP stack (routing, netfilter); off routes such packets through the stack")
+	peer := fs.Bool("workload-redirect-peer", true, "with --workload-redirect, deliver a packet of an established flow straight into the destination workload's namespace (bpf_redirect_peer), skipping its host-side interface's egress and a backlog queue; captures on that host-side interface then see only each flow's first packets. Off: every redirected packet leaves through the host-side interface")
 	fs.BoolVar(&lo.ForceLegacyTC, "force-legacy-tc", false, "same as --attach-mode=tc (kept for existing configurations)")
 	fs.StringVar(&lo.Hostname, "hostname", "", "this node's name for VXLAN tunnel endpoints when ConfigUpdate has no FelixHostname (default: the OS hostname)")
 	fs.BoolVar(&cfg.FelixPipe, "felix-pipe", false, "be Felix's dataplane driver: ToDataplane on fd 3, FromDataplane on fd 4; the end of fd 3 stops dpd (exit 0)")
@@ -128,6 +129,7 @@ func parseInto(lo *linux.Options, mem *memorySize, gc *gcPercent, st *startFlags
 	}
 	lo.Flows.Off = !*flowEvents
 	lo.StackForwarding = !*redirect
+	lo.HostSideDelivery = !*peer
 	switch {
 	case lo.Flows.History <= 0:
 		return cfg, level, fmt.Errorf("--flow-history must be positive")

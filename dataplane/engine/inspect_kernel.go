@@ -62,4 +62,8 @@ type ForwardingInspector interface {
 	// WorkloadForwarding is "redirect" (straight from one workload's
 	// host-side interface to the other's) or "stack" (routed by the host).
 	WorkloadForwarding() string
+	// WorkloadRedirectPeer: with "redirect", an established flow's
+	// packets go straight into the destination workload's namespace,
+	// past its host-side interface.
+	WorkloadRedirectPeer() bool
 }

@@ -8,3 +8,10 @@ func (k *Kernel) WorkloadForwarding() string {
 	}
 	return "redirect"
 }
+
+// WorkloadRedirectPeer says whether a redirected packet of an established
+// flow goes straight into the destination's namespace
+// (Options.HostSideDelivery off).
+func (k *Kernel) WorkloadRedirectPeer() bool {
+	return !k.opts.StackForwarding && !k.opts.HostSideDelivery
+}

@@ -46,6 +46,10 @@ type Options struct {
 	// through the host's IP stack instead of redirecting them to the
 	// destination's interface (tcbpf.Options.StackForwarding).
 	StackForwarding bool
+	// HostSideDelivery keeps established flows' packets between workloads
+	// on the destination's host-side interface instead of delivering them
+	// into its namespace (tcbpf.Options.HostSideDelivery).
+	HostSideDelivery bool
 }
 
 // Kernel implements engine.Kernel on Linux by composing one programmer
@@ -234,7 +238,8 @@ func (k *Kernel) openBPFLocked() error {
 		Log:           k.log,
 		Epilogue:      k.opts.Epilogue,
 
-		StackForwarding: k.opts.StackForwarding,
+		StackForwarding:  k.opts.StackForwarding,
+		HostSideDelivery: k.opts.HostSideDelivery,
 	})
 	if err != nil {
 		return fmt.Errorf("open bpf dataplane: %w", err)
@@ -242,8 +247,10 @@ func (k *Kernel) openBPFLocked() error {
 	k.bpf = d
 	if k.opts.StackForwarding {
 		k.log.Info("packets between workloads are routed by the host's IP stack (--workload-redirect=false)")
+	} else if k.opts.HostSideDelivery {
+		k.log.Info("packets between workloads are redirected to the destination's interface, skipping the host's IP stack (--workload-redirect); all of them to its host side (--workload-redirect-peer=false)")
 	} else {
-		k.log.Info("packets between workloads are redirected to the destination's interface, skipping the host's IP stack (--workload-redirect)")
+		k.log.Info("packets between workloads are redirected to the destination's interface, skipping the host's IP stack (--workload-redirect); an established flow's straight into the destination's namespace, which captures on its host-side interface do not see (--workload-redirect-peer)")
 	}
 	if err := k.attachBPFLocked(realBPF(d), d.Sizes().Slots()); err != nil {
 		_ = d.Close()

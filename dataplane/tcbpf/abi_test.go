@@ -170,7 +170,8 @@ func TestHeaderDefines(t *testing.T) {
 		"DPD_JUMP_HEP_CONT_FROM_WEP": abi.JumpHepContFromWEP, "DPD_JUMP_HEP_CONT_TO_WEP": abi.JumpHepContToWEP,
 		"DPD_EV_CFG_PREVIEW": abi.EvCfgPreview, "DPD_ST_PREVIEW": abi.StPreview,
 		"DPD_IFSTATE_ARR_ENTRIES": abi.IfStateArrEntries, "DPD_FWD_CFG_STACK": abi.FwdCfgStack,
-		"DPD_FWD_CACHE_BITS": abi.FwdCacheBits, "DPD_FWD_CACHE_ENTRIES": abi.FwdCacheEntries, "DPD_FWD_CACHE_NS": abi.FwdCacheNS,
+		"DPD_FWD_CFG_NO_PEER": abi.FwdCfgNoPeer,
+		"DPD_FWD_CACHE_BITS":  abi.FwdCacheBits, "DPD_FWD_CACHE_ENTRIES": abi.FwdCacheEntries, "DPD_FWD_CACHE_NS": abi.FwdCacheNS,
 	}
 	f, err := os.Open("../../bpf/include/dpd_abi.h")
 	if err != nil {

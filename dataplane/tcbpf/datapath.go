@@ -31,6 +31,11 @@ type Options struct {
 	// host's IP stack; by default dpd_from_wep redirects them straight to
 	// the destination's interface (bpf/dpd_fwd.h).
 	StackForwarding bool
+	// HostSideDelivery keeps the redirect of an established flow's packet
+	// on the destination's host-side interface, where captures see it; by
+	// default it goes straight into the destination workload's namespace
+	// (bpf_redirect_peer, bpf/dpd_fwd.h).
+	HostSideDelivery bool
 }
 
 // Maps are the pinned maps shared with the policy programs. The handles
@@ -223,7 +228,7 @@ func (d *Datapath) init() error {
 	if err := d.initCTCfg(); err != nil {
 		return err
 	}
-	if err := d.setFwdCfg(d.opts.StackForwarding); err != nil {
+	if err := d.setFwdCfg(d.opts.StackForwarding, d.opts.HostSideDelivery); err != nil {
 		return err
 	}
 	// Before this Datapath attaches an entry program that reads it.

@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vishvananda/netlink"
 
 	"github.com/dpd-dev/dpd/internal/testutil"
 	dpdv1 "github.com/dpd-dev/dpd/proto/dpd/v1"
@@ -37,6 +40,7 @@ type env struct {
 	a, b, cl *Workload
 	legacy   bool
 	stack    bool // --workload-redirect=false
+	hostSide bool // --workload-redirect-peer=false
 	last     Scenario
 }
 
@@ -51,7 +55,8 @@ func TestPacketMatrix(t *testing.T) {
 		wire   string
 	}{
 		{"tcx", false, false, []string{"--attach-mode=tcx"}, WireCurrent},
-		{"legacy-tc", true, false, []string{"--attach-mode=tc"}, WireCurrent},
+		// Every redirected packet through the destination's host side.
+		{"legacy-tc", true, false, []string{"--attach-mode=tc", "--workload-redirect-peer=false"}, WireCurrent},
 		// The controller speaks Felix v3.28-v3.31's encoding.
 		{"tcx-felix-v3.31-wire", false, false, []string{"--attach-mode=tcx"}, WireLegacy},
 		// Packets between the workloads routed by the host, as without dpd.
@@ -65,7 +70,7 @@ func TestPacketMatrix(t *testing.T) {
 
 func runMatrix(t *testing.T, legacy, stack bool, args []string, wire string) {
 	testutil.RequirePrivileged(t)
-	e := &env{legacy: legacy, stack: stack}
+	e := &env{legacy: legacy, stack: stack, hostSide: slices.Contains(args, "--workload-redirect-peer=false")}
 	e.d = StartDaemon(t, args...)
 	e.d.SetWire(wire)
 	e.a, e.b, e.cl = NewWorkload(t, 1), NewWorkload(t, 2), NewWorkload(t, 3)
@@ -203,6 +208,8 @@ func (e *env) inspectAttachMode(t *testing.T) {
 // workloadForwarding: Inspect reports how packets between workloads
 // travel, and they do: redirected, the host's prerouting and forward hooks
 // never see A's pings to B or B's replies; via the stack they see each.
+// Redirected into the destination's namespace, B's host side transmits
+// only the flow's first request; kept on the host side, every one.
 func (e *env) workloadForwarding(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
@@ -214,10 +221,15 @@ func (e *env) workloadForwarding(t *testing.T) {
 	if got := st.GetWorkloadForwarding(); got != want {
 		t.Errorf("Inspect says workload forwarding %q, want %q", got, want)
 	}
+	peer := !e.stack && !e.hostSide
+	if got := st.GetWorkloadRedirectPeer(); got != peer {
+		t.Errorf("Inspect says redirect to the peer %v, want %v", got, peer)
+	}
 	e.apply(t, e.base([]string{profAllowAll}, nil))
 	Expect(t, Allowed(Ping(e.a, e.b.IP)))
 	hooks := testutil.HostHooks(t, fmt.Sprintf("dpde2e_fwd_%d", os.Getpid()), e.a.IP, e.b.IP)
-	const n = 3
+	const n = 10
+	tx := hostTxPackets(t, e.b.HostIface)
 	if out, err := e.a.Exec("ping", "-n", "-c", fmt.Sprint(n), "-i", "0.01", "-W", "1", e.b.IP); err != nil {
 		t.Fatalf("ping A->B: %v\n%s", err, out)
 	}
@@ -228,6 +240,22 @@ func (e *env) workloadForwarding(t *testing.T) {
 	if !e.stack && (pre != 0 || fwd != 0) {
 		t.Errorf("redirected: the host's hooks saw prerouting %d, forward %d packets between A and B, want none", pre, fwd)
 	}
+	// Slack of two for the neighbour traffic the host sends B itself.
+	if tx := hostTxPackets(t, e.b.HostIface) - tx; peer && tx > 3 {
+		t.Errorf("redirected to the peer: B's host side transmitted %d of %d pings, want the first only", tx, n)
+	} else if !peer && tx < n {
+		t.Errorf("B's host side transmitted %d of %d pings, want each", tx, n)
+	}
+}
+
+// hostTxPackets is the transmit packet counter of the host's ifname.
+func hostTxPackets(t *testing.T, ifname string) uint64 {
+	t.Helper()
+	l, err := netlink.LinkByName(ifname)
+	if err != nil {
+		t.Fatalf("link %s: %v", ifname, err)
+	}
+	return l.Attrs().Statistics.TxPackets
 }
 
 // conntrackReturn: A may send anything but accept nothing; replies to A's

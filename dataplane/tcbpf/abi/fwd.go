@@ -8,6 +8,10 @@ const (
 	// FwdCfgStack (dpd_fwd_cfg.flags): packets between this node's
 	// workloads take the host's IP stack instead of the redirect.
 	FwdCfgStack = 1 << 0
+	// FwdCfgNoPeer (dpd_fwd_cfg.flags): an established flow's packets are
+	// redirected to the destination's host-side interface too, never
+	// into its namespace.
+	FwdCfgNoPeer = 1 << 1
 )
 
 // The programs' cache of workload-to-workload FIB lookups (bpf/dpd_fwd.h):

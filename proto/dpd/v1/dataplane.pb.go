@@ -84,8 +84,13 @@ type GetStatusResponse struct {
 	// other, skipping the host's IP stack; --workload-redirect) or "stack"
 	// (routed by the host).
 	WorkloadForwarding string `protobuf:"bytes,12,opt,name=workload_forwarding,json=workloadForwarding,proto3" json:"workload_forwarding,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// With "redirect": a packet of an established flow goes on straight
+	// into the destination workload's namespace (bpf_redirect_peer), so a
+	// capture on the destination's host-side interface sees only each
+	// flow's first packets (--workload-redirect-peer).
+	WorkloadRedirectPeer bool `protobuf:"varint,13,opt,name=workload_redirect_peer,json=workloadRedirectPeer,proto3" json:"workload_redirect_peer,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *GetStatusResponse) Reset() {
@@ -200,6 +205,13 @@ func (x *GetStatusResponse) GetWorkloadForwarding() string {
 		return x.WorkloadForwarding
 	}
 	return ""
+}
+
+func (x *GetStatusResponse) GetWorkloadRedirectPeer() bool {
+	if x != nil {
+		return x.WorkloadRedirectPeer
+	}
+	return false
 }
 
 // AttachInfo is the attach mode in force and the measurements behind it.
@@ -3105,7 +3117,7 @@ var File_dpd_v1_dataplane_proto protoreflect.FileDescriptor
 const file_dpd_v1_dataplane_proto_rawDesc = "" +
 	"\n" +
 	"\x16dpd/v1/dataplane.proto\x12\x06dpd.v1\x1a\x18felix/felixbackend.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\x12\n" +
-	"\x10GetStatusRequest\"\x8c\x04\n" +
+	"\x10GetStatusRequest\"\xc2\x04\n" +
 	"\x11GetStatusResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\x05R\x03pid\x124\n" +
@@ -3120,7 +3132,8 @@ const file_dpd_v1_dataplane_proto_rawDesc = "" +
 	"\x10last_apply_error\x18\n" +
 	" \x01(\tR\x0elastApplyError\x12*\n" +
 	"\x06attach\x18\v \x01(\v2\x12.dpd.v1.AttachInfoR\x06attach\x12/\n" +
-	"\x13workload_forwarding\x18\f \x01(\tR\x12workloadForwarding\"b\n" +
+	"\x13workload_forwarding\x18\f \x01(\tR\x12workloadForwarding\x124\n" +
+	"\x16workload_redirect_peer\x18\r \x01(\bR\x14workloadRedirectPeer\"b\n" +
 	"\n" +
 	"AttachInfo\x12\x12\n" +
 	"\x04mode\x18\x01 \x01(\tR\x04mode\x12\x16\n" +
