@@ -61,7 +61,9 @@ func (r *runner) readAttach(ctx context.Context) error {
 	}
 	r.res.Attach = attachFrom(a)
 	r.res.Forwarding = st.GetWorkloadForwarding()
-	r.progress("attach mode %s (%s), workload forwarding %q", r.res.Attach.Mode, r.res.Attach.Reason, r.res.Forwarding)
+	r.res.ForwardingPeer = st.GetWorkloadRedirectPeer()
+	r.progress("attach mode %s (%s), workload forwarding %q (established flows into the destination's namespace: %v)",
+		r.res.Attach.Mode, r.res.Attach.Reason, r.res.Forwarding, r.res.ForwardingPeer)
 	return nil
 }
 

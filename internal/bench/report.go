@@ -316,17 +316,22 @@ func (r *Results) methodSection(w writer) {
 		"a ratio is the median over the rounds of the case against the no-dpd measurement of the same round (or, dpd "+
 		"against nftables, of the two in the same round), so the load of the shared machine, which drifts, cancels out "+
 		"of each ratio.\n\n",
-		s.PortRules, s.SetRules, forwardingNote(r.Forwarding), steadyNote(r.Traffic.Steady), s.TrafficSlice, trafficPasses, s.TrafficRounds)
+		s.PortRules, s.SetRules, forwardingNote(r.Forwarding, r.ForwardingPeer), steadyNote(r.Traffic.Steady), s.TrafficSlice, trafficPasses, s.TrafficRounds)
 }
 
 // steadyNote describes the conntrack warm-up of P7 (trafficsteady.go).
 // forwardingNote says which path dpd's pods' packets took.
-func forwardingNote(f string) string {
-	switch f {
-	case "redirect":
+func forwardingNote(f string, peer bool) string {
+	switch {
+	case f == "redirect" && peer:
+		return "dpd passed packets between its pods from one host side straight to the other (`--workload-redirect`, " +
+			"its default): they skip the node's IP stack, which every other node's packets cross; once both hooks of a flow " +
+			"had passed it, its packets went on straight into the destination pod's namespace (`--workload-redirect-peer`, " +
+			"its default), skipping the destination host side's egress and a backlog queue. "
+	case f == "redirect":
 		return "dpd passed packets between its pods from one host side straight to the other (`--workload-redirect`, " +
 			"its default): they skip the node's IP stack, which every other node's packets cross. "
-	case "stack":
+	case f == "stack":
 		return "dpd left packets between its pods to the node's IP stack (`--workload-redirect=false`), as on every other node. "
 	}
 	return ""

@@ -32,6 +32,9 @@ type Results struct {
 	// Forwarding is how the daemon passes packets between its pods:
 	// "redirect", "stack", or "" (not reported).
 	Forwarding string
+	// ForwardingPeer: redirected packets of established flows went
+	// straight into the destination pod's namespace.
+	ForwardingPeer bool `json:",omitempty"`
 	Traffic    Traffic // P7
 
 	// RCU is /sys/kernel/rcu_expedited during the daemon phases: "0"
