@@ -34,8 +34,8 @@ type Results struct {
 	Forwarding string
 	// ForwardingPeer: redirected packets of established flows went
 	// straight into the destination pod's namespace.
-	ForwardingPeer bool `json:",omitempty"`
-	Traffic    Traffic // P7
+	ForwardingPeer bool    `json:",omitempty"`
+	Traffic        Traffic // P7
 
 	// RCU is /sys/kernel/rcu_expedited during the daemon phases: "0"
 	// (normal grace periods), "1" (expedited) or "" (not read).
