@@ -93,11 +93,11 @@ func runStatus(g *globals, args []string, w io.Writer) error {
 	}
 	switch st.GetWorkloadForwarding() {
 	case "redirect":
+		how := "straight to the destination's interface, skipping the host's IP stack"
 		if st.GetWorkloadRedirectPeer() {
-			row("workload to workload", "redirect (straight to the destination's interface, skipping the host's IP stack; an established flow's into the workload's namespace, past the host side)")
-		} else {
-			row("workload to workload", "redirect (straight to the destination's interface, skipping the host's IP stack)")
+			how += "; an established flow's into the workload's namespace, past the host side"
 		}
+		row("workload to workload", "redirect (%s)", how)
 	case "stack":
 		row("workload to workload", "stack (routed by the host)")
 	}

@@ -322,16 +322,17 @@ func (r *Results) methodSection(w writer) {
 // steadyNote describes the conntrack warm-up of P7 (trafficsteady.go).
 // forwardingNote says which path dpd's pods' packets took.
 func forwardingNote(f string, peer bool) string {
-	switch {
-	case f == "redirect" && peer:
-		return "dpd passed packets between its pods from one host side straight to the other (`--workload-redirect`, " +
-			"its default): they skip the node's IP stack, which every other node's packets cross; once both hooks of a flow " +
-			"had passed it, its packets went on straight into the destination pod's namespace (`--workload-redirect-peer`, " +
-			"its default), skipping the destination host side's egress and a backlog queue. "
-	case f == "redirect":
-		return "dpd passed packets between its pods from one host side straight to the other (`--workload-redirect`, " +
-			"its default): they skip the node's IP stack, which every other node's packets cross. "
-	case f == "stack":
+	switch f {
+	case "redirect":
+		s := "dpd passed packets between its pods from one host side straight to the other (`--workload-redirect`, " +
+			"its default): they skip the node's IP stack, which every other node's packets cross"
+		if peer {
+			s += "; once both hooks of a flow had passed it, its packets went on straight into the destination pod's " +
+				"namespace (`--workload-redirect-peer`, its default), skipping the destination host side's egress and a " +
+				"backlog queue"
+		}
+		return s + ". "
+	case "stack":
 		return "dpd left packets between its pods to the node's IP stack (`--workload-redirect=false`), as on every other node. "
 	}
 	return ""
