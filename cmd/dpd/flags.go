@@ -20,9 +20,9 @@ import (
 // equivalent (DPD_ + upper snake of its name) and the flag wins.
 // Usage and flag errors go to out.
 func parseFlags(args []string, getenv func(string) string, out io.Writer) (config, error) {
-	c := config{MemoryLimit: memorySize{bytes: defaultMemoryLimit}, GCPercent: gcPercent{n: defaultGCPercent}}
+	c := config{goRuntime: goRuntime{MemoryLimit: memorySize{bytes: defaultMemoryLimit}, GCPercent: gcPercent{n: defaultGCPercent}}}
 	var err error
-	c.Config, c.Level, err = parseInto(&c.Linux, &c.MemoryLimit, &c.GCPercent, &c.Start, args, getenv, out)
+	c.Config, c.Level, err = parseInto(&c.Linux, &c.goRuntime, &c.Start, args, getenv, out)
 	return c, err
 }
 
@@ -32,15 +32,22 @@ type config struct {
 	Level slog.Level
 	// Linux configures --dataplane=linux.
 	Linux linux.Options
-	// MemoryLimit is the Go runtime's soft memory limit (see memoryLimit).
-	MemoryLimit memorySize
-	// GCPercent is the Go runtime's GOGC (see gcTarget).
-	GCPercent gcPercent
+	goRuntime
 	// Start holds the flags of start-up (startup.go).
 	Start startFlags
 }
 
-func parseInto(lo *linux.Options, mem *memorySize, gc *gcPercent, st *startFlags, args []string, getenv func(string) string, out io.Writer) (server.Config, slog.Level, error) {
+// goRuntime are the Go runtime's settings the command line overrides.
+type goRuntime struct {
+	// MemoryLimit is the soft memory limit (see memoryLimit).
+	MemoryLimit memorySize
+	// GCPercent is GOGC (see gcTarget).
+	GCPercent gcPercent
+	// MaxProcs is GOMAXPROCS (see procsTarget).
+	MaxProcs maxProcs
+}
+
+func parseInto(lo *linux.Options, rt *goRuntime, st *startFlags, args []string, getenv func(string) string, out io.Writer) (server.Config, slog.Level, error) {
 	cfg := server.Config{
 		Socket:         server.DefaultSocket,
 		MetricsAddr:    server.DefaultMetricsAddr,
@@ -87,9 +94,10 @@ func parseInto(lo *linux.Options, mem *memorySize, gc *gcPercent, st *startFlags
 	fs.BoolVar(&lo.Flows.StagedPreview, "staged-preview", false, "with --flow-events, evaluate staged policies on every packet the policy decides and report what they would have decided beside the verdict (never enforced); costs such packets a second policy evaluation")
 	fs.StringVar(&cfg.FlowLog, "flow-log", "", "write flow logs (JSON lines aggregated per --flow-log-interval) to this file, or - for stdout")
 	fs.DurationVar(&cfg.FlowLogInterval, "flow-log-interval", server.DefaultFlowLogInterval, "aggregation interval of --flow-log")
-	fs.Var(mem, "memory-limit", "soft memory limit of the Go runtime, which collects more often near it: a `size` as GOMEMLIMIT takes (44MiB, 1GiB), 0 or off for none; if neither this flag nor DPD_MEMORY_LIMIT is given and GOMEMLIMIT is set, GOMEMLIMIT applies; lifted with a warning if the live heap outgrows it")
+	fs.Var(&rt.MemoryLimit, "memory-limit", "soft memory limit of the Go runtime, which collects more often near it: a `size` as GOMEMLIMIT takes (44MiB, 1GiB), 0 or off for none; if neither this flag nor DPD_MEMORY_LIMIT is given and GOMEMLIMIT is set, GOMEMLIMIT applies; lifted with a warning if the live heap outgrows it")
 	st.register(fs)
-	fs.Var(gc, "gc-percent", "the Go collector's GOGC: heap growth between collections in percent of the live heap, -1 for off; if neither this flag nor DPD_GC_PERCENT is given and GOGC is set, GOGC applies")
+	fs.Var(&rt.GCPercent, "gc-percent", "the Go collector's GOGC: heap growth between collections in percent of the live heap, -1 for off; if neither this flag nor DPD_GC_PERCENT is given and GOGC is set, GOGC applies")
+	fs.Var(&rt.MaxProcs, "max-procs", "the Go runtime's GOMAXPROCS: how many goroutines run Go code at once, 0 for twice the CPUs the runtime may use (a thread in a long kernel call holds its P, and dpd's kernel calls are long); if neither this flag nor DPD_MAX_PROCS is given and GOMAXPROCS is set, GOMAXPROCS applies")
 
 	var envErr error
 	fs.VisitAll(func(f *flag.Flag) {

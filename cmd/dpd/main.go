@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"time"
 )
@@ -49,7 +50,11 @@ func run(args []string, getenv func(string) string) int {
 	if percent, ok := gcTarget(cfg.GCPercent, getenv); ok {
 		debug.SetGCPercent(percent)
 	}
-	cfg.Log.Debug("go memory settings", "limit_bytes", debug.SetMemoryLimit(-1), "gc_percent", cfg.GCPercent.String())
+	if n, ok := procsTarget(cfg.MaxProcs, getenv, runtime.GOMAXPROCS(0)); ok {
+		runtime.GOMAXPROCS(n)
+	}
+	cfg.Log.Debug("go runtime settings", "limit_bytes", debug.SetMemoryLimit(-1), "gc_percent", cfg.GCPercent.String(),
+		"max_procs", runtime.GOMAXPROCS(0), "cpus", runtime.NumCPU())
 	d, closeKernel, err := newDaemon(cfg)
 	if err != nil {
 		cfg.Log.Error("dpd cannot start", "err", err)
