@@ -38,7 +38,11 @@ func (s *snapshotStore) putLocked(id model.WorkloadID, info *EndpointInfo) {
 		}
 		return
 	}
+	_, had := s.eps[id]
 	s.eps[id] = *info
+	if had {
+		return // indexed by its workload already
+	}
 	ids := s.byWorkload[id.Workload]
 	if ids == nil {
 		ids = map[model.WorkloadID]struct{}{}
@@ -50,18 +54,20 @@ func (s *snapshotStore) putLocked(id model.WorkloadID, info *EndpointInfo) {
 // publish copies changed loop state into the snapshot.
 func (e *Engine) publish() {
 	m := &e.weps
-	var infos map[model.WorkloadID]*EndpointInfo
+	// A slice, not a map: a policy change re-publishes every endpoint that
+	// uses it, and the map's hashing and a pointer per entry were the bulk
+	// of the pass for the members of a large group.
+	var infos []publishedInfo
 	if len(m.touched) > 0 { // most iterations of a steady stream touch none
-		infos = make(map[model.WorkloadID]*EndpointInfo, len(m.touched))
+		infos = make([]publishedInfo, 0, len(m.touched))
 		for id := range m.touched {
+			pi := publishedInfo{id: id}
 			if ent := m.eps[id]; ent != nil {
-				info := endpointInfo(ent, m)
-				infos[id] = &info
-			} else {
-				infos[id] = nil
+				pi.info, pi.present = endpointInfo(ent, m), true
 			}
+			infos = append(infos, pi)
 		}
-		m.touched = map[model.WorkloadID]struct{}{}
+		clear(m.touched) // keeps its room for the next change of that size
 	}
 	st := StatusInfo{
 		Dataplane:        e.opts.Name,
@@ -83,10 +89,22 @@ func (e *Engine) publish() {
 	}
 	e.snap.mu.Lock()
 	defer e.snap.mu.Unlock()
-	for id, info := range infos {
-		e.snap.putLocked(id, info)
+	for i := range infos {
+		if pi := &infos[i]; pi.present {
+			e.snap.putLocked(pi.id, &pi.info)
+		} else {
+			e.snap.putLocked(pi.id, nil)
+		}
 	}
 	e.snap.status = st
+}
+
+// publishedInfo is one endpoint's entry for the snapshot; present false
+// removes it.
+type publishedInfo struct {
+	id      model.WorkloadID
+	info    EndpointInfo
+	present bool
 }
 
 func endpointInfo(ent *wepEntry, m *endpointManager) EndpointInfo {
