@@ -37,13 +37,7 @@ func TestMemorySizeSet(t *testing.T) {
 }
 
 func TestMemoryLimitFlag(t *testing.T) {
-	tests := []struct {
-		name      string
-		args      []string
-		env       map[string]string
-		want      int64
-		wantApply bool
-	}{
+	checkRuntimeFlag(t, "memory-limit", []runtimeFlagCase[int64]{
 		{name: "default", want: defaultMemoryLimit, wantApply: true},
 		{name: "flag", args: []string{"--memory-limit=64MiB"}, want: 64 << 20, wantApply: true},
 		{name: "environment twin", env: map[string]string{"DPD_MEMORY_LIMIT": "1GiB"}, want: 1 << 30, wantApply: true},
@@ -53,56 +47,52 @@ func TestMemoryLimitFlag(t *testing.T) {
 		{name: "GOMEMLIMIT stands", env: map[string]string{"GOMEMLIMIT": "100MiB"}},
 		{name: "flag over GOMEMLIMIT", args: []string{"--memory-limit=off"}, env: map[string]string{"GOMEMLIMIT": "100MiB"},
 			want: math.MaxInt64, wantApply: true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			getenv := func(k string) string { return tt.env[k] }
-			c, err := parseFlags(tt.args, getenv, io.Discard)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, apply := memoryLimit(c.MemoryLimit, getenv)
-			if got != tt.want || apply != tt.wantApply {
-				t.Errorf("memoryLimit = %d %v, want %d %v", got, apply, tt.want, tt.wantApply)
-			}
-		})
-	}
-	if _, err := parseFlags([]string{"--memory-limit=48MB"}, func(string) string { return "" }, io.Discard); err == nil {
-		t.Error("--memory-limit=48MB accepted")
-	}
+	}, []string{"48MB"}, func(c config, getenv func(string) string) (int64, bool) { return memoryLimit(c.MemoryLimit, getenv) })
 }
 
 func TestGCPercentFlag(t *testing.T) {
-	tests := []struct {
-		name      string
-		args      []string
-		env       map[string]string
-		want      int
-		wantApply bool
-	}{
+	checkRuntimeFlag(t, "gc-percent", []runtimeFlagCase[int]{
 		{name: "default", want: defaultGCPercent, wantApply: true},
 		{name: "flag", args: []string{"--gc-percent=100"}, want: 100, wantApply: true},
 		{name: "environment twin", env: map[string]string{"DPD_GC_PERCENT": "200"}, want: 200, wantApply: true},
 		{name: "off", args: []string{"--gc-percent=-1"}, want: -1, wantApply: true},
 		{name: "GOGC stands", env: map[string]string{"GOGC": "80"}},
 		{name: "flag over GOGC", args: []string{"--gc-percent=70"}, env: map[string]string{"GOGC": "80"}, want: 70, wantApply: true},
-	}
-	for _, tt := range tests {
+	}, []string{"0", "-2", "half"}, func(c config, getenv func(string) string) (int, bool) { return gcTarget(c.GCPercent, getenv) })
+}
+
+// runtimeFlagCase is a command line and environment for one of the Go
+// runtime's settings and the value dpd gives it; wantApply false: the
+// runtime's own variable stands.
+type runtimeFlagCase[T comparable] struct {
+	name      string
+	args      []string
+	env       map[string]string
+	want      T
+	wantApply bool
+}
+
+// checkRuntimeFlag parses each case and checks what target makes of it,
+// then that --flag refuses each value of bad.
+func checkRuntimeFlag[T comparable](t *testing.T, flag string, cases []runtimeFlagCase[T], bad []string,
+	target func(c config, getenv func(string) string) (T, bool)) {
+	t.Helper()
+	for _, tt := range cases {
 		t.Run(tt.name, func(t *testing.T) {
 			getenv := func(k string) string { return tt.env[k] }
 			c, err := parseFlags(tt.args, getenv, io.Discard)
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, apply := gcTarget(c.GCPercent, getenv)
+			got, apply := target(c, getenv)
 			if got != tt.want || apply != tt.wantApply {
-				t.Errorf("gcTarget = %d %v, want %d %v", got, apply, tt.want, tt.wantApply)
+				t.Errorf("--%s: got %v %v, want %v %v", flag, got, apply, tt.want, tt.wantApply)
 			}
 		})
 	}
-	for _, bad := range []string{"0", "-2", "half"} {
-		if _, err := parseFlags([]string{"--gc-percent=" + bad}, func(string) string { return "" }, io.Discard); err == nil {
-			t.Errorf("--gc-percent=%s accepted", bad)
+	for _, b := range bad {
+		if _, err := parseFlags([]string{"--" + flag + "=" + b}, func(string) string { return "" }, io.Discard); err == nil {
+			t.Errorf("--%s=%q accepted", flag, b)
 		}
 	}
 }
