@@ -174,7 +174,7 @@ func (p *policyProgrammer) abandon() {
 	p.progs = map[progKey]*sharedProg{}
 	p.pinned = map[progKey]*sharedProg{}
 	p.unclaimed = map[progKey]*sharedProg{}
-	p.loading = map[progKey]bool{}
+	p.loading = map[progKey]preloadClaim{}
 	p.stale = nil
 }
 

@@ -23,6 +23,7 @@ func (k *Kernel) ApplyEndpoint(ep *model.Endpoint) error {
 	defer k.eps.endApply(ep.Iface)
 	for range maxApplyRounds {
 		k.waitAttachLocked(ep.Iface)
+		k.loadOwnLocked(ep)
 		if k.closed {
 			return errKernelClosed
 		}

@@ -14,8 +14,9 @@ import (
 // their programs one at a time on the engine's goroutine, and the load
 // (verifier and JIT) dominates. PreloadPolicies starts loading the missing
 // programs of the whole batch on every CPU and returns: the engine goes
-// on applying the batch's endpoints meanwhile. An endpoint whose program
-// is still loading waits for it in its ApplyEndpoint with k.mu released
+// on applying the batch's endpoints meanwhile. An endpoint's apply loads
+// itself those of its programs no worker has started yet (loadOwnLocked),
+// and waits for the others in its ApplyEndpoint with k.mu released
 // (applyPlan.loads), after writing what does not need the program (the
 // routes of an interface that drops until ready). So the first endpoint
 // is up after its own two loads, not after the batch's, and its routes
@@ -72,22 +73,74 @@ func (k *Kernel) startPreload(jobs []preloadJob) {
 	if len(jobs) == 0 {
 		return
 	}
-	env, jobs, workers := k.planPreload(jobs)
-	if workers == 0 {
-		return
-	}
-	next := new(atomic.Int64)
+	b, workers := k.planPreload(jobs)
 	for range workers {
 		go func() {
 			defer k.preloadWorkerDone()
 			for {
-				i := int(next.Add(1)) - 1
-				if i >= len(jobs) {
+				i, ok := b.next()
+				if !ok {
 					return
 				}
-				k.preloadOne(env, jobs[i])
+				k.preloadOne(b.env, b.jobs[i])
 			}
 		}()
+	}
+}
+
+// preloadBatch is the jobs of one PreloadPolicies call. Workers take them
+// in order; an apply that finds one of its own programs not taken yet
+// loads it itself (loadOwnLocked).
+type preloadBatch struct {
+	env    *preloadEnv
+	jobs   []preloadJob
+	taken  []atomic.Bool
+	cursor atomic.Int64
+}
+
+// next takes the first job nobody has taken.
+func (b *preloadBatch) next() (int, bool) {
+	for {
+		i := int(b.cursor.Add(1)) - 1
+		if i >= len(b.jobs) {
+			return 0, false
+		}
+		if b.taken[i].CompareAndSwap(false, true) {
+			return i, true
+		}
+	}
+}
+
+// preloadClaim is a program being preloaded: job i of batch.
+type preloadClaim struct {
+	batch *preloadBatch
+	i     int
+}
+
+// take claims the job; false when a worker (or another apply) has.
+func (c preloadClaim) take() bool { return c.batch.taken[c.i].CompareAndSwap(false, true) }
+
+// loadOwnLocked loads, on the calling goroutine and with k.mu released,
+// each program of ep that a preload planned and no worker has started:
+// the workers were idle and take a while to be scheduled (on the 2-vCPU
+// development VM about 160 µs), which the apply would only wait out, and
+// this goroutine is running. It counts as a worker meanwhile, so Close and
+// EndApply wait for its load as for theirs.
+func (k *Kernel) loadOwnLocked(ep *model.Endpoint) {
+	for _, dir := range []model.Direction{model.Ingress, model.Egress} {
+		if len(k.pols.loading) == 0 {
+			return
+		}
+		c, ok := k.pols.loading[progKey{hash: ep.Policy(dir).Hash(), dir: dir}]
+		if !ok || !c.take() {
+			continue
+		}
+		k.preloadWorkers++
+		k.mu.Unlock()
+		k.preloadOne(c.batch.env, c.batch.jobs[c.i])
+		k.mu.Lock()
+		k.preloadWorkers--
+		k.attachCond.Broadcast()
 	}
 }
 
@@ -148,22 +201,24 @@ func (k *Kernel) preloadCandidates(eps []*model.Endpoint) []preloadJob {
 
 // planPreload drops the jobs whose programs are loaded, loading or pinned
 // already, marks the others loading and counts their workers in, and
-// captures the workers' environment. Unused preloads of an earlier batch
-// go first.
-func (k *Kernel) planPreload(jobs []preloadJob) (*preloadEnv, []preloadJob, int) {
+// captures the workers' environment in the batch. Unused preloads of an
+// earlier batch go first.
+func (k *Kernel) planPreload(jobs []preloadJob) (*preloadBatch, int) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.closed || k.pols == nil {
-		return nil, nil, 0
+		return nil, 0
 	}
 	k.noteApplyLocked()
 	jobs = k.pols.planPreload(jobs)
-	for _, j := range jobs {
-		k.pols.loading[j.key] = true
+	b := &preloadBatch{env: &preloadEnv{pols: k.pols, fac: k.pols.fac, gcMark: k.ops.GCRemovals},
+		jobs: jobs, taken: make([]atomic.Bool, len(jobs))}
+	for i, j := range jobs {
+		k.pols.loading[j.key] = preloadClaim{batch: b, i: i}
 	}
 	workers := min(runtime.GOMAXPROCS(0), len(jobs))
 	k.preloadWorkers += workers
-	return &preloadEnv{pols: k.pols, fac: k.pols.fac, gcMark: k.ops.GCRemovals}, jobs, workers
+	return b, workers
 }
 
 // planPreload drops the jobs whose programs are loaded or pinned already,
@@ -178,7 +233,7 @@ func (p *policyProgrammer) planPreload(jobs []preloadJob) []preloadJob {
 		if _, ok := p.pinned[j.key]; ok {
 			continue // acquire adopts it (or replaces it if stale)
 		}
-		if p.loading[j.key] {
+		if _, ok := p.loading[j.key]; ok {
 			continue
 		}
 		out = append(out, j)
@@ -289,7 +344,7 @@ func (p *policyProgrammer) loadingFor(ep *model.Endpoint) bool {
 		return false
 	}
 	for _, dir := range []model.Direction{model.Ingress, model.Egress} {
-		if p.loading[progKey{hash: ep.Policy(dir).Hash(), dir: dir}] {
+		if _, ok := p.loading[progKey{hash: ep.Policy(dir).Hash(), dir: dir}]; ok {
 			return true
 		}
 	}

@@ -4,10 +4,12 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/dpd-dev/dpd/dataplane/model"
+	"github.com/dpd-dev/dpd/internal/testutil"
 )
 
 // Preloading loads each distinct program of a batch once, in parallel,
@@ -133,6 +135,44 @@ func TestApplyWaitsForItsPreload(t *testing.T) {
 	}
 }
 
+// An apply whose programs were planned for preloading but that no worker
+// has started (the workers were idle and not yet scheduled) loads them
+// itself instead of waiting for a worker, each once.
+func TestApplyLoadsItsUnstartedPrograms(t *testing.T) {
+	f, k, ep := preloadGateSetup(t)
+	f.take()
+	// The plan alone, as PreloadPolicies makes it, with none of its
+	// workers running yet.
+	b, workers := k.planPreload(k.preloadCandidates([]*model.Endpoint{ep}))
+	if workers != 2 {
+		t.Fatalf("%d workers planned, want 2", workers)
+	}
+	defer func() {
+		for range workers {
+			k.preloadWorkerDone()
+		}
+	}()
+	done := make(chan error, 1)
+	go func() { done <- k.ApplyEndpoint(ep) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the apply waited for workers that never ran")
+	}
+	if got := sortedOps(f.take(), "Load "); !slices.Equal(got, []string{"Load egress:all", "Load ingress:web"}) {
+		t.Errorf("loads %q, want each program once, by the apply", got)
+	}
+	if _, ok := b.next(); ok {
+		t.Error("a job the apply loaded is still there for a worker")
+	}
+	if !strings.Contains(f.dump(), "link cali1 attached=tcx ready egress:all ingress:web nets=[10.0.0.1/32]") {
+		t.Errorf("cali1 not programmed:\n%s", f.dump())
+	}
+}
+
 // A link event while the apply waits (the interface went down and up: its
 // routes went with it) makes the apply attach again and write the routes
 // again, not trust the ones it wrote before the wait.
@@ -169,15 +209,18 @@ func preloadGateSetup(t *testing.T) (*fakeKernel, *Kernel, *model.Endpoint) {
 }
 
 // applyDuringPreload preloads ep's programs with their loads held back,
-// applies ep meanwhile, waits for the apply to write its routes early and
+// applies ep once the workers have started both (so the apply has none of
+// its own to load), waits for the apply to write its routes early and
 // checks that it does not return, runs during (if any), lets the loads go
 // and returns every operation once the apply has returned.
 func applyDuringPreload(t *testing.T, f *fakeKernel, k *Kernel, ep *model.Endpoint, during func()) []string {
 	t.Helper()
 	gate := make(chan struct{})
-	f.loadHook = func(*model.DirectionPolicy) { <-gate }
+	var started atomic.Int32
+	f.loadHook = func(*model.DirectionPolicy) { started.Add(1); <-gate }
 	f.take()
 	k.PreloadPolicies([]*model.Endpoint{ep})
+	testutil.WaitFor(t, 10*time.Second, "the workers start both loads", func() bool { return started.Load() == 2 })
 	done := make(chan error, 1)
 	go func() { done <- k.ApplyEndpoint(ep) }()
 	var ops []string

@@ -130,10 +130,10 @@ func releaseUnused(k *Kernel) {
 	k.pols.releaseUnusedPreloads()
 }
 
-// preloadBatch builds a batch on fresh workloads 10.79.<net>.x: a split
+// preloadWorkloads builds a batch on fresh workloads 10.79.<net>.x: a split
 // (chained) ingress policy, policies of their own, two endpoints sharing
 // one, and an endpoint whose interface does not exist.
-func preloadBatch(t *testing.T, net int) ([]*testutil.Workload, []*model.Endpoint) {
+func preloadWorkloads(t *testing.T, net int) ([]*testutil.Workload, []*model.Endpoint) {
 	t.Helper()
 	var ws []*testutil.Workload
 	var eps []*model.Endpoint
@@ -163,7 +163,7 @@ func TestPreloadSameStateAsSerial(t *testing.T) {
 	for i, preload := range []bool{false, true} {
 		k := openKernel(t, newPinDir(t))
 		addPreloadSet(t, k)
-		ws, eps := preloadBatch(t, i+1)
+		ws, eps := preloadWorkloads(t, i+1)
 		if preload {
 			k.PreloadPolicies(eps)
 			k.awaitPreloads()

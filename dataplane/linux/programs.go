@@ -36,8 +36,8 @@ type policyProgrammer struct {
 	// unclaimed holds the preloaded programs of progs no endpoint took
 	// yet, so that releasing them costs the preloads, not every program.
 	unclaimed map[progKey]*sharedProg
-	// loading holds the programs preload workers are loading now.
-	loading map[progKey]bool
+	// loading holds the programs being preloaded now, each with its job.
+	loading map[progKey]preloadClaim
 	stale   []*sharedProg // pinned programs found out of date, still in some slot
 	// reloadQ holds the programs in use that wait for the direct reloader
 	// (directreload.go), oldest first.
@@ -49,7 +49,7 @@ type policyProgrammer struct {
 
 func newPolicyProgrammer(fac programFacility, log *slog.Logger, ops *Ops) *policyProgrammer {
 	return &policyProgrammer{fac: fac, log: log, ops: ops, progs: map[progKey]*sharedProg{}, pinned: map[progKey]*sharedProg{},
-		unclaimed: map[progKey]*sharedProg{}, loading: map[progKey]bool{}}
+		unclaimed: map[progKey]*sharedProg{}, loading: map[progKey]preloadClaim{}}
 }
 
 // sharedProg is one policy program and how many endpoint slots run it.
