@@ -105,20 +105,20 @@ func (b *preloadBatch) next() (int, bool) {
 		if i >= len(b.jobs) {
 			return 0, false
 		}
-		if b.taken[i].CompareAndSwap(false, true) {
+		if b.take(i) {
 			return i, true
 		}
 	}
 }
+
+// take claims job i; false when a worker (or an apply) has.
+func (b *preloadBatch) take(i int) bool { return b.taken[i].CompareAndSwap(false, true) }
 
 // preloadClaim is a program being preloaded: job i of batch.
 type preloadClaim struct {
 	batch *preloadBatch
 	i     int
 }
-
-// take claims the job; false when a worker (or another apply) has.
-func (c preloadClaim) take() bool { return c.batch.taken[c.i].CompareAndSwap(false, true) }
 
 // loadOwnLocked loads, on the calling goroutine and with k.mu released,
 // each program of ep that a preload planned and no worker has started:
@@ -132,15 +132,14 @@ func (k *Kernel) loadOwnLocked(ep *model.Endpoint) {
 			return
 		}
 		c, ok := k.pols.loading[progKey{hash: ep.Policy(dir).Hash(), dir: dir}]
-		if !ok || !c.take() {
+		if !ok || !c.batch.take(c.i) {
 			continue
 		}
 		k.preloadWorkers++
 		k.mu.Unlock()
 		k.preloadOne(c.batch.env, c.batch.jobs[c.i])
 		k.mu.Lock()
-		k.preloadWorkers--
-		k.attachCond.Broadcast()
+		k.preloadWorkerDoneLocked()
 	}
 }
 
@@ -148,6 +147,10 @@ func (k *Kernel) loadOwnLocked(ep *model.Endpoint) {
 func (k *Kernel) preloadWorkerDone() {
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	k.preloadWorkerDoneLocked()
+}
+
+func (k *Kernel) preloadWorkerDoneLocked() {
 	k.preloadWorkers--
 	k.attachCond.Broadcast()
 }
